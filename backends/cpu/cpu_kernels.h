@@ -1,0 +1,53 @@
+/* The CPU backend's kernels and runtime, one function per slot of backend.h.
+ * They run synchronously on the calling thread (the stream argument is accepted and
+ * ignored: a CPU stream's work is complete when the call returns), parallelized with
+ * OpenMP, deterministic for a given thread count. */
+#ifndef IT_CPU_KERNELS_H
+#define IT_CPU_KERNELS_H
+
+#include "infinitrain/backend.h"
+
+/* cast.c: conversions, fill and strided copy for all 13 dtypes */
+it_status it_cpu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst);
+it_status it_cpu_fill(it_stream *s, it_tdesc *dst, it_scalar value);
+it_status it_cpu_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst);
+
+/* gemm.c */
+it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args);
+
+/* elementwise.c */
+it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
+it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
+it_status it_cpu_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out);
+
+/* embedding.c */
+it_status it_cpu_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *weight, it_tdesc *out);
+it_status it_cpu_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dweight);
+
+/* layernorm.c */
+it_status it_cpu_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
+                               it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
+it_status it_cpu_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
+                               it_tdesc *db);
+
+/* softmax.c */
+it_status it_cpu_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
+it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
+                             it_tdesc *dx);
+
+/* crossentropy.c */
+it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                   it_tdesc *losses);
+it_status it_cpu_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                   const it_tdesc *dlosses, it_tdesc *dlogits);
+
+/* optim.c */
+it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
+it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                           it_tdesc *m, it_tdesc *v);
+
+/* runtime.c: the CPU runtime table (one device, "cpu:0"; memory is host memory). */
+extern const it_runtime it_cpu_runtime;
+
+#endif

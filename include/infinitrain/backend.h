@@ -1,0 +1,296 @@
+/* The backend interface: the one contract a device vendor codes against.
+ *
+ * A backend is a struct of three tables (runtime, kernels, optional collectives) plus a
+ * name. It sees tensors only as descriptors (it_tdesc): a data pointer, a dtype, a shape and
+ * strides. It never sees refcounts, autograd or models.
+ *
+ * Built-in backends call it_backend_register(). A plugin is a shared object named
+ * libit_backend_<name>.so that exports
+ *     IT_BACKEND_EXPORT const it_backend *it_backend_entry(void);
+ * and is found beside the executable or on IT_BACKEND_PATH (colon separated).
+ *
+ * Rules every slot follows:
+ *  - a slot's C type is its contract; NULL means "not provided here".
+ *  - kernels run asynchronously on the stream they are given and never allocate device
+ *    memory behind the caller's back (scratch comes from the caller as a workspace).
+ *  - kernels return IT_OK or an it_status after it_error(...) naming the call that failed.
+ *  - device pointers inside descriptors are only dereferenced on the device (stream). */
+#ifndef INFINITRAIN_BACKEND_H
+#define INFINITRAIN_BACKEND_H
+
+#include "common.h"
+#include "dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bump on any incompatible change of the structs below; plugins built against another
+ * version are refused at load time. */
+#define IT_BACKEND_API_VERSION 1
+
+#define IT_BACKEND_EXPORT IT_API
+
+typedef struct it_stream it_stream; /* opaque, owned by the backend */
+typedef struct it_event it_event;   /* opaque, owned by the backend */
+
+/* What a kernel sees of a tensor. `data` points at element [0,...,0] (offset applied);
+ * strides are in elements and may be 0 (broadcast) but never negative. */
+typedef struct it_tdesc {
+    void *data;
+    it_dtype dtype;
+    int ndim;
+    int64_t shape[IT_MAX_DIMS];
+    int64_t strides[IT_MAX_DIMS];
+} it_tdesc;
+
+typedef enum it_memcpy_kind {
+    IT_MEMCPY_H2H = 0,
+    IT_MEMCPY_H2D = 1,
+    IT_MEMCPY_D2H = 2,
+    IT_MEMCPY_D2D = 3,
+} it_memcpy_kind;
+
+/* ---------------------------------------------------------------- runtime (device guard)
+ * Device indices run 0..device_count-1. "Current device" is per thread. Optional slots
+ * (marked) may be NULL: the core then uses the synchronous form or synchronizes. */
+typedef struct it_runtime {
+    /* Called once, lazily, the first time the backend is used. May fail (no driver). */
+    it_status (*init)(void);
+    it_status (*device_count)(int *count);
+    it_status (*set_device)(int device);
+    it_status (*get_device)(int *device);
+
+    /* Streams. Every device has a default stream (never destroyed by the core). Lower
+     * priority numbers run first, as in CUDA; priority_range is optional. */
+    it_status (*default_stream)(int device, it_stream **stream);
+    it_status (*stream_create)(int device, int priority, it_stream **stream);
+    it_status (*stream_destroy)(it_stream *stream);
+    it_status (*stream_synchronize)(it_stream *stream);
+    it_status (*stream_priority_range)(int *least, int *greatest); /* optional */
+    /* Opaque per-stream library handle (cuBLAS, CNNL, ...). Optional. */
+    it_status (*stream_handle)(it_stream *stream, void **handle);
+
+    /* Events. query sets *done without blocking; elapsed_ms between two completed events. */
+    it_status (*event_create)(int device, it_event **event);
+    it_status (*event_destroy)(it_event *event);
+    it_status (*event_record)(it_event *event, it_stream *stream);
+    it_status (*stream_wait_event)(it_stream *stream, it_event *event);
+    it_status (*event_query)(it_event *event, bool *done);
+    it_status (*event_synchronize)(it_event *event);
+    it_status (*event_elapsed_ms)(it_event *start, it_event *end, float *ms);
+
+    /* Memory. malloc of 0 bytes is never requested by the core. */
+    it_status (*malloc)(int device, size_t nbytes, void **ptr);
+    it_status (*free)(int device, void *ptr);
+    it_status (*malloc_async)(int device, size_t nbytes, it_stream *stream, void **ptr); /* optional */
+    it_status (*free_async)(int device, void *ptr, it_stream *stream);                 /* optional */
+    /* Synchronous copy: returns when dst holds the data. Host pointers may be pageable. */
+    it_status (*memcpy)(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind);
+    /* Asynchronous copy ordered on `stream`; the host buffer must stay valid until the
+     * stream reaches the copy. Optional. */
+    it_status (*memcpy_async)(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind,
+                              it_stream *stream);
+    it_status (*mem_info)(int device, size_t *free_bytes, size_t *total_bytes);
+    it_status (*synchronize_device)(int device);
+} it_runtime;
+
+/* ---------------------------------------------------------------- kernel argument types */
+
+typedef enum it_unary_op {
+    IT_UNARY_NEG = 0,    /* y = -x */
+    IT_UNARY_SCALE = 1,  /* y = alpha * x */
+    IT_UNARY_EXP = 2,    /* y = exp(x) */
+    IT_UNARY_LOG = 3,    /* y = log(x) */
+    IT_UNARY_SQRT = 4,   /* y = sqrt(x) */
+    IT_UNARY_RSQRT = 5,  /* y = 1/sqrt(x) */
+    IT_UNARY_SQUARE = 6, /* y = x*x */
+    IT_UNARY_TANH = 7,   /* y = tanh(x) */
+    IT_UNARY_GELU = 8,   /* y = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (GPT-2's tanh form) */
+    IT_UNARY_SILU = 9,   /* y = x * sigmoid(x) */
+    IT_UNARY_ADD_SCALAR = 10, /* y = x + alpha */
+    IT_UNARY_RECIP = 11, /* y = 1/x */
+    IT_UNARY_COUNT
+} it_unary_op;
+
+typedef enum it_binary_op {
+    IT_BINARY_ADD = 0, /* out = a + b */
+    IT_BINARY_SUB = 1, /* out = a - b */
+    IT_BINARY_MUL = 2, /* out = a * b */
+    IT_BINARY_DIV = 3, /* out = a / b */
+    IT_BINARY_MAX = 4, /* out = max(a, b) */
+    IT_BINARY_MIN = 5, /* out = min(a, b) */
+    /* Backward helpers: a = forward input x, b = upstream gradient dy. */
+    IT_BINARY_GELU_BWD = 6, /* out = dy * gelu'(x) */
+    IT_BINARY_SILU_BWD = 7, /* out = dy * silu'(x) */
+    IT_BINARY_TANH_BWD = 8, /* a = forward output y: out = dy * (1 - y^2) */
+    IT_BINARY_COUNT
+} it_binary_op;
+
+typedef enum it_reduce_op {
+    IT_REDUCE_SUM = 0,
+    IT_REDUCE_MEAN = 1,
+    IT_REDUCE_MAX = 2,
+    IT_REDUCE_SUMSQ = 3, /* sum of squares */
+    IT_REDUCE_COUNT
+} it_reduce_op;
+
+/* Batched strided GEMM: for every batch index i,
+ *     C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]
+ * a, b, c are 3-D descriptors (batch, rows, cols) as stored; op() transposes when the flag
+ * is set. op(A) is M x K, op(B) is K x N, C is M x N. A batch stride of 0 broadcasts that
+ * operand over the batch. Accumulation in fp32 (fp64 for fp64). beta == 0 ignores C's
+ * previous contents (NaN included). */
+typedef struct it_gemm_args {
+    it_tdesc a, b, c;
+    bool trans_a, trans_b;
+    float alpha, beta;
+} it_gemm_args;
+
+/* Softmax over the last dimension of x (any leading dims), computed on scale*x.
+ * With `causal`, the second-to-last dimension is the query position t and the last is the
+ * key position s; scores with s > t + (cols - rows) are masked (probability exactly 0). */
+typedef struct it_softmax_args {
+    float scale;
+    bool causal;
+} it_softmax_args;
+
+/* One Adam/AdamW update on a flat parameter. step counts from 1.
+ *   adamw:  p -= lr*wd*p;  (decoupled decay, before the moment update as torch)
+ *   adam:   g += wd*p;     (L2, coupled, as torch.optim.Adam)
+ *   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
+ *   p -= lr * (m/(1-b1^step)) / (sqrt(v/(1-b2^step)) + eps)
+ * grad_scale multiplies g first (1 = none; used for clipping without a copy). */
+typedef struct it_adam_args {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;
+    bool decoupled; /* true = AdamW */
+} it_adam_args;
+
+/* ---------------------------------------------------------------- the kernel table
+ * Shapes are documented per slot. Unless stated, inputs may be any strided view and
+ * outputs are contiguous; dtypes of inputs and outputs match. */
+typedef struct it_kernels {
+    /* Required (registration fails without them). */
+    /* dst = (dst.dtype) src, same shape, any strides. Semantics: x -> bool is x != 0;
+     * float -> integer truncates toward zero and saturates at the target's range, NaN -> 0;
+     * integer -> integer wraps modulo 2^bits (two's complement), as C's conversion to an
+     * unsigned type then reinterpretation. */
+    it_status (*cast)(it_stream *s, const it_tdesc *src, it_tdesc *dst);
+    /* Every element of dst (any strides) = value converted as cast() converts. */
+    it_status (*fill)(it_stream *s, it_tdesc *dst, it_scalar value);
+    /* dst = src, same dtype and shape, any strides on both sides. */
+    it_status (*copy_strided)(it_stream *s, const it_tdesc *src, it_tdesc *dst);
+
+    /* ---- linear algebra */
+    it_status (*gemm)(it_stream *s, const it_gemm_args *args);
+
+    /* ---- elementwise: out has the broadcast shape; a/b/x come with out's ndim and shape
+     * and stride 0 on broadcast dims. out may alias an input exactly (in-place). */
+    it_status (*unary)(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
+    it_status (*binary)(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
+    /* out has x's ndim, with size 1 on every reduced dimension; other dims equal x's.
+     * Fixed summation order (deterministic). */
+    it_status (*reduce)(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out);
+
+    /* ---- embedding: idx (N) int32/int64, weight (V, C), out (N, C) */
+    it_status (*embedding_fwd)(it_stream *s, const it_tdesc *idx, const it_tdesc *weight, it_tdesc *out);
+    /* dweight (V, C) += scatter of dout (N, C) rows by idx; deterministic order. */
+    it_status (*embedding_bwd)(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dweight);
+
+    /* ---- layernorm over the last dim C of x (R, C) (leading dims flattened):
+     * y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (biased var); mean, rstd (R)
+     * fp32 saved for backward. b may be NULL (no bias). */
+    it_status (*layernorm_fwd)(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
+                               it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
+    /* dx (R, C) written; dw, db (C) written (not accumulated); db may be NULL. */
+    it_status (*layernorm_bwd)(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
+                               it_tdesc *db);
+
+    /* ---- softmax over the last dim (see it_softmax_args) */
+    it_status (*softmax_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
+    /* dx = scale * y * (dy - sum(dy*y)) */
+    it_status (*softmax_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
+                             it_tdesc *dx);
+
+    /* ---- cross entropy: logits (N, Vp), targets (N) int32/int64 in [0, V), losses (N) fp32.
+     * Only the first `valid` columns take part in the softmax (llm.c's padded vocab). */
+    it_status (*cross_entropy_fwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                   it_tdesc *losses);
+    /* dlogits (N, Vp) = (softmax(logits[:, :valid]) - onehot(target)) * dlosses[n]; padded
+     * columns get 0. */
+    it_status (*cross_entropy_bwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                   const it_tdesc *dlosses, it_tdesc *dlogits);
+
+    /* ---- optimizers, on contiguous flat tensors of equal length */
+    /* p -= lr * grad_scale * g */
+    it_status (*sgd_step)(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
+    it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                           it_tdesc *m, it_tdesc *v);
+} it_kernels;
+
+/* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */
+#define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
+IT_API const char *it_kernel_slot_name(size_t slot);
+
+/* ---------------------------------------------------------------- collectives (optional) */
+typedef struct it_comm it_comm; /* opaque, owned by the backend */
+
+typedef enum it_reduce_kind { IT_CCL_SUM = 0, IT_CCL_AVG = 1, IT_CCL_MAX = 2 } it_reduce_kind;
+
+#define IT_CCL_UNIQUE_ID_BYTES 128
+typedef struct it_ccl_unique_id {
+    unsigned char bytes[IT_CCL_UNIQUE_ID_BYTES];
+} it_ccl_unique_id;
+
+typedef struct it_ccl {
+    it_status (*get_unique_id)(it_ccl_unique_id *id);
+    it_status (*comm_init)(int device, const it_ccl_unique_id *id, int nranks, int rank, it_comm **comm);
+    it_status (*comm_destroy)(it_comm *comm);
+    it_status (*all_reduce)(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
+                            it_stream *s);
+    it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
+                            it_stream *s);
+    it_status (*reduce_scatter)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
+                                it_reduce_kind op, it_stream *s);
+    it_status (*broadcast)(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s);
+    it_status (*send)(it_comm *c, const void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
+    it_status (*recv)(it_comm *c, void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
+} it_ccl;
+
+/* ---------------------------------------------------------------- the backend */
+typedef struct it_backend {
+    int api_version; /* IT_BACKEND_API_VERSION the backend was built against */
+    const char *name; /* lowercase [a-z0-9_]+, unique in the process */
+    it_dtype default_autocast_dtype; /* IT_DTYPE_BF16 or IT_DTYPE_FP16 */
+    /* True when device memory is the host's own memory (the CPU backend): the core may then
+     * hand its pointers to host code. Every accelerator leaves this false. */
+    bool host_memory;
+    const it_runtime *runtime;
+    const it_kernels *kernels;
+    const it_ccl *ccl; /* NULL when the backend has no collectives */
+} it_backend;
+
+/* Signature of the symbol a plugin exports. */
+typedef const it_backend *(*it_backend_entry_fn)(void);
+#define IT_BACKEND_ENTRY_SYMBOL "it_backend_entry"
+
+/* Register a backend (kept by pointer: it must outlive the process's use of it).
+ * Fails with a message when the name is invalid or taken, the api_version differs, a
+ * runtime slot the core needs is missing, or required kernels are missing (all named). */
+IT_API it_status it_backend_register(const it_backend *backend);
+
+/* Find a registered backend by name; when none is registered under that name, try to load
+ * the plugin libit_backend_<name>.so. On failure the message lists the registered backends,
+ * the discoverable plugins and, for a plugin that failed, each path tried and why. */
+IT_API it_status it_backend_find(const char *name, const it_backend **out);
+
+/* CPU kernels, exported so that other backends (sim, fallbacks) can run them on host
+ * memory. */
+IT_API const it_kernels *it_cpu_kernels(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
