@@ -286,6 +286,14 @@ IT_API it_status it_backend_register(const it_backend *backend);
  * the discoverable plugins and, for a plugin that failed, each path tried and why. */
 IT_API it_status it_backend_find(const char *name, const it_backend **out);
 
+/* Registered backends, in registration order (the cpu backend is always first). */
+IT_API int it_backend_count(void);
+IT_API const it_backend *it_backend_at(int i);
+/* "built in", "it_backend_register" or the plugin's path. */
+IT_API const char *it_backend_origin(const it_backend *backend);
+/* Names of plugins found on the search path (loaded or not). */
+IT_API it_status it_backend_discover(char names[][40], int max, int *count);
+
 /* CPU kernels, exported so that other backends (sim, fallbacks) can run them on host
  * memory. */
 IT_API const it_kernels *it_cpu_kernels(void);

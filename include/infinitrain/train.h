@@ -1,0 +1,64 @@
+/* The training driver shared by every app: InfiniTrain's flags, the loop with gradient
+ * accumulation, the step log line, generation and checkpoints. */
+#ifndef INFINITRAIN_TRAIN_H
+#define INFINITRAIN_TRAIN_H
+
+#include "models.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct it_train_config {
+    const char *app;          /* "gpt2" */
+    const char *device;       /* --device (cpu) */
+    const char *input_bin;    /* --input_bin: token shard */
+    const char *llmc_filepath; /* --llmc_filepath: checkpoint to start from */
+    const char *model;        /* --model: preset when no checkpoint (d12) */
+    int n_layer, n_head, n_embd, block_size, vocab_size; /* custom model shape (0 = from preset) */
+    int64_t batch_size;       /* --batch_size (4) */
+    int64_t sequence_length;  /* --sequence_length (64) */
+    int64_t total_batch_size; /* --total_batch_size in tokens (B*T); accumulation = total/(B*T) */
+    int num_iteration;        /* --num_iteration (10) */
+    float learning_rate;      /* --learning_rate (1e-4) */
+    it_optim_kind optimizer;  /* --optimizer (sgd) */
+    float weight_decay;       /* --weight_decay (0) */
+    it_lr_decay lr_decay;     /* --lr_decay_style (none) */
+    int lr_warmup_iters;      /* --lr_warmup_iters (0) */
+    float min_lr;             /* --min_lr (0) */
+    float grad_clip;          /* --grad_clip (0 = off) */
+    it_dtype dtype;           /* --dtype (float32) */
+    const char *tokenizer_bin; /* --tokenizer_bin */
+    int freq_generate_txt;    /* --freq_generate_txt (0 = never) */
+    int text_length;          /* --text_length (64) */
+    uint64_t seed;            /* --seed (42) */
+    const char *output_checkpoint; /* --output_checkpoint: written after the last step */
+    int log_interval;         /* --log_interval: progress/ETA line every N steps (10) */
+    int64_t max_memory_mb;    /* --max_memory_mb: allocator limit (0 = none) */
+    bool quiet;               /* no per-step lines (tests) */
+} it_train_config;
+
+IT_API void it_train_config_defaults(it_train_config *c, const char *app);
+/* Parse argv into c. Unknown flags, malformed or out-of-range values: IT_ERR_INVALID_ARG
+ * with a one-line message naming the flag. *help is set for --help. */
+IT_API it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *help);
+IT_API void it_train_print_help(const char *app, FILE *f);
+
+typedef struct it_train_result {
+    double *losses; /* num_iteration entries, caller-allocated (may be NULL) */
+    double last_step_ms;
+    size_t peak_used, peak_reserved;
+} it_train_result;
+
+/* Validate everything (files, shapes, flags against the model), then train. Input errors
+ * come back as IT_ERR_INVALID_ARG / IT_ERR_FORMAT / IT_ERR_IO before any step runs. */
+IT_API it_status it_train_run(const it_train_config *c, it_train_result *result);
+/* The whole CLI: parse, run, print errors. Returns the process exit status: 0 ok, 2 bad
+ * flags or input, 1 failure during training. */
+IT_API int it_train_main(int argc, char **argv, const char *app);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/* Tape nodes: what an op records for its backward. Private to the core. */
+#ifndef IT_AUTOGRAD_NODE_H
+#define IT_AUTOGRAD_NODE_H
+
+#include "core/internal.h"
+#include "infinitrain/autograd.h"
+
+#define IT_NODE_MAX_IN 4
+#define IT_NODE_MAX_SAVED 6
+
+typedef struct it_node it_node;
+/* Compute the inputs' gradients from dy (the output's gradient) and hand each to
+ * it__accum_grad. Runs inside a scope the engine opens, so temporaries are freed after. */
+typedef it_status (*it_backward_fn)(it_node *node, it_tensor *dy);
+
+struct it_node {
+    const char *name;
+    it_backward_fn backward;
+    int n_in;
+    it_tensor *in[IT_NODE_MAX_IN]; /* retained; NULL entries allowed (e.g. no bias) */
+    it_tensor *out;                 /* retained */
+    int n_saved;
+    it_tensor *saved[IT_NODE_MAX_SAVED]; /* retained, released right after backward */
+    double f[4];                         /* op parameters */
+    int64_t i[8];
+};
+
+/* True when an op with these inputs must record a node (grad mode on and some input
+ * requires grad). */
+bool it__needs_grad(int n, it_tensor *const *inputs);
+/* Record a node for `out` (marks out as requiring grad). Returns NULL only on OOM. */
+it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, int n_in, it_tensor *const *inputs);
+/* Keep a tensor for backward. */
+void it__node_save(it_node *node, it_tensor *t);
+/* t.grad += g (g has t's shape). Takes g over when nothing else holds it. */
+it_status it__accum_grad(it_tensor *t, it_tensor *g);
+/* For kernels that can accumulate themselves (gemm with beta): returns t's gradient buffer
+ * to write into, with *beta = 1 if it already holds a gradient to add to, 0 if fresh.
+ * NULL when t needs no gradient (or on error: check it_last_status()). */
+it_tensor *it__grad_buffer(it_tensor *t, float *beta);
+
+#endif

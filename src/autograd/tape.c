@@ -1,0 +1,185 @@
+/* The tape and the backward engine. One tape per thread, like grad mode. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+#include "infinitrain/ops.h"
+
+static _Thread_local bool grad_disabled;
+static _Thread_local it_node **tape;
+static _Thread_local size_t tape_len, tape_cap;
+
+void it_grad_set_enabled(bool enabled) { grad_disabled = !enabled; }
+bool it_grad_enabled(void) { return !grad_disabled; }
+
+it_status it_tensor_set_requires_grad(it_tensor *t, bool requires_grad) {
+    if (!t) return it_error(IT_ERR_INVALID_ARG, "set_requires_grad: NULL tensor");
+    if (requires_grad && !it_dtype_is_float(t->dtype))
+        return it_error(IT_ERR_INVALID_ARG, "set_requires_grad: %s tensors cannot require grad",
+                        it_dtype_name(t->dtype));
+    t->requires_grad = requires_grad;
+    t->is_leaf = true;
+    return IT_OK;
+}
+
+bool it_tensor_requires_grad(const it_tensor *t) { return t && t->requires_grad; }
+it_tensor *it_tensor_grad(const it_tensor *t) { return t ? t->grad : NULL; }
+
+it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad) {
+    if (!t || !grad) return it_error(IT_ERR_INVALID_ARG, "set_grad: NULL tensor");
+    if (grad->dtype != t->dtype || grad->ndim != t->ndim ||
+        memcmp(grad->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0 || !it_tensor_is_contiguous(grad))
+        return it_error(IT_ERR_INVALID_ARG, "set_grad: the gradient buffer must be contiguous with the tensor's "
+                                            "shape and dtype");
+    it_tensor_retain(grad);
+    it_tensor_release(t->grad);
+    t->grad = grad;
+    return IT_OK;
+}
+
+bool it__needs_grad(int n, it_tensor *const *inputs) {
+    if (grad_disabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, int n_in, it_tensor *const *inputs) {
+    if (tape_len == tape_cap) {
+        size_t cap = tape_cap ? tape_cap * 2 : 256;
+        it_node **t = realloc(tape, cap * sizeof *t);
+        if (!t) {
+            it_error(IT_ERR_OOM, "autograd: out of host memory for the tape");
+            return NULL;
+        }
+        tape = t;
+        tape_cap = cap;
+    }
+    it_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        it_error(IT_ERR_OOM, "autograd: out of host memory for a node");
+        return NULL;
+    }
+    n->name = name;
+    n->backward = fn;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = it_tensor_retain(inputs[i]);
+    n->out = it_tensor_retain(out);
+    out->requires_grad = true;
+    out->is_leaf = false;
+    tape[tape_len++] = n;
+    return n;
+}
+
+void it__node_save(it_node *node, it_tensor *t) {
+    if (node && node->n_saved < IT_NODE_MAX_SAVED) node->saved[node->n_saved++] = it_tensor_retain(t);
+}
+
+static void node_free(it_node *n) {
+    for (int i = 0; i < n->n_in; i++) it_tensor_release(n->in[i]);
+    for (int i = 0; i < n->n_saved; i++) it_tensor_release(n->saved[i]);
+    if (n->out) {
+        /* An intermediate's gradient is only needed by its own node. */
+        if (!n->out->is_leaf) {
+            it_tensor_release(n->out->grad);
+            n->out->grad = NULL;
+        }
+        it_tensor_release(n->out);
+    }
+    free(n);
+}
+
+void it_tape_clear(void) {
+    for (size_t i = tape_len; i-- > 0;) node_free(tape[i]);
+    tape_len = 0;
+    free(tape);
+    tape = NULL;
+    tape_cap = 0;
+}
+
+size_t it_tape_size(void) { return tape_len; }
+
+static bool same_shape(const it_tensor *a, const it_tensor *b) {
+    return a->ndim == b->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+it_tensor *it__grad_buffer(it_tensor *t, float *beta) {
+    if (!t || !t->requires_grad) return NULL;
+    if (t->grad) {
+        *beta = 1.0f;
+        return t->grad;
+    }
+    t->grad = it__tensor_new_owned(it_tensor_device(t), t->dtype, t->ndim, t->shape);
+    *beta = 0.0f;
+    return t->grad;
+}
+
+it_status it__accum_grad(it_tensor *t, it_tensor *g) {
+    if (!t || !t->requires_grad) return IT_OK;
+    if (!g) return it_last_status() ? it_last_status() : it_error(IT_ERR_INTERNAL, "autograd: NULL gradient");
+    if (!same_shape(t, g) || g->dtype != t->dtype)
+        return it_error(IT_ERR_INTERNAL, "autograd: gradient shape/dtype does not match its tensor");
+    it_device dev = it_tensor_device(t);
+    if (!t->grad) {
+        /* Take g over when only the current backward scope holds it: refcount 1 on the
+         * tensor and its storage. A gradient passed through from elsewhere is copied, so
+         * later in-place accumulation cannot change another tensor's gradient. */
+        if (atomic_load(&g->refs) == 1 && atomic_load(&g->storage->refs) == 1 && it_tensor_is_contiguous(g)) {
+            t->grad = it_tensor_retain(g);
+            return IT_OK;
+        }
+        t->grad = it__clone_owned(g);
+        return t->grad ? IT_OK : it_last_status();
+    }
+    it_stream *s = it__stream(dev);
+    if (!s) return it_last_status();
+    if (!IT_KERNEL(dev, binary)) return it__missing_kernel(dev, "binary");
+    it_tdesc a = it_tensor_desc(t->grad), b = it_tensor_desc(g), o = it_tensor_desc(t->grad);
+    return IT_KERNEL(dev, binary)(s, IT_BINARY_ADD, &a, &b, &o);
+}
+
+it_status it_backward(it_tensor *loss) {
+    if (!loss) return it_last_status() ? it_last_status() : it_error(IT_ERR_INVALID_ARG, "backward: NULL loss");
+    if (it_tensor_numel(loss) != 1) {
+        return it_error(IT_ERR_INVALID_ARG, "backward: the loss must have one element, it has %lld",
+                        (long long)it_tensor_numel(loss));
+    }
+    if (!loss->requires_grad) return it_error(IT_ERR_INVALID_ARG, "backward: the loss does not require grad");
+    it_status st = IT_OK;
+    it_tensor_release(loss->grad);
+    loss->grad = it__tensor_new_owned(it_tensor_device(loss), loss->dtype, loss->ndim, loss->shape);
+    if (!loss->grad || (st = it_tensor_fill(loss->grad, it_scalar_f64(1.0)))) {
+        it_tape_clear();
+        return st ? st : it_last_status();
+    }
+    for (size_t k = tape_len; k-- > 0;) {
+        it_node *n = tape[k];
+        it_tensor *dy = n->out->grad;
+        if (dy) {
+            it_tensor_retain(dy); /* passed-through gradients then have refs > 1 (see accum) */
+            it_scope_begin();
+            st = n->backward(n, dy);
+            it_scope_end();
+            it_tensor_release(dy);
+            if (st) {
+                it_error_context("backward of %s: ", n->name);
+                break;
+            }
+        }
+        tape[k] = NULL;
+        tape_len = k;
+        node_free(n);
+    }
+    it_tape_clear();
+    return st;
+}
+
+it_status it_zero_grad(it_tensor *const *params, int n) {
+    for (int i = 0; i < n; i++) {
+        if (params[i] && params[i]->grad) {
+            it_status st = it_tensor_fill(params[i]->grad, it_scalar_f64(0.0));
+            if (st) return st;
+        }
+    }
+    return IT_OK;
+}

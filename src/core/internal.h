@@ -1,0 +1,67 @@
+/* The core's private layouts: tensors, storages and the registry's per-device state.
+ * Nothing outside src/ includes this; backends see only backend.h. */
+#ifndef IT_CORE_INTERNAL_H
+#define IT_CORE_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "infinitrain/backend.h"
+#include "infinitrain/tensor.h"
+
+typedef struct it_storage {
+    atomic_int refs;
+    it_device dev;
+    void *data;    /* from the device's caching allocator */
+    size_t nbytes; /* the block's (rounded) size */
+} it_storage;
+
+struct it_node; /* autograd */
+
+struct it_tensor {
+    atomic_int refs;
+    it_storage *storage;
+    it_dtype dtype;
+    int ndim;
+    int64_t shape[IT_MAX_DIMS];
+    int64_t strides[IT_MAX_DIMS];
+    int64_t offset; /* in elements */
+    /* autograd */
+    bool requires_grad;
+    bool is_leaf;         /* created by the user (parameters), not by an op */
+    struct it_tensor *grad; /* owned reference; for leaves it persists across steps */
+};
+
+/* ---- registry (registry.c) */
+/* Resolve the backend a device names: runs the lazy init. */
+it_status it__backend_ready(const it_backend *backend);
+/* Per-device allocator state lives in the registry; alloc.c uses these. */
+typedef struct it_allocator it_allocator;
+it_allocator *it__allocator(it_device dev);
+
+/* ---- allocator (alloc.c) */
+it_status it__alloc(it_device dev, size_t nbytes, void **ptr, size_t *block_bytes);
+void it__free(it_device dev, void *ptr, size_t block_bytes);
+it_allocator *it__allocator_new(void);
+void it__allocator_destroy(it_allocator *a, it_device dev);
+
+/* ---- tensors (tensor.c) */
+/* A new tensor owned by the caller (not put in any scope). */
+it_tensor *it__tensor_new_owned(it_device dev, it_dtype dtype, int ndim, const int64_t *shape);
+/* A new view header on t's storage, owned by the caller. */
+it_tensor *it__tensor_view_owned(const it_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                                 int64_t offset);
+/* A contiguous copy owned by the caller. */
+it_tensor *it__clone_owned(it_tensor *t);
+/* Hand a caller-owned tensor to the innermost scope (if any); returns t. */
+it_tensor *it__scope_add(it_tensor *t);
+void it__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+int64_t it__numel(int ndim, const int64_t *shape);
+
+/* The stream work for `dev` goes on (the backend's default stream for that device). */
+it_stream *it__stream(it_device dev);
+
+/* Run a kernel slot, or fail naming it when the backend leaves it empty. */
+#define IT_KERNEL(dev, slot) ((dev).backend->kernels->slot)
+it_status it__missing_kernel(it_device dev, const char *slot);
+
+#endif

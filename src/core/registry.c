@@ -1,0 +1,471 @@
+/* The backend registry: registration and validation, plugin discovery and loading, lazy
+ * runtime init, device naming, and the per-device state (allocator, stream).
+ *
+ * The registry is one of the two pieces of global mutable state the architecture allows;
+ * every access holds `reg_lock`. Entries are never removed, so a pointer to an entry (and
+ * to the backend it holds) stays valid for the life of the process. */
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+#define IT_MAX_BACKENDS 32
+#define IT_MAX_DEVICES 64
+
+typedef struct reg_entry {
+    const it_backend *backend;
+    char origin[PATH_MAX]; /* "built in" or the plugin's path */
+    bool init_done;
+    it_status init_status;
+    char init_error[512];
+    int device_count;
+    it_allocator *alloc[IT_MAX_DEVICES];
+    it_stream *stream[IT_MAX_DEVICES];
+} reg_entry;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static reg_entry reg[IT_MAX_BACKENDS];
+static int reg_count;
+
+extern const it_backend it_cpu_backend;
+
+/* The names of the kernel slots, in it_kernels order. */
+static const char *const slot_names[] = {
+    "cast",          "fill",          "copy_strided",  "gemm",
+    "unary",         "binary",        "reduce",        "embedding_fwd",
+    "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_fwd",
+    "softmax_bwd",   "cross_entropy_fwd", "cross_entropy_bwd", "sgd_step",
+    "adam_step",
+};
+_Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
+               "slot_names must list every it_kernels slot");
+
+const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
+
+static bool valid_name(const char *name) {
+    if (!name || !*name || strlen(name) > 32) return false;
+    for (const char *p = name; *p; p++)
+        if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '_')) return false;
+    return true;
+}
+
+static reg_entry *find_locked(const char *name) {
+    for (int i = 0; i < reg_count; i++)
+        if (strcmp(reg[i].backend->name, name) == 0) return &reg[i];
+    return NULL;
+}
+
+/* Validate everything about a backend before it becomes visible. */
+static it_status validate(const it_backend *b) {
+    if (!b) return it_error(IT_ERR_INVALID_ARG, "backend registration: NULL backend");
+    if (b->api_version != IT_BACKEND_API_VERSION)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "backend '%s': api_version %d does not match this core's IT_BACKEND_API_VERSION %d "
+                        "(rebuild the backend against this version of backend.h)",
+                        b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
+    if (!valid_name(b->name))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
+                        b->name ? b->name : "(null)");
+    if (b->default_autocast_dtype != IT_DTYPE_BF16 && b->default_autocast_dtype != IT_DTYPE_FP16)
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': default_autocast_dtype must be bf16 or fp16, got %d",
+                        b->name, (int)b->default_autocast_dtype);
+    const it_runtime *r = b->runtime;
+    if (!r) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no runtime table", b->name);
+    char missing[512] = "";
+#define NEED_RT(slot)                                                                                  \
+    if (!r->slot) strncat(missing, missing[0] ? ", " #slot : #slot, sizeof missing - strlen(missing) - 1)
+    NEED_RT(init);
+    NEED_RT(device_count);
+    NEED_RT(set_device);
+    NEED_RT(get_device);
+    NEED_RT(default_stream);
+    NEED_RT(stream_synchronize);
+    NEED_RT(malloc);
+    NEED_RT(free);
+    NEED_RT(memcpy);
+    NEED_RT(mem_info);
+    NEED_RT(synchronize_device);
+#undef NEED_RT
+    if (missing[0])
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name,
+                        missing);
+    const it_kernels *k = b->kernels;
+    if (!k) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no kernel table", b->name);
+    if (!k->cast) strcat(missing, "cast");
+    if (!k->fill) strcat(missing, missing[0] ? ", fill" : "fill");
+    if (!k->copy_strided) strcat(missing, missing[0] ? ", copy_strided" : "copy_strided");
+    if (missing[0])
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
+    return IT_OK;
+}
+
+static it_status register_locked(const it_backend *b, const char *origin) {
+    it_status st = validate(b);
+    if (st) return st;
+    reg_entry *old = find_locked(b->name);
+    if (old)
+        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is already registered (by %s)", b->name,
+                        old->origin);
+    if (reg_count == IT_MAX_BACKENDS)
+        return it_error(IT_ERR_INVALID_ARG, "cannot register backend '%s': %d backends already registered",
+                        b->name, IT_MAX_BACKENDS);
+    reg_entry *e = &reg[reg_count];
+    memset(e, 0, sizeof *e);
+    e->backend = b;
+    snprintf(e->origin, sizeof e->origin, "%s", origin);
+    reg_count++;
+    return IT_OK;
+}
+
+static void ensure_cpu_locked(void) {
+    if (reg_count == 0) register_locked(&it_cpu_backend, "built in");
+}
+
+it_status it_backend_register(const it_backend *backend) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    it_status st = register_locked(backend, "it_backend_register");
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
+/* ---------------------------------------------------------------- plugin discovery */
+
+/* Directories searched for plugins, in order: beside the executable, then IT_BACKEND_PATH. */
+static int plugin_dirs(char dirs[][PATH_MAX], int max) {
+    int n = 0;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(dirs[n++], PATH_MAX, "%s", exe[0] ? exe : "/");
+        }
+    }
+    const char *env = getenv("IT_BACKEND_PATH");
+    if (env) {
+        const char *p = env;
+        while (*p && n < max) {
+            const char *colon = strchr(p, ':');
+            size_t l = colon ? (size_t)(colon - p) : strlen(p);
+            if (l > 0 && l < PATH_MAX) {
+                memcpy(dirs[n], p, l);
+                dirs[n][l] = '\0';
+                n++;
+            }
+            if (!colon) break;
+            p = colon + 1;
+        }
+    }
+    return n;
+}
+
+it_status it_backend_discover(char names[][40], int max, int *count) {
+    char dirs[16][PATH_MAX];
+    int nd = plugin_dirs(dirs, 16), n = 0;
+    for (int i = 0; i < nd; i++) {
+        DIR *d = opendir(dirs[i]);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            const char *nm = de->d_name;
+            size_t l = strlen(nm);
+            if (strncmp(nm, "libit_backend_", 14) != 0 || l < 18 || strcmp(nm + l - 3, ".so") != 0) continue;
+            size_t bl = l - 17;
+            if (bl == 0 || bl >= 40) continue;
+            char bname[40];
+            memcpy(bname, nm + 14, bl);
+            bname[bl] = '\0';
+            bool dup = false;
+            for (int j = 0; j < n; j++) dup |= strcmp(names[j], bname) == 0;
+            if (!dup && n < max) snprintf(names[n++], 40, "%s", bname);
+        }
+        closedir(d);
+    }
+    *count = n;
+    return IT_OK;
+}
+
+/* Describe what is available, for "not found" messages. */
+static void describe_available(char *buf, size_t size) {
+    size_t off = (size_t)snprintf(buf, size, "registered: ");
+    for (int i = 0; i < reg_count && off < size; i++)
+        off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", reg[i].backend->name);
+    char names[32][40];
+    int n = 0;
+    it_backend_discover(names, 32, &n);
+    if (off < size) off += (size_t)snprintf(buf + off, size - off, "; discoverable plugins: ");
+    if (n == 0 && off < size) off += (size_t)snprintf(buf + off, size - off, "none");
+    for (int i = 0; i < n && off < size; i++)
+        off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* Load libit_backend_<name>.so from the search path. Called with reg_lock held. */
+static it_status load_plugin_locked(const char *name) {
+    char dirs[16][PATH_MAX];
+    int nd = plugin_dirs(dirs, 16);
+    char tried[2048] = "";
+    size_t off = 0;
+    for (int i = 0; i < nd; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%.4000s/libit_backend_%.40s.so", dirs[i], name);
+        const char *why = NULL;
+        char whybuf[600];
+        if (access(path, F_OK) != 0) {
+            why = "no such file";
+        } else {
+            void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (!h) {
+                snprintf(whybuf, sizeof whybuf, "dlopen failed: %s", dlerror());
+                why = whybuf;
+            } else {
+                union {
+                    void *p;
+                    it_backend_entry_fn fn;
+                } sym;
+                sym.p = dlsym(h, IT_BACKEND_ENTRY_SYMBOL);
+                if (!sym.p) {
+                    snprintf(whybuf, sizeof whybuf, "no entry symbol %s: %s", IT_BACKEND_ENTRY_SYMBOL, dlerror());
+                    why = whybuf;
+                } else {
+                    const it_backend *b = sym.fn();
+                    if (!b) {
+                        why = "entry returned NULL";
+                    } else if (b->name && strcmp(b->name, name) != 0 && valid_name(b->name)) {
+                        snprintf(whybuf, sizeof whybuf, "plugin registers the name '%s', not '%s'", b->name, name);
+                        why = whybuf;
+                    } else if (register_locked(b, path) != IT_OK) {
+                        snprintf(whybuf, sizeof whybuf, "%s", it_last_error());
+                        why = whybuf;
+                    } else {
+                        return IT_OK; /* the handle stays open for the life of the process */
+                    }
+                }
+                dlclose(h);
+            }
+        }
+        if (off < sizeof tried)
+            off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
+    }
+    char avail[1024];
+    describe_available(avail, sizeof avail);
+    if (nd == 0) snprintf(tried, sizeof tried, "\n  (no search directories)");
+    return it_error(IT_ERR_NOT_FOUND, "unknown backend '%s' (%s); searched:%s", name, avail, tried);
+}
+
+it_status it_backend_find(const char *name, const it_backend **out) {
+    if (!name || !*name) return it_error(IT_ERR_INVALID_ARG, "empty backend name");
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    reg_entry *e = find_locked(name);
+    it_status st = IT_OK;
+    if (!e) {
+        if (!valid_name(name)) {
+            char avail[1024];
+            describe_available(avail, sizeof avail);
+            st = it_error(IT_ERR_INVALID_ARG, "'%s' is not a valid backend name (lowercase [a-z0-9_]; %s)", name,
+                          avail);
+        } else {
+            st = load_plugin_locked(name);
+            if (!st) e = find_locked(name);
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    if (st) return st;
+    *out = e->backend;
+    return IT_OK;
+}
+
+int it_backend_count(void) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    int n = reg_count;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
+const it_backend *it_backend_at(int i) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    const it_backend *b = i >= 0 && i < reg_count ? reg[i].backend : NULL;
+    pthread_mutex_unlock(&reg_lock);
+    return b;
+}
+
+const char *it_backend_origin(const it_backend *b) {
+    const char *o = "unregistered";
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < reg_count; i++)
+        if (reg[i].backend == b) o = reg[i].origin;
+    pthread_mutex_unlock(&reg_lock);
+    return o;
+}
+
+/* ---------------------------------------------------------------- lazy init, devices */
+
+static reg_entry *entry_of_locked(const it_backend *b) {
+    for (int i = 0; i < reg_count; i++)
+        if (reg[i].backend == b) return &reg[i];
+    return NULL;
+}
+
+/* Run init once; remember a failure (and its message) so every later use reports it. */
+static it_status ready_locked(reg_entry *e) {
+    if (!e->init_done) {
+        e->init_done = true;
+        const it_runtime *r = e->backend->runtime;
+        it_status st = r->init();
+        int n = 0;
+        if (!st) st = r->device_count(&n);
+        if (!st && (n < 0 || n > IT_MAX_DEVICES)) {
+            st = it_error(IT_ERR_BACKEND, "backend '%s' reports %d devices (supported: 0..%d)", e->backend->name, n,
+                          IT_MAX_DEVICES);
+        }
+        e->init_status = st;
+        e->device_count = st ? 0 : n;
+        if (st) snprintf(e->init_error, sizeof e->init_error, "%s", it_last_error());
+    }
+    if (e->init_status)
+        return it_error(e->init_status, "backend '%s' failed to initialize: %s", e->backend->name, e->init_error);
+    return IT_OK;
+}
+
+it_status it__backend_ready(const it_backend *backend) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    reg_entry *e = entry_of_locked(backend);
+    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend %p is not registered", (void *)backend);
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
+it_status it_device_count(const it_backend *backend, int *count) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    reg_entry *e = entry_of_locked(backend);
+    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend is not registered");
+    if (!st) *count = e->device_count;
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
+it_status it_device_parse(const char *text, it_device *out) {
+    if (!text || !*text) return it_error(IT_ERR_INVALID_ARG, "empty device name (expected NAME or NAME:INDEX)");
+    char name[64];
+    const char *colon = strchr(text, ':');
+    size_t nl = colon ? (size_t)(colon - text) : strlen(text);
+    if (nl == 0 || nl >= sizeof name)
+        return it_error(IT_ERR_INVALID_ARG, "device '%s': expected NAME or NAME:INDEX (e.g. cpu, sim:1)", text);
+    memcpy(name, text, nl);
+    name[nl] = '\0';
+    long index = 0;
+    if (colon) {
+        char *end = NULL;
+        const char *digits = colon + 1;
+        if (!isdigit((unsigned char)*digits))
+            return it_error(IT_ERR_INVALID_ARG, "device '%s': index '%s' is not a non-negative integer", text, digits);
+        index = strtol(digits, &end, 10);
+        if (*end || index > 1000000)
+            return it_error(IT_ERR_INVALID_ARG, "device '%s': index '%s' is not a non-negative integer", text, digits);
+    }
+    const it_backend *b = NULL;
+    it_status st = it_backend_find(name, &b);
+    if (st) return st;
+    int count = 0;
+    st = it_device_count(b, &count);
+    if (st) return st;
+    if (index >= count)
+        return it_error(IT_ERR_INVALID_ARG, "device '%s': index %ld out of range (backend '%s' has %d device%s)",
+                        text, index, name, count, count == 1 ? "" : "s");
+    out->backend = b;
+    out->index = (int)index;
+    return IT_OK;
+}
+
+it_device it_device_cpu(void) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    if (!reg[0].init_done) ready_locked(&reg[0]);
+    pthread_mutex_unlock(&reg_lock);
+    it_device d = {&it_cpu_backend, 0};
+    return d;
+}
+
+bool it_device_equal(it_device a, it_device b) { return a.backend == b.backend && a.index == b.index; }
+
+const char *it_device_str(it_device dev, char *buf, size_t size) {
+    if (!dev.backend) snprintf(buf, size, "(no device)");
+    else if (dev.index == 0 && dev.backend == &it_cpu_backend) snprintf(buf, size, "cpu");
+    else snprintf(buf, size, "%s:%d", dev.backend->name, dev.index);
+    return buf;
+}
+
+/* Per-device state, created on first use. Fails when the device is not usable. */
+static it_status device_state_locked(it_device dev, reg_entry **out) {
+    ensure_cpu_locked();
+    reg_entry *e = entry_of_locked(dev.backend);
+    if (!e) return it_error(IT_ERR_NOT_FOUND, "device's backend is not registered");
+    it_status st = ready_locked(e);
+    if (st) return st;
+    if (dev.index < 0 || dev.index >= e->device_count)
+        return it_error(IT_ERR_INVALID_ARG, "device index %d out of range (backend '%s' has %d devices)", dev.index,
+                        dev.backend->name, e->device_count);
+    if (!e->alloc[dev.index]) {
+        it_stream *s = NULL;
+        st = dev.backend->runtime->default_stream(dev.index, &s);
+        if (st) return it_error_context("%s:%d default stream: ", dev.backend->name, dev.index);
+        e->alloc[dev.index] = it__allocator_new();
+        if (!e->alloc[dev.index]) return it_error(IT_ERR_OOM, "allocator state: out of host memory");
+        e->stream[dev.index] = s;
+    }
+    *out = e;
+    return IT_OK;
+}
+
+it_allocator *it__allocator(it_device dev) {
+    pthread_mutex_lock(&reg_lock);
+    reg_entry *e = NULL;
+    it_allocator *a = device_state_locked(dev, &e) ? NULL : e->alloc[dev.index];
+    pthread_mutex_unlock(&reg_lock);
+    return a;
+}
+
+it_stream *it__stream(it_device dev) {
+    pthread_mutex_lock(&reg_lock);
+    reg_entry *e = NULL;
+    it_stream *s = device_state_locked(dev, &e) ? NULL : e->stream[dev.index];
+    pthread_mutex_unlock(&reg_lock);
+    return s;
+}
+
+it_status it_device_stream(it_device dev, it_stream **stream) {
+    pthread_mutex_lock(&reg_lock);
+    reg_entry *e = NULL;
+    it_status st = device_state_locked(dev, &e);
+    if (!st) *stream = e->stream[dev.index];
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
+it_status it_device_synchronize(it_device dev) {
+    it_stream *s = NULL;
+    it_status st = it_device_stream(dev, &s);
+    if (st) return st;
+    st = dev.backend->runtime->stream_synchronize(s);
+    if (st) return it_error_context("%s:%d synchronize: ", dev.backend->name, dev.index);
+    return IT_OK;
+}
+
+it_status it__missing_kernel(it_device dev, const char *slot) {
+    return it_error(IT_ERR_UNSUPPORTED, "backend '%s' does not implement kernel '%s'", dev.backend->name, slot);
+}

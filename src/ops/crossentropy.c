@@ -1,0 +1,72 @@
+/* Mean cross entropy over rows, with llm.c's padded vocabulary (only the first `valid`
+ * logits of a row take part). */
+#include "ops/ops_common.h"
+
+/* dlogits = (softmax - onehot) * dloss / N, through the kernel with per-row weights dloss/N
+ * (dy is the 0-D gradient of the mean, broadcast to N rows without a host read). */
+static it_status cross_entropy_backward(it_node *n, it_tensor *dy) {
+    it_tensor *logits = n->saved[0], *targets = n->saved[1];
+    int64_t rows = logits->shape[0];
+    int64_t one[1] = {1}, shape[1] = {rows};
+    it_tensor *e = it_tensor_expand(it_tensor_view(dy, 1, one), 1, shape);
+    it_tensor *dl = it_tensor_new(it_tensor_device(dy), dy->dtype, 1, shape);
+    if (!e || !dl) return it_last_status();
+    it_tdesc de = it_tensor_desc(e), ddl = it_tensor_desc(dl);
+    it_device dev = it_tensor_device(logits);
+    it_status st = KCALL(dev, unary, IT_UNARY_SCALE, (float)n->f[0], &de, &ddl);
+    if (st) return st;
+    float beta = 0.0f;
+    (void)beta;
+    it_tensor *g = it__empty_like(logits);
+    if (!g) return it_last_status();
+    it_tdesc dlg = it_tensor_desc(logits), dt = it_tensor_desc(targets), dg = it_tensor_desc(g);
+    st = KCALL(dev, cross_entropy_bwd, &dlg, &dt, n->i[0], &ddl, &dg);
+    if (st) return st;
+    return it__accum_grad(n->in[0], it_tensor_view(g, n->in[0]->ndim, n->in[0]->shape));
+}
+
+it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid) {
+    OP_REQUIRE(logits && targets);
+    int64_t vp = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
+    if (logits->ndim < 1 || targets->ndim != logits->ndim - 1 || it_tensor_numel(targets) * vp != it_tensor_numel(logits)) {
+        it_error(IT_ERR_INVALID_ARG, "cross_entropy: targets must have the logits' shape without the last dimension");
+        return NULL;
+    }
+    if (valid < 1 || valid > vp) {
+        it_error(IT_ERR_INVALID_ARG, "cross_entropy: valid vocabulary %lld outside 1..%lld", (long long)valid,
+                 (long long)vp);
+        return NULL;
+    }
+    if (targets->dtype != IT_DTYPE_I32 && targets->dtype != IT_DTYPE_I64) {
+        it_error(IT_ERR_INVALID_ARG, "cross_entropy: targets must be int32 or int64, got %s",
+                 it_dtype_name(targets->dtype));
+        return NULL;
+    }
+    int64_t rows = it_tensor_numel(targets);
+    int64_t s2[2] = {rows, vp}, s1[1] = {rows};
+    it_tensor *l2 = it_tensor_view(it_tensor_contiguous(logits), 2, s2);
+    it_tensor *t1 = it_tensor_view(it_tensor_contiguous(targets), 1, s1);
+    it_dtype ldt = logits->dtype == IT_DTYPE_FP64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32;
+    it_tensor *losses = it_tensor_new(it_tensor_device(logits), ldt, 1, s1);
+    OP_REQUIRE(l2 && t1 && losses);
+    it_tdesc dl = it_tensor_desc(l2), dt = it_tensor_desc(t1), dls = it_tensor_desc(losses);
+    it_device dev = it_tensor_device(logits);
+    if (KCALL(dev, cross_entropy_fwd, &dl, &dt, valid, &dls)) return NULL;
+    /* The mean: a plain (no-grad) reduction; the node below differentiates the whole op. */
+    int64_t none[1] = {1};
+    it_tensor *m = it_tensor_new(dev, ldt, 1, none);
+    OP_REQUIRE(m);
+    it_tdesc dm = it_tensor_desc(m);
+    if (KCALL(dev, reduce, IT_REDUCE_MEAN, &dls, &dm)) return NULL;
+    it_tensor *out = it_tensor_view(m, 0, none);
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &logits)) {
+        it_node *n = it__node_record("cross_entropy", cross_entropy_backward, out, 1, &logits);
+        OP_REQUIRE(n);
+        it__node_save(n, l2);
+        it__node_save(n, t1);
+        n->i[0] = valid;
+        n->f[0] = rows ? 1.0 / (double)rows : 0.0;
+    }
+    return out;
+}

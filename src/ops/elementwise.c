@@ -1,0 +1,205 @@
+/* Elementwise ops with broadcasting, and reductions; forward and backward side by side. */
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+/* ---------------------------------------------------------------- binary */
+
+static it_status binary_kernel(it_binary_op op, it_tensor *a, it_tensor *b, it_tensor *out) {
+    it_tdesc da = it__broadcast_desc(a, out->ndim, out->shape), db = it__broadcast_desc(b, out->ndim, out->shape);
+    it_tdesc dout = it_tensor_desc(out);
+    return KCALL(it_tensor_device(out), binary, op, &da, &db, &dout);
+}
+
+/* A new tensor = op(a, b) (no autograd). */
+static it_tensor *binary_new(const char *name, it_binary_op op, it_tensor *a, it_tensor *b) {
+    it_tensor *ab[2] = {a, b};
+    if (it__check_same(name, 2, ab)) return NULL;
+    int ndim;
+    int64_t shape[IT_MAX_DIMS];
+    if (it__broadcast_shape(name, a, b, &ndim, shape)) return NULL;
+    it_tensor *out = it__scope_add(it__tensor_new_owned(it_tensor_device(a), a->dtype, ndim, shape));
+    if (!out || binary_kernel(op, a, b, out)) return NULL;
+    return out;
+}
+
+enum { ADD, SUB, MUL, DIV };
+
+/* d(a op b): ADD: (dy, dy); SUB: (dy, -dy); MUL: (dy*b, dy*a); DIV: (dy/b, -dy*a/b^2),
+ * each summed down to its input's shape. */
+static it_status arith_backward(it_node *n, it_tensor *dy) {
+    it_tensor *a = n->in[0], *b = n->in[1];
+    int kind = (int)n->i[0];
+    it_tensor *ga = NULL, *gb = NULL;
+    if (a->requires_grad) {
+        switch (kind) {
+        case ADD:
+        case SUB: ga = dy; break;
+        case MUL: ga = binary_new("mul backward", IT_BINARY_MUL, dy, n->saved[1]); break;
+        case DIV: ga = binary_new("div backward", IT_BINARY_DIV, dy, n->saved[1]); break;
+        }
+        it_status st = it__accum_grad(a, it__sum_to(ga, a));
+        if (st) return st;
+    }
+    if (b->requires_grad) {
+        switch (kind) {
+        case ADD: gb = dy; break;
+        case SUB: gb = it_scale(dy, -1.0f); break;
+        case MUL: gb = binary_new("mul backward", IT_BINARY_MUL, dy, n->saved[0]); break;
+        case DIV: { /* -dy * a / b^2 = -(dy / b) * (a / b) */
+            it_tensor *q = binary_new("div backward", IT_BINARY_DIV, dy, n->saved[1]);
+            it_tensor *r = binary_new("div backward", IT_BINARY_DIV, n->saved[0], n->saved[1]);
+            gb = it_scale(binary_new("div backward", IT_BINARY_MUL, q, r), -1.0f);
+            break;
+        }
+        }
+        return it__accum_grad(b, it__sum_to(gb, b));
+    }
+    return IT_OK;
+}
+
+static it_tensor *arith(const char *name, int kind, it_binary_op op, it_tensor *a, it_tensor *b) {
+    OP_REQUIRE(a && b);
+    it_tensor *out = binary_new(name, op, a, b);
+    OP_REQUIRE(out);
+    it_tensor *in[2] = {a, b};
+    if (it__needs_grad(2, in)) {
+        it_node *n = it__node_record(name, arith_backward, out, 2, in);
+        OP_REQUIRE(n);
+        n->i[0] = kind;
+        if (kind == MUL || kind == DIV) {
+            it__node_save(n, a);
+            it__node_save(n, b);
+        }
+    }
+    return out;
+}
+
+it_tensor *it_add(it_tensor *a, it_tensor *b) { return arith("add", ADD, IT_BINARY_ADD, a, b); }
+it_tensor *it_sub(it_tensor *a, it_tensor *b) { return arith("sub", SUB, IT_BINARY_SUB, a, b); }
+it_tensor *it_mul(it_tensor *a, it_tensor *b) { return arith("mul", MUL, IT_BINARY_MUL, a, b); }
+it_tensor *it_div(it_tensor *a, it_tensor *b) { return arith("div", DIV, IT_BINARY_DIV, a, b); }
+
+/* ---------------------------------------------------------------- unary */
+
+static it_tensor *unary_new(it_unary_op op, float alpha, it_tensor *x) {
+    it_tensor *out = it__empty_like(x);
+    OP_REQUIRE(out);
+    it_tdesc dx = it_tensor_desc(x), dout = it_tensor_desc(out);
+    if (KCALL(it_tensor_device(x), unary, op, alpha, &dx, &dout)) return NULL;
+    return out;
+}
+
+/* scale: dx = alpha*dy; gelu/silu: dx = dy * f'(x) (saved x); tanh: dx = dy*(1-y^2) (saved
+ * y); exp: dx = dy * y (saved y). */
+static it_status unary_backward(it_node *n, it_tensor *dy) {
+    it_unary_op op = (it_unary_op)n->i[0];
+    it_tensor *g = NULL;
+    switch (op) {
+    case IT_UNARY_SCALE: g = unary_new(IT_UNARY_SCALE, (float)n->f[0], dy); break;
+    case IT_UNARY_GELU: g = binary_new("gelu backward", IT_BINARY_GELU_BWD, n->saved[0], dy); break;
+    case IT_UNARY_SILU: g = binary_new("silu backward", IT_BINARY_SILU_BWD, n->saved[0], dy); break;
+    case IT_UNARY_TANH: g = binary_new("tanh backward", IT_BINARY_TANH_BWD, n->saved[0], dy); break;
+    case IT_UNARY_EXP: g = binary_new("exp backward", IT_BINARY_MUL, dy, n->saved[0]); break;
+    default: return it_error(IT_ERR_INTERNAL, "unary backward: op %d has no backward", (int)op);
+    }
+    return it__accum_grad(n->in[0], g);
+}
+
+static it_tensor *unary_op(const char *name, it_unary_op op, float alpha, it_tensor *x) {
+    OP_REQUIRE(x);
+    it_tensor *out = unary_new(op, alpha, x);
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &x)) {
+        it_node *n = it__node_record(name, unary_backward, out, 1, &x);
+        OP_REQUIRE(n);
+        n->i[0] = op;
+        n->f[0] = alpha;
+        if (op == IT_UNARY_GELU || op == IT_UNARY_SILU) it__node_save(n, x);
+        if (op == IT_UNARY_TANH || op == IT_UNARY_EXP) it__node_save(n, out);
+    }
+    return out;
+}
+
+it_tensor *it_scale(it_tensor *x, float alpha) { return unary_op("scale", IT_UNARY_SCALE, alpha, x); }
+it_tensor *it_gelu(it_tensor *x) { return unary_op("gelu", IT_UNARY_GELU, 0.0f, x); }
+it_tensor *it_silu(it_tensor *x) { return unary_op("silu", IT_UNARY_SILU, 0.0f, x); }
+it_tensor *it_tanh(it_tensor *x) { return unary_op("tanh", IT_UNARY_TANH, 0.0f, x); }
+it_tensor *it_exp(it_tensor *x) { return unary_op("exp", IT_UNARY_EXP, 0.0f, x); }
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Normalize the dim list to a mask; error names the op. */
+static it_status dims_mask(const char *op, const it_tensor *x, int ndims, const int *dims, bool *mask) {
+    memset(mask, 0, sizeof(bool) * IT_MAX_DIMS);
+    for (int k = 0; k < ndims; k++) {
+        int d = dims[k] < 0 ? dims[k] + x->ndim : dims[k];
+        if (d < 0 || d >= x->ndim)
+            return it_error(IT_ERR_INVALID_ARG, "%s: dimension %d out of range for a %d-D tensor", op, dims[k],
+                            x->ndim);
+        mask[d] = true;
+    }
+    return IT_OK;
+}
+
+/* sum/mean backward: dx = expand(dy as keepdim) (* 1/count for mean). */
+static it_status reduce_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0];
+    int64_t kshape[IT_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) kshape[i] = (n->i[1] >> i) & 1 ? 1 : x->shape[i];
+    it_tensor *k = it_tensor_view(dy, x->ndim, kshape);
+    it_tensor *e = it_tensor_expand(k, x->ndim, x->shape);
+    if (!e) return it_last_status();
+    it_tensor *g = it__empty_like(x);
+    if (!g) return it_last_status();
+    it_tdesc de = it_tensor_desc(e), dg = it_tensor_desc(g);
+    it_status st = n->i[0] == IT_REDUCE_MEAN ? KCALL(it_tensor_device(x), unary, IT_UNARY_SCALE, (float)n->f[0], &de, &dg)
+                                             : KCALL(it_tensor_device(x), copy_strided, &de, &dg);
+    if (st) return st;
+    return it__accum_grad(x, g);
+}
+
+static it_tensor *reduce_op(const char *name, it_reduce_op op, it_tensor *x, int ndims, const int *dims,
+                            bool keepdim) {
+    OP_REQUIRE(x);
+    bool mask[IT_MAX_DIMS];
+    if (dims_mask(name, x, ndims, dims, mask)) return NULL;
+    int64_t kshape[IT_MAX_DIMS], oshape[IT_MAX_DIMS], count = 1;
+    int ondim = 0, bits = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        kshape[i] = mask[i] ? 1 : x->shape[i];
+        if (mask[i]) {
+            count *= x->shape[i];
+            bits |= 1 << i;
+        }
+        if (!mask[i] || keepdim) oshape[ondim++] = kshape[i];
+    }
+    it_tensor *k = it__scope_add(it__tensor_new_owned(it_tensor_device(x), x->dtype, x->ndim, kshape));
+    OP_REQUIRE(k);
+    it_tdesc dx = it_tensor_desc(x), dk = it_tensor_desc(k);
+    if (KCALL(it_tensor_device(x), reduce, op, &dx, &dk)) return NULL;
+    it_tensor *out = keepdim ? k : it__scope_add(it__tensor_view_owned(k, ondim, oshape, k->strides, 0));
+    OP_REQUIRE(out);
+    if (!keepdim) it__contiguous_strides(ondim, oshape, out->strides);
+    if (it__needs_grad(1, &x)) {
+        it_node *n = it__node_record(name, reduce_backward, out, 1, &x);
+        OP_REQUIRE(n);
+        n->i[0] = op;
+        n->i[1] = bits;
+        n->f[0] = count ? 1.0 / (double)count : 0.0;
+    }
+    return out;
+}
+
+it_tensor *it_sum(it_tensor *x, int ndims, const int *dims, bool keepdim) {
+    return reduce_op("sum", IT_REDUCE_SUM, x, ndims, dims, keepdim);
+}
+it_tensor *it_mean(it_tensor *x, int ndims, const int *dims, bool keepdim) {
+    return reduce_op("mean", IT_REDUCE_MEAN, x, ndims, dims, keepdim);
+}
+it_tensor *it_sum_all(it_tensor *x) {
+    OP_REQUIRE(x);
+    int dims[IT_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) dims[i] = i;
+    return reduce_op("sum", IT_REDUCE_SUM, x, x->ndim, dims, false);
+}

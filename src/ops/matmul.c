@@ -1,0 +1,209 @@
+/* Matrix products: batched matmul and linear layers, forward and backward, all through the
+ * backend's gemm slot. */
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+/* A 3-D (batch, rows, cols) descriptor of t's last two dims, flattening the leading dims.
+ * Returns false when the leading dims cannot be flattened into one stride. A 2-D tensor
+ * gets batch 1 (stride 0, so it also broadcasts over a batch). */
+static bool desc3(const it_tensor *t, it_tdesc *d) {
+    it_tdesc s = it_tensor_desc(t);
+    int nd = t->ndim;
+    int64_t batch = 1, bstride = 0, expect = -1;
+    for (int i = nd - 3; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (expect < 0) bstride = t->strides[i];
+        else if (t->strides[i] != expect) return false;
+        expect = t->strides[i] * t->shape[i];
+        batch *= t->shape[i];
+    }
+    memset(d, 0, sizeof *d);
+    d->data = s.data;
+    d->dtype = s.dtype;
+    d->ndim = 3;
+    d->shape[0] = batch;
+    d->strides[0] = batch > 1 ? bstride : 0;
+    d->shape[1] = t->shape[nd - 2];
+    d->strides[1] = t->strides[nd - 2];
+    d->shape[2] = t->shape[nd - 1];
+    d->strides[2] = t->strides[nd - 1];
+    return true;
+}
+
+/* Ensure `*t` has a 3-D descriptor, replacing it by a contiguous copy when needed. */
+static it_status flat3(it_tensor **t, it_tdesc *d) {
+    if (desc3(*t, d)) return IT_OK;
+    *t = it_tensor_clone(*t);
+    if (!*t) return it_last_status();
+    desc3(*t, d);
+    return IT_OK;
+}
+
+/* c = alpha * op(a) @ op(b) + beta * c over the batch. */
+static it_status gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb, float alpha, float beta) {
+    it_gemm_args g;
+    memset(&g, 0, sizeof g);
+    it_status st = flat3(&a, &g.a);
+    if (!st) st = flat3(&b, &g.b);
+    if (st) return st;
+    if (!desc3(c, &g.c)) return it_error(IT_ERR_INTERNAL, "gemm: output is not flattenable");
+    /* A 2-D operand broadcasts over the output's batch. */
+    if (g.a.shape[0] == 1 && g.c.shape[0] > 1) g.a.shape[0] = g.c.shape[0];
+    if (g.b.shape[0] == 1 && g.c.shape[0] > 1) g.b.shape[0] = g.c.shape[0];
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.alpha = alpha;
+    g.beta = beta;
+    return KCALL(it_tensor_device(c), gemm, &g);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static it_tensor *matmul_new(it_tensor *a, it_tensor *b, bool ta, bool tb) {
+    int nd = a->ndim;
+    int64_t shape[IT_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[nd - 2] = ta ? a->shape[nd - 1] : a->shape[nd - 2];
+    shape[nd - 1] = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    it_tensor *c = it__scope_add(it__tensor_new_owned(it_tensor_device(a), a->dtype, nd, shape));
+    if (!c || gemm(a, b, c, ta, tb, 1.0f, 0.0f)) return NULL;
+    return c;
+}
+
+/* C = op(A) op(B):
+ *   dA = dC op(B)^T            (A not transposed)   or  op(B) dC^T   (A transposed)
+ *   dB = op(A)^T dC            (B not transposed)   or  dC^T op(A)   (B transposed)
+ * A 2-D B shared by every batch gets the sum of the per-batch gradients. */
+static it_status matmul_backward(it_node *n, it_tensor *dy) {
+    it_tensor *a = n->in[0], *b = n->in[1];
+    bool ta = n->i[0], tb = n->i[1];
+    if (a->requires_grad) {
+        it_tensor *ga;
+        if (!ta)
+            ga = matmul_new(dy, b, false, !tb);
+        else if (b->ndim == 2 && a->ndim > 2) /* dA = (dC op(B)^T)^T, batched from dC's side */
+            ga = it_tensor_transpose(matmul_new(dy, b, false, !tb), -2, -1);
+        else
+            ga = matmul_new(b, dy, tb, true);
+        it_status st = it__accum_grad(a, ga);
+        if (st) return st;
+    }
+    if (b->requires_grad) {
+        it_tensor *gb;
+        if (b->ndim == 2 && a->ndim > 2) {
+            /* per-batch gradient, then summed over the batch */
+            it_tensor *per = tb ? matmul_new(dy, a, true, ta) : matmul_new(a, dy, !ta, false);
+            int dims[IT_MAX_DIMS];
+            for (int k = 0; k < a->ndim - 2; k++) dims[k] = k;
+            gb = it_sum(per, a->ndim - 2, dims, false);
+        } else {
+            gb = tb ? matmul_new(dy, a, true, ta) : matmul_new(a, dy, !ta, false);
+        }
+        return it__accum_grad(b, gb);
+    }
+    return IT_OK;
+}
+
+it_tensor *it_matmul(it_tensor *a, it_tensor *b, bool ta, bool tb) {
+    OP_REQUIRE(a && b);
+    it_tensor *ab[2] = {a, b};
+    if (it__check_same("matmul", 2, ab)) return NULL;
+    if (a->ndim < 2 || b->ndim < 2) {
+        it_error(IT_ERR_INVALID_ARG, "matmul: operands must be at least 2-D (got %d-D and %d-D)", a->ndim, b->ndim);
+        return NULL;
+    }
+    if (b->ndim != 2 && (b->ndim != a->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)(a->ndim - 2)))) {
+        it_error(IT_ERR_INVALID_ARG, "matmul: leading dimensions of the operands differ (b must be 2-D or match a)");
+        return NULL;
+    }
+    int64_t ka = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t kb = tb ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    if (ka != kb) {
+        it_error(IT_ERR_INVALID_ARG, "matmul: inner dimensions differ (%lld vs %lld)", (long long)ka, (long long)kb);
+        return NULL;
+    }
+    it_tensor *c = matmul_new(a, b, ta, tb);
+    OP_REQUIRE(c);
+    if (it__needs_grad(2, ab)) {
+        it_node *n = it__node_record("matmul", matmul_backward, c, 2, ab);
+        OP_REQUIRE(n);
+        n->i[0] = ta;
+        n->i[1] = tb;
+    }
+    return c;
+}
+
+/* ---------------------------------------------------------------- linear */
+
+/* x (N, in) viewed from (..., in). */
+static it_tensor *rows2d(it_tensor *x) {
+    int64_t shape[2] = {-1, x->shape[x->ndim - 1]};
+    return it_tensor_view(x, 2, shape);
+}
+
+/* y = x w^T + b:  dx = dy w;  dw += dy^T x;  db += sum over rows of dy. dx and dw are
+ * written by gemm straight into the gradient buffers (beta = 1 accumulates). */
+static it_status linear_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0], *w = n->in[1], *bias = n->in[2];
+    it_tensor *dy2 = rows2d(dy);
+    if (!dy2) return it_last_status();
+    float beta = 0.0f;
+    it_tensor *gx = it__grad_buffer(x, &beta);
+    if (gx) {
+        it_tensor *gx2 = rows2d(gx);
+        it_status st = gx2 ? gemm(dy2, w, gx2, false, false, 1.0f, beta) : it_last_status();
+        if (st) return st;
+    } else if (x->requires_grad) {
+        return it_last_status();
+    }
+    it_tensor *gw = it__grad_buffer(w, &beta);
+    if (gw) {
+        it_tensor *x2 = rows2d(n->saved[0]);
+        it_status st = x2 ? gemm(dy2, x2, gw, true, false, 1.0f, beta) : it_last_status();
+        if (st) return st;
+    } else if (w->requires_grad) {
+        return it_last_status();
+    }
+    if (bias && bias->requires_grad) {
+        int d0 = 0;
+        it_tensor *gb = it_sum(dy2, 1, &d0, false);
+        return it__accum_grad(bias, gb);
+    }
+    return IT_OK;
+}
+
+it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
+    OP_REQUIRE(x && w);
+    it_tensor *in[3] = {x, w, bias};
+    if (it__check_same("linear", 3, in)) return NULL;
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+        it_error(IT_ERR_INVALID_ARG, "linear: x's last dimension (%lld) must equal w's in-features (w is %d-D, %lld)",
+                 (long long)x->shape[x->ndim - 1], w->ndim, (long long)(w->ndim == 2 ? w->shape[1] : -1));
+        return NULL;
+    }
+    if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0])) {
+        it_error(IT_ERR_INVALID_ARG, "linear: bias must be (%lld)", (long long)w->shape[0]);
+        return NULL;
+    }
+    int64_t shape[IT_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = w->shape[0];
+    it_tensor *y = it__scope_add(it__tensor_new_owned(it_tensor_device(x), x->dtype, x->ndim, shape));
+    it_tensor *x2 = rows2d(x);
+    it_tensor *y2 = y ? rows2d(y) : NULL;
+    OP_REQUIRE(y2 && x2);
+    float beta = 0.0f;
+    if (bias) { /* y = broadcast bias, then gemm adds x w^T */
+        it_tdesc src = it__broadcast_desc(bias, 2, y2->shape), dst = it_tensor_desc(y2);
+        if (KCALL(it_tensor_device(y), copy_strided, &src, &dst)) return NULL;
+        beta = 1.0f;
+    }
+    if (gemm(x2, w, y2, false, true, 1.0f, beta)) return NULL;
+    if (it__needs_grad(3, in)) {
+        it_node *n = it__node_record("linear", linear_backward, y, bias ? 3 : 2, in);
+        OP_REQUIRE(n);
+        it__node_save(n, x2);
+    }
+    return y;
+}

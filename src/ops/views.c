@@ -1,0 +1,95 @@
+/* Differentiable views: the forward shares storage (tensor.c), the backward maps the
+ * output gradient back onto the input's shape. */
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+/* reshape / contiguous: dx = dy viewed with x's shape. */
+static it_status reshape_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0];
+    return it__accum_grad(x, it_tensor_view(dy, x->ndim, x->shape));
+}
+
+/* permute: dx = dy permuted by the inverse permutation (saved in i[]). */
+static it_status permute_backward(it_node *n, it_tensor *dy) {
+    int inv[IT_MAX_DIMS];
+    for (int k = 0; k < dy->ndim; k++) inv[n->i[k]] = k;
+    return it__accum_grad(n->in[0], it_tensor_permute(dy, inv));
+}
+
+/* slice: dx = zeros with dy written into the sliced window. */
+static it_status slice_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0];
+    it_tensor *g = it_tensor_zeros(it_tensor_device(x), x->dtype, x->ndim, x->shape);
+    it_tensor *w = it_tensor_slice(g, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
+    if (!w) return it_last_status();
+    it_status st = it_tensor_copy_(w, dy);
+    return st ? st : it__accum_grad(x, g);
+}
+
+/* expand: dx = dy summed over the broadcast dims. */
+static it_status expand_backward(it_node *n, it_tensor *dy) { return it__accum_grad(n->in[0], it__sum_to(dy, n->in[0])); }
+
+static it_tensor *record(const char *name, it_backward_fn fn, it_tensor *x, it_tensor *out) {
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &x) && !it__node_record(name, fn, out, 1, &x)) return NULL;
+    return out;
+}
+
+it_tensor *it_reshape(it_tensor *x, int ndim, const int64_t *shape) {
+    OP_REQUIRE(x);
+    return record("reshape", reshape_backward, x, it_tensor_view(x, ndim, shape));
+}
+
+it_tensor *it_contiguous(it_tensor *x) {
+    OP_REQUIRE(x);
+    if (it_tensor_is_contiguous(x)) return it_tensor_contiguous(x); /* same tensor: no node needed */
+    return record("contiguous", reshape_backward, x, it_tensor_clone(x));
+}
+
+it_tensor *it_permute(it_tensor *x, const int *perm) {
+    OP_REQUIRE(x);
+    it_tensor *out = it_tensor_permute(x, perm);
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &x)) {
+        it_node *n = it__node_record("permute", permute_backward, out, 1, &x);
+        OP_REQUIRE(n);
+        for (int k = 0; k < x->ndim; k++) n->i[k] = perm[k];
+    }
+    return out;
+}
+
+it_tensor *it_transpose(it_tensor *x, int d0, int d1) {
+    OP_REQUIRE(x);
+    if (d0 < 0) d0 += x->ndim;
+    if (d1 < 0) d1 += x->ndim;
+    if (d0 < 0 || d0 >= x->ndim || d1 < 0 || d1 >= x->ndim) {
+        it_error(IT_ERR_INVALID_ARG, "transpose: dimensions out of range for a %d-D tensor", x->ndim);
+        return NULL;
+    }
+    int perm[IT_MAX_DIMS];
+    for (int k = 0; k < x->ndim; k++) perm[k] = k;
+    perm[d0] = d1;
+    perm[d1] = d0;
+    return it_permute(x, perm);
+}
+
+it_tensor *it_slice(it_tensor *x, int dim, int64_t start, int64_t end, int64_t step) {
+    OP_REQUIRE(x);
+    it_tensor *out = it_tensor_slice(x, dim, start, end, step);
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &x)) {
+        it_node *n = it__node_record("slice", slice_backward, out, 1, &x);
+        OP_REQUIRE(n);
+        n->i[0] = dim < 0 ? dim + x->ndim : dim;
+        n->i[1] = start;
+        n->i[2] = end;
+        n->i[3] = step;
+    }
+    return out;
+}
+
+it_tensor *it_expand(it_tensor *x, int ndim, const int64_t *shape) {
+    OP_REQUIRE(x);
+    return record("expand", expand_backward, x, it_tensor_expand(x, ndim, shape));
+}
