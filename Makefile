@@ -1,0 +1,63 @@
+# The two commands of the quick start, and the rest.
+#   make run    train a small GPT-2 on the King James Bible (byte-level), with samples
+#   make test   build and run the whole test suite, then again under ASan + UBSan
+#   make bench  benchmarks (bench/)
+# Arguments after `make run ARGS="..."` go to the trainer.
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+BUILD := build
+ASAN_BUILD := build-asan
+DATA := $(BUILD)/data
+ARGS ?=
+
+.PHONY: all setup build build-asan run test test-fast test-asan bench clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt: | setup
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+$(ASAN_BUILD)/CMakeCache.txt: | setup
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DIT_SANITIZE=ON
+
+build-asan: setup $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+# The default run: a 4-layer, 128-wide GPT-2 learns English from scratch, byte by byte.
+RUN_FLAGS := --n_layer 4 --n_head 4 --n_embd 128 --block_size 128 --vocab_size 257 \
+	--batch_size 16 --sequence_length 128 --num_iteration 400 --optimizer adamw \
+	--learning_rate 2e-3 --weight_decay 0.0 --lr_warmup_iters 20 --lr_decay_style cosine \
+	--min_lr 2e-4 --freq_generate_txt 50 --text_length 96 --log_interval 25
+
+$(DATA)/kjv.txt: scripts/get-corpus.sh | build
+	@mkdir -p $(DATA)
+	bash scripts/get-corpus.sh $@
+
+$(DATA)/kjv_train.bin: $(DATA)/kjv.txt | build
+	$(BUILD)/tokenize --input $< --output $@ --tokenizer_out $(DATA)/kjv_tokenizer.bin
+
+run: build $(DATA)/kjv_train.bin
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(JOBS)} $(BUILD)/gpt2 --input_bin $(DATA)/kjv_train.bin \
+	  --tokenizer_bin $(DATA)/kjv_tokenizer.bin $(RUN_FLAGS) $(ARGS)
+
+test: build build-asan
+	@echo "== test suite (release build) =="
+	cd $(BUILD) && ctest --output-on-failure -j1
+	@echo "== test suite under AddressSanitizer + UndefinedBehaviorSanitizer =="
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j1
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j1
+
+bench: build
+	@if [ -x $(BUILD)/bench_train ]; then OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_train; \
+	 else echo "bench: no benchmarks built yet (bench/ is empty)"; fi
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what building, testing and `make run` need, from Debian's packages.
+# As root: installs missing packages with apt-get. Otherwise: prints the exact command
+# to run and exits 1. Quiet when everything is already there.
+set -euo pipefail
+
+# command-or-file to check : Debian package
+needs=(
+  "cc:gcc"
+  "clang:clang"
+  "cmake:cmake"
+  "make:make"
+  "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so:libopenblas-openmp-dev"
+  "/usr/lib/bible.data:bible-kjv-text"
+  "/usr/bin/bible:bible-kjv"
+)
+# OpenMP comes with gcc (libgomp); the OpenBLAS path is arch-specific.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+
+missing=()
+for n in "${needs[@]}"; do
+  what=${n%%:*} pkg=${n##*:}
+  what=${what//x86_64-linux-gnu/$arch}
+  if [[ $what == /* ]]; then
+    [[ -e $what ]] || missing+=("$pkg")
+  else
+    command -v "$what" >/dev/null 2>&1 || missing+=("$pkg")
+  fi
+done
+pkgs=$(printf '%s\n' "${missing[@]-}" | sed '/^$/d' | sort -u | tr '\n' ' ')
+[[ -z ${pkgs// } ]] && exit 0
+
+cmd="apt-get install -y --no-install-recommends $pkgs"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup: missing packages: $pkgs" >&2
+  echo "setup: run as root:  apt-get update && $cmd" >&2
+  exit 1
+fi
+echo "setup: installing $pkgs"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $pkgs >/dev/null

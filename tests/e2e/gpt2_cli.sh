@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# apps/gpt2 from the command line: the step line's format, the printed losses against
+# PyTorch's (6 printed decimals, so within 1e-5), and bad flags/files stopping before any
+# training with exit status 2 and a message naming the flag or file.
+# Usage: gpt2_cli.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1 src=$2
+fix=$src/tests/fixtures/gpt2
+gpt2=$build/gpt2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+base=(--llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" --batch_size 4 --sequence_length 32)
+
+# 1. A fixture case through the CLI: step lines and losses.
+"$gpt2" "${base[@]}" --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 \
+  --total_batch_size 512 >"$tmp/out.txt" 2>&1 || bad "adamw_accum4 run exited $?"
+line_re='^step +[0-9]+/10 \| train loss [0-9]+\.[0-9]{6} \| lr [0-9]\.[0-9]{2}e[-+][0-9]{2} \| \([0-9]+\.[0-9]{2} ms \| [0-9]+ tok/s \| peak used: [0-9]+ MB \| peak reserved: [0-9]+ MB, DP=1, TP=1, SP=1, PP=1\)$'
+n=$(grep -cE "$line_re" "$tmp/out.txt")
+[[ $n -eq 10 ]] && ok || bad "expected 10 step lines in InfiniTrain's format, found $n"
+grep -q '^step    1/10 | train loss ' "$tmp/out.txt" && ok || bad "step number not padded to 4"
+ours=$(grep -E '^step' "$tmp/out.txt" | sed -E 's/.*train loss ([0-9.]+).*/\1/')
+ref=$(awk '/^case /{c=$2} c=="adamw_accum4" && /^[0-9]/{print $2}' "$fix/expected_losses.txt")
+if paste <(echo "$ours") <(echo "$ref") | awk '{d=$1-$2; if (d<0) d=-d; if (d>1e-5) {print "step " NR ": ours " $1 " torch " $2; bad=1}} END {exit bad}'; then
+  ok
+else
+  bad "printed losses differ from PyTorch's by more than 1e-5"
+fi
+
+# 2. Bad flags and inputs: exit 2, one line naming the cause, no step line.
+expect_fail() { # name, expected substring, args...
+  local name=$1 want=$2
+  shift 2
+  "$gpt2" "$@" >"$tmp/o.txt" 2>"$tmp/e.txt"
+  local rc=$?
+  if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2"; return; fi
+  if ! grep -qF -- "$want" "$tmp/e.txt"; then bad "$name: message lacks '$want': $(cat "$tmp/e.txt")"; return; fi
+  if grep -q '^step' "$tmp/o.txt"; then bad "$name: trained before failing"; return; fi
+  ok
+}
+expect_fail "unknown flag" "--no_such_flag" "${base[@]}" --no_such_flag 1
+expect_fail "malformed number" "--batch_size" "${base[@]}" --batch_size 4x
+expect_fail "zero batch" "--batch_size" "${base[@]}" --batch_size 0
+expect_fail "missing value" "--learning_rate: missing value" "${base[@]}" --learning_rate
+expect_fail "bad optimizer" "--optimizer" "${base[@]}" --optimizer lion
+expect_fail "T above block_size" "--sequence_length: 64 exceeds the model's block_size 32" \
+  --llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" --sequence_length 64
+expect_fail "total not a multiple" "--total_batch_size: 100 is not a multiple" "${base[@]}" --total_batch_size 100
+expect_fail "device index" "index 3 out of range" "${base[@]}" --device cpu:3
+expect_fail "unknown device" "unknown backend 'nosuch'" "${base[@]}" --device nosuch
+expect_fail "missing shard" "$tmp/none.bin" --llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$tmp/none.bin" --sequence_length 32
+expect_fail "missing input_bin" "--input_bin" --llmc_filepath "$fix/tiny_gpt2.bin"
+
+# A checkpoint with a wrong magic, a wrong version, and a truncated one.
+cp "$fix/tiny_gpt2.bin" "$tmp/magic.bin"
+printf '\x01\x00\x00\x00' | dd of="$tmp/magic.bin" bs=1 seek=0 conv=notrunc status=none
+expect_fail "wrong magic" "header[0] magic: expected 20240326" --llmc_filepath "$tmp/magic.bin" --input_bin "$fix/tiny_shard.bin"
+cp "$fix/tiny_gpt2.bin" "$tmp/version.bin"
+printf '\x05\x00\x00\x00' | dd of="$tmp/version.bin" bs=1 seek=4 conv=notrunc status=none
+expect_fail "wrong version" "version: expected 3" --llmc_filepath "$tmp/version.bin" --input_bin "$fix/tiny_shard.bin"
+head -c 100000 "$fix/tiny_gpt2.bin" >"$tmp/short.bin"
+expect_fail "truncated checkpoint" "found 100000 bytes" --llmc_filepath "$tmp/short.bin" --input_bin "$fix/tiny_shard.bin"
+expect_fail "directory as checkpoint" "not a regular file" --llmc_filepath "$tmp" --input_bin "$fix/tiny_shard.bin"
+
+# 3. --help exits 0 and lists the flags.
+"$gpt2" --help >"$tmp/h.txt" 2>&1 && grep -q -- '--total_batch_size' "$tmp/h.txt" && ok || bad "--help"
+
+echo "gpt2_cli: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
