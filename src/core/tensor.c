@@ -226,9 +226,12 @@ it_device it_tensor_device(const it_tensor *t) { return t->storage->dev; }
 bool it_tensor_shares_storage(const it_tensor *a, const it_tensor *b) { return a && b && a->storage == b->storage; }
 
 bool it_tensor_is_contiguous(const it_tensor *t) {
+    /* No elements: nothing to lay out (a size-0 dim anywhere makes any strides dense). */
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != s) return t->shape[i] == 0 ? true : false;
+        if (t->shape[i] != 1 && t->strides[i] != s) return false;
         s *= t->shape[i];
     }
     return true;
@@ -269,6 +272,11 @@ it_tensor *it_tensor_view(it_tensor *t, int ndim, const int64_t *shape_in) {
             it_error(IT_ERR_INVALID_ARG, "view: negative size %" PRId64 " at dimension %d", shape[i], i);
             return NULL;
         } else {
+            if (shape[i] && known > INT64_MAX / shape[i]) {
+                it_error(IT_ERR_INVALID_ARG, "view: size %" PRId64 " at dimension %d overflows the element count",
+                         shape[i], i);
+                return NULL;
+            }
             known *= shape[i];
         }
     }
@@ -346,8 +354,10 @@ it_tensor *it_tensor_slice(it_tensor *t, int dim, int64_t start, int64_t end, in
     int64_t shape[IT_MAX_DIMS], strides[IT_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(strides, t->strides, sizeof strides);
-    shape[dim] = (end - start + step - 1) / step;
-    strides[dim] = t->strides[dim] * step;
+    /* ceil((end - start) / step) without overflow; a stride only matters for 2+ elements, and
+     * then step < n, so stride * step stays within the storage. */
+    shape[dim] = end == start ? 0 : (end - start - 1) / step + 1;
+    strides[dim] = shape[dim] > 1 ? t->strides[dim] * step : t->strides[dim];
     return it__scope_add(it__tensor_view_owned(t, t->ndim, shape, strides, t->offset + start * t->strides[dim]));
 }
 
@@ -357,12 +367,18 @@ it_tensor *it_tensor_expand(it_tensor *t, int ndim, const int64_t *shape) {
         it_error(IT_ERR_INVALID_ARG, "expand: cannot expand a %d-D tensor to %d dimensions", t->ndim, ndim);
         return NULL;
     }
-    int64_t strides[IT_MAX_DIMS], shp[IT_MAX_DIMS];
+    int64_t strides[IT_MAX_DIMS], shp[IT_MAX_DIMS], numel = 1;
     int lead = ndim - t->ndim;
     for (int i = 0; i < ndim; i++) {
         int64_t have = i < lead ? 1 : t->shape[i - lead];
         int64_t st = i < lead ? 0 : t->strides[i - lead];
         int64_t want = shape[i] == -1 ? have : shape[i];
+        if (want < 0 || (want && numel > INT64_MAX / want)) {
+            it_error(IT_ERR_INVALID_ARG, "expand: size %" PRId64 " at dimension %d is %s", shape[i], i,
+                     want < 0 ? "negative" : "too large (the element count overflows)");
+            return NULL;
+        }
+        numel *= want;
         if (have == want) {
             strides[i] = st;
         } else if (have == 1) {
