@@ -18,6 +18,8 @@
 #ifndef INFINITRAIN_BACKEND_H
 #define INFINITRAIN_BACKEND_H
 
+#include <stdio.h>
+
 #include "common.h"
 #include "dtype.h"
 
@@ -293,6 +295,21 @@ IT_API const it_backend *it_backend_at(int i);
 IT_API const char *it_backend_origin(const it_backend *backend);
 /* Names of plugins found on the search path (loaded or not). */
 IT_API it_status it_backend_discover(char names[][40], int max, int *count);
+
+/* Per-slot dispatch statistics of a backend: whether the slot is native or served by the
+ * core's CPU fallback, calls, host-side time, and bytes the fallback copied. */
+typedef struct it_kernel_stat {
+    const char *slot;
+    bool native;
+    uint64_t calls;
+    double ms;
+    uint64_t bytes_moved;
+} it_kernel_stat;
+/* out has IT_KERNEL_SLOT_COUNT entries. */
+IT_API it_status it_backend_kernel_stats(const it_backend *backend, it_kernel_stat *out);
+IT_API void it_backend_stats_reset(const it_backend *backend);
+/* The coverage report: kernel, native or fallback, calls, time, bytes moved. */
+IT_API it_status it_backend_report(const it_backend *backend, FILE *f);
 
 /* CPU kernels, exported so that other backends (sim, fallbacks) can run them on host
  * memory. */

@@ -131,11 +131,8 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g) {
         t->grad = it__clone_owned(g);
         return t->grad ? IT_OK : it_last_status();
     }
-    it_stream *s = it__stream(dev);
-    if (!s) return it_last_status();
-    if (!IT_KERNEL(dev, binary)) return it__missing_kernel(dev, "binary");
     it_tdesc a = it_tensor_desc(t->grad), b = it_tensor_desc(g), o = it_tensor_desc(t->grad);
-    return IT_KERNEL(dev, binary)(s, IT_BINARY_ADD, &a, &b, &o);
+    return KCALL(dev, binary, IT_BINARY_ADD, &a, &b, &o);
 }
 
 it_status it_backward(it_tensor *loss) {

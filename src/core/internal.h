@@ -60,8 +60,26 @@ int64_t it__numel(int ndim, const int64_t *shape);
 /* The stream work for `dev` goes on (the backend's default stream for that device). */
 it_stream *it__stream(it_device dev);
 
-/* Run a kernel slot, or fail naming it when the backend leaves it empty. */
-#define IT_KERNEL(dev, slot) ((dev).backend->kernels->slot)
-it_status it__missing_kernel(it_device dev, const char *slot);
+/* ---- kernel dispatch (dispatch.c)
+ * KCALL(dev, slot, args...) runs a slot of dev's backend on dev's stream through the
+ * effective table (native slot, or the CPU fallback when the backend left it empty),
+ * counting calls and time per slot. Evaluates to an it_status. */
+typedef struct it__dispatch it__dispatch;
+it__dispatch *it__dispatch_new(const it_backend *backend);
+it__dispatch *it__dispatch_of(const it_backend *backend); /* registry.c */
+typedef struct it__kcall_ctx {
+    it_device dev;
+    it_stream *stream;
+    const it_kernels *k;
+    it__dispatch *d;
+    size_t slot;
+    uint64_t t0;
+} it__kcall_ctx;
+extern _Thread_local it__kcall_ctx it__kc;
+bool it__kpre(it_device dev, size_t slot);
+it_status it__kpost(it_status st);
+#define IT_SLOT(slot) (offsetof(it_kernels, slot) / sizeof(void (*)(void)))
+#define KCALL(dev, slot, ...)                                                                          \
+    (it__kpre((dev), IT_SLOT(slot)) ? it__kpost(it__kc.k->slot(it__kc.stream, __VA_ARGS__)) : it_last_status())
 
 #endif

@@ -28,6 +28,7 @@ typedef struct reg_entry {
     int device_count;
     it_allocator *alloc[IT_MAX_DEVICES];
     it_stream *stream[IT_MAX_DEVICES];
+    it__dispatch *dispatch; /* effective kernel table + statistics */
 } reg_entry;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -119,6 +120,8 @@ static it_status register_locked(const it_backend *b, const char *origin) {
                         b->name, IT_MAX_BACKENDS);
     reg_entry *e = &reg[reg_count];
     memset(e, 0, sizeof *e);
+    e->dispatch = it__dispatch_new(b);
+    if (!e->dispatch) return it_error(IT_ERR_OOM, "registering backend '%s': out of host memory", b->name);
     e->backend = b;
     snprintf(e->origin, sizeof e->origin, "%s", origin);
     reg_count++;
@@ -466,6 +469,12 @@ it_status it_device_synchronize(it_device dev) {
     return IT_OK;
 }
 
-it_status it__missing_kernel(it_device dev, const char *slot) {
-    return it_error(IT_ERR_UNSUPPORTED, "backend '%s' does not implement kernel '%s'", dev.backend->name, slot);
+it__dispatch *it__dispatch_of(const it_backend *backend) {
+    pthread_mutex_lock(&reg_lock);
+    ensure_cpu_locked();
+    reg_entry *e = entry_of_locked(backend);
+    it__dispatch *d = e ? e->dispatch : NULL;
+    pthread_mutex_unlock(&reg_lock);
+    if (!d) it_error(IT_ERR_NOT_FOUND, "backend '%s' is not registered", backend ? backend->name : "(null)");
+    return d;
 }

@@ -416,10 +416,8 @@ static it_status dev_memcpy(it_device dev, void *dst, const void *src, size_t n,
 static it_status same_device_copy(it_tensor *dst, it_tensor *src) {
     it_device dev = it_tensor_device(dst);
     it_tdesc s = it_tensor_desc(src), d = it_tensor_desc(dst);
-    it_stream *stream = it__stream(dev);
-    if (!stream) return it_last_status();
-    if (src->dtype == dst->dtype) return IT_KERNEL(dev, copy_strided)(stream, &s, &d);
-    return IT_KERNEL(dev, cast)(stream, &s, &d);
+    if (src->dtype == dst->dtype) return KCALL(dev, copy_strided, &s, &d);
+    return KCALL(dev, cast, &s, &d);
 }
 
 it_status it_tensor_copy_(it_tensor *dst, it_tensor *src) {
@@ -509,11 +507,8 @@ it_tensor *it_tensor_to_dtype(it_tensor *t, it_dtype dtype) {
 
 it_status it_tensor_fill(it_tensor *t, it_scalar v) {
     if (!t) return it_last_status() ? it_last_status() : it_error(IT_ERR_INVALID_ARG, "fill: NULL tensor");
-    it_device dev = it_tensor_device(t);
-    it_stream *s = it__stream(dev);
-    if (!s) return it_last_status();
     it_tdesc d = it_tensor_desc(t);
-    return IT_KERNEL(dev, fill)(s, &d, v);
+    return KCALL(it_tensor_device(t), fill, &d, v);
 }
 
 static it_status host_size_check(const char *what, it_tensor *t, size_t nbytes) {

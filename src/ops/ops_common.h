@@ -14,12 +14,6 @@
 /* Check that tensors share a device and a dtype; name the op in the message. */
 it_status it__check_same(const char *op, int n, it_tensor *const *ts);
 
-/* Call a kernel slot on dev's stream, or fail naming the missing slot. */
-#define KCALL(dev, slot, ...)                                                                           \
-    (IT_KERNEL(dev, slot) ? (it__stream(dev) ? IT_KERNEL(dev, slot)(it__stream(dev), __VA_ARGS__)       \
-                                              : it_last_status())                                       \
-                          : it__missing_kernel(dev, #slot))
-
 /* The broadcast shape of a and b (numpy rules) into out; error names the op. */
 it_status it__broadcast_shape(const char *op, const it_tensor *a, const it_tensor *b, int *ndim, int64_t *shape);
 /* A descriptor of t expanded to (ndim, shape) with stride 0 on broadcast dims. */

@@ -64,19 +64,13 @@ size_t it_optimizer_state_bytes(const it_optimizer *o) {
 
 it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale) {
     it_device dev = it_tensor_device(o->params);
-    it_stream *s = it__stream(dev);
-    if (!s) return it_last_status();
     it_tdesc p = it_tensor_desc(o->params), g = it_tensor_desc(o->grads);
     o->step++;
-    if (o->cfg.kind == IT_OPTIM_SGD) {
-        if (!IT_KERNEL(dev, sgd_step)) return it__missing_kernel(dev, "sgd_step");
-        return IT_KERNEL(dev, sgd_step)(s, lr, grad_scale, &p, &g);
-    }
-    if (!IT_KERNEL(dev, adam_step)) return it__missing_kernel(dev, "adam_step");
+    if (o->cfg.kind == IT_OPTIM_SGD) return KCALL(dev, sgd_step, lr, grad_scale, &p, &g);
     it_adam_args a = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, grad_scale, o->step,
                       o->cfg.kind == IT_OPTIM_ADAMW};
     it_tdesc m = it_tensor_desc(o->m), v = it_tensor_desc(o->v);
-    return IT_KERNEL(dev, adam_step)(s, &a, &p, &g, &m, &v);
+    return KCALL(dev, adam_step, &a, &p, &g, &m, &v);
 }
 
 it_status it_grad_norm(it_tensor *grads, double *norm) {
@@ -84,10 +78,8 @@ it_status it_grad_norm(it_tensor *grads, double *norm) {
     int64_t one[1] = {1};
     it_tensor *r = it__tensor_new_owned(dev, it_tensor_dtype(grads), 1, one);
     if (!r) return it_last_status();
-    it_stream *s = it__stream(dev);
-    it_status st = s ? IT_OK : it_last_status();
     it_tdesc g = it_tensor_desc(grads), o = it_tensor_desc(r);
-    if (!st) st = IT_KERNEL(dev, reduce) ? IT_KERNEL(dev, reduce)(s, IT_REDUCE_SUMSQ, &g, &o) : it__missing_kernel(dev, "reduce");
+    it_status st = KCALL(dev, reduce, IT_REDUCE_SUMSQ, &g, &o);
     double sumsq = 0;
     if (!st) st = it_tensor_item(r, (int64_t[]){0}, &sumsq);
     it_tensor_release(r);

@@ -163,6 +163,7 @@ it_status it_train_run(const it_train_config *c, it_train_result *result) {
         fflush(stdout);
     }
     if (c->freq_generate_txt > 0 && !c->quiet && (st = generate(model, c, tok, &rng))) goto done;
+    it_backend_stats_reset(dev.backend); /* the report covers training steps only */
 
     double t_start = now_ms();
     for (int step = 1; step <= c->num_iteration; step++) {
@@ -226,6 +227,7 @@ it_status it_train_run(const it_train_config *c, it_train_result *result) {
             break;
         }
     }
+    if (!st && c->backend_report) st = it_backend_report(dev.backend, stdout);
     if (!st && c->output_checkpoint) {
         st = it_model_save(model, c->output_checkpoint);
         if (!st && !c->quiet) printf("wrote %s\n", c->output_checkpoint);

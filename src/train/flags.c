@@ -86,6 +86,7 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --output_checkpoint PATH  write the trained model (llm.c format) at the end\n"
             "  --log_interval N          progress/ETA line every N steps (10)\n"
             "  --max_memory_mb N         device allocator limit in MiB, 0 = none (0)\n"
+            "  --backend_report          print each kernel slot: native or CPU fallback, calls, time\n"
             "  --help                    this text\n",
             app);
 }
@@ -108,6 +109,10 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
         }
         if (strcmp(name, "quiet") == 0) {
             c->quiet = true;
+            continue;
+        }
+        if (strcmp(name, "backend_report") == 0 && !eq) {
+            c->backend_report = true;
             continue;
         }
         const char *v = eq ? eq + 1 : NULL;

@@ -1,0 +1,370 @@
+/* Kernel dispatch, the CPU fallback and per-kernel statistics.
+ *
+ * Every kernel the core runs goes through KCALL (internal.h): it looks up the effective
+ * table of the device's backend, in which each slot the backend left empty is filled by a
+ * fallback wrapper, times the call and counts it. A fallback wrapper synchronizes the
+ * stream, copies every input's memory span to the host, runs the CPU kernel there, and
+ * copies every output's span back, counting the bytes moved. Results are bitwise those of
+ * the CPU backend, so a backend with half its slots empty still trains identically, only
+ * slower; the report says where the time goes. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+
+_Thread_local it__kcall_ctx it__kc;
+
+typedef void (*it_fnptr)(void);
+
+typedef struct slot_stats {
+    atomic_ullong calls, ns, bytes;
+} slot_stats;
+
+struct it__dispatch {
+    it_kernels effective;
+    bool native[IT_KERNEL_SLOT_COUNT];
+    slot_stats stats[IT_KERNEL_SLOT_COUNT];
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- staging for fallbacks */
+
+typedef struct stage {
+    it_tdesc host;    /* the descriptor with data pointing into buf */
+    const void *dptr; /* device address of the span's start */
+    size_t bytes;
+    void *buf;
+} stage;
+
+/* Elements from element 0 to the last addressed element + 1 (0 when empty). */
+static int64_t span_elems(const it_tdesc *d) {
+    int64_t last = 0;
+    for (int i = 0; i < d->ndim; i++) {
+        if (d->shape[i] == 0) return 0;
+        last += (d->shape[i] - 1) * d->strides[i];
+    }
+    return last + 1;
+}
+
+static bool dense(const it_tdesc *d) {
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
+    return n == span_elems(d);
+}
+
+static it_status dev_copy(void *dst, const void *src, size_t n, it_memcpy_kind kind) {
+    if (!n) return IT_OK;
+    it_status st = it__kc.dev.backend->runtime->memcpy(it__kc.dev.index, dst, src, n, kind);
+    if (!st) atomic_fetch_add(&it__kc.d->stats[it__kc.slot].bytes, n);
+    return st;
+}
+
+/* Bring a descriptor's span to the host. `read` = its current contents are needed (inputs,
+ * and outputs that are accumulated into or not fully overwritten). */
+static it_status stage_in(const it_tdesc *d, stage *s, bool read) {
+    memset(s, 0, sizeof *s);
+    if (!d) return IT_OK;
+    s->host = *d;
+    s->dptr = d->data;
+    s->bytes = (size_t)span_elems(d) * it_dtype_size(d->dtype);
+    s->buf = malloc(s->bytes ? s->bytes : 1);
+    if (!s->buf) return it_error(IT_ERR_OOM, "cpu fallback: %zu bytes of host staging memory", s->bytes);
+    s->host.data = s->buf;
+    return read ? dev_copy(s->buf, d->data, s->bytes, IT_MEMCPY_D2H) : IT_OK;
+}
+
+static it_status stage_out(stage *s) {
+    return s->buf ? dev_copy((void *)s->dptr, s->buf, s->bytes, IT_MEMCPY_H2D) : IT_OK;
+}
+
+#define FB_MAX 8
+typedef struct fb {
+    stage s[FB_MAX];
+    bool out[FB_MAX];
+    int n;
+    it_status st;
+} fb;
+
+static void fb_begin(fb *f, it_stream *stream) {
+    memset(f, 0, sizeof *f);
+    /* Inputs may still be written by queued native kernels. */
+    f->st = it__kc.dev.backend->runtime->stream_synchronize(stream);
+}
+/* Stage one descriptor; returns the host descriptor (NULL for a NULL input). */
+static it_tdesc *fb_arg(fb *f, const it_tdesc *d, bool is_out, bool read) {
+    if (!d || f->st) return NULL;
+    stage *s = &f->s[f->n];
+    f->out[f->n++] = is_out;
+    f->st = stage_in(d, s, read);
+    return &s->host;
+}
+#define IN(d) fb_arg(&f, (d), false, true)
+#define OUT(d) fb_arg(&f, (d), true, !dense(d))
+#define INOUT(d) fb_arg(&f, (d), true, true)
+
+static it_status fb_end(fb *f, it_status kst) {
+    it_status st = f->st ? f->st : kst;
+    for (int i = 0; i < f->n; i++) {
+        if (!st && f->out[i]) st = stage_out(&f->s[i]);
+        free(f->s[i].buf);
+    }
+    return st;
+}
+#define CPU (it_cpu_kernels())
+#define RUN(call) fb_end(&f, f.st ? f.st : (call))
+
+static it_status fb_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *a = IN(src);
+    it_tdesc *o = OUT(dst);
+    return RUN(CPU->cast(NULL, a, o));
+}
+static it_status fb_fill(it_stream *s, it_tdesc *dst, it_scalar v) {
+    fb f;
+    fb_begin(&f, s);
+    it_tdesc *o = OUT(dst);
+    return RUN(CPU->fill(NULL, o, v));
+}
+static it_status fb_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *a = IN(src);
+    it_tdesc *o = OUT(dst);
+    return RUN(CPU->copy_strided(NULL, a, o));
+}
+static it_status fb_gemm(it_stream *s, const it_gemm_args *args) {
+    fb f;
+    fb_begin(&f, s);
+    it_gemm_args h = *args;
+    const it_tdesc *a = IN(&args->a), *b = IN(&args->b);
+    it_tdesc *c = args->beta != 0.0f ? INOUT(&args->c) : OUT(&args->c); /* beta != 0 reads C */
+    if (!f.st) {
+        h.a = *a;
+        h.b = *b;
+        h.c = *c;
+    }
+    return RUN(CPU->gemm(NULL, &h));
+}
+static it_status fb_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *a = IN(x);
+    it_tdesc *o = OUT(out);
+    return RUN(CPU->unary(NULL, op, alpha, a, o));
+}
+static it_status fb_binary(it_stream *s, it_binary_op op, const it_tdesc *x, const it_tdesc *y, it_tdesc *out) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *a = IN(x), *b = IN(y);
+    it_tdesc *o = OUT(out);
+    return RUN(CPU->binary(NULL, op, a, b, o));
+}
+static it_status fb_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *a = IN(x);
+    it_tdesc *o = OUT(out);
+    return RUN(CPU->reduce(NULL, op, a, o));
+}
+static it_status fb_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *w, it_tdesc *out) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *i = IN(idx), *a = IN(w);
+    it_tdesc *o = OUT(out);
+    return RUN(CPU->embedding_fwd(NULL, i, a, o));
+}
+static it_status fb_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dw) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *i = IN(idx), *d = IN(dout);
+    it_tdesc *o = INOUT(dw); /* accumulated into */
+    return RUN(CPU->embedding_bwd(NULL, i, d, o));
+}
+static it_status fb_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
+                                  it_tdesc *y, it_tdesc *mean, it_tdesc *rstd) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hx = IN(x), *hw = IN(w), *hb = IN(b);
+    it_tdesc *hy = OUT(y), *hm = OUT(mean), *hr = OUT(rstd);
+    return RUN(CPU->layernorm_fwd(NULL, hx, hw, hb, eps, hy, hm, hr));
+}
+static it_status fb_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hdy = IN(dy), *hx = IN(x), *hw = IN(w), *hm = IN(mean), *hr = IN(rstd);
+    it_tdesc *hdx = OUT(dx), *hdw = OUT(dw), *hdb = OUT(db);
+    return RUN(CPU->layernorm_bwd(NULL, hdy, hx, hw, hm, hr, hdx, hdw, hdb));
+}
+static it_status fb_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hx = IN(x);
+    it_tdesc *hy = OUT(y);
+    return RUN(CPU->softmax_fwd(NULL, args, hx, hy));
+}
+static it_status fb_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
+                                it_tdesc *dx) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hy = IN(y), *hdy = IN(dy);
+    it_tdesc *hdx = OUT(dx);
+    return RUN(CPU->softmax_bwd(NULL, args, hy, hdy, hdx));
+}
+static it_status fb_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                      it_tdesc *losses) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hl = IN(logits), *ht = IN(targets);
+    it_tdesc *ho = OUT(losses);
+    return RUN(CPU->cross_entropy_fwd(NULL, hl, ht, valid, ho));
+}
+static it_status fb_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                      const it_tdesc *dlosses, it_tdesc *dlogits) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hl = IN(logits), *ht = IN(targets), *hd = IN(dlosses);
+    it_tdesc *ho = OUT(dlogits);
+    return RUN(CPU->cross_entropy_bwd(NULL, hl, ht, valid, hd, ho));
+}
+static it_status fb_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad) {
+    fb f;
+    fb_begin(&f, s);
+    it_tdesc *hp = INOUT(param);
+    const it_tdesc *hg = IN(grad);
+    return RUN(CPU->sgd_step(NULL, lr, grad_scale, hp, hg));
+}
+static it_status fb_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                              it_tdesc *m, it_tdesc *v) {
+    fb f;
+    fb_begin(&f, s);
+    it_tdesc *hp = INOUT(param), *hm = INOUT(m), *hv = INOUT(v);
+    const it_tdesc *hg = IN(grad);
+    return RUN(CPU->adam_step(NULL, args, hp, hg, hm, hv));
+}
+
+static const it_kernels fallback_kernels = {
+    .cast = fb_cast,
+    .fill = fb_fill,
+    .copy_strided = fb_copy_strided,
+    .gemm = fb_gemm,
+    .unary = fb_unary,
+    .binary = fb_binary,
+    .reduce = fb_reduce,
+    .embedding_fwd = fb_embedding_fwd,
+    .embedding_bwd = fb_embedding_bwd,
+    .layernorm_fwd = fb_layernorm_fwd,
+    .layernorm_bwd = fb_layernorm_bwd,
+    .softmax_fwd = fb_softmax_fwd,
+    .softmax_bwd = fb_softmax_bwd,
+    .cross_entropy_fwd = fb_cross_entropy_fwd,
+    .cross_entropy_bwd = fb_cross_entropy_bwd,
+    .sgd_step = fb_sgd_step,
+    .adam_step = fb_adam_step,
+};
+
+/* ---------------------------------------------------------------- tables and stats */
+
+it__dispatch *it__dispatch_new(const it_backend *b) {
+    it__dispatch *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    /* The table is a struct of function pointers only: walk it as an array of them. */
+    it_fnptr mine[IT_KERNEL_SLOT_COUNT], fb[IT_KERNEL_SLOT_COUNT];
+    _Static_assert(sizeof(it_kernels) == sizeof mine, "it_kernels must hold only function pointers");
+    memcpy(mine, b->kernels, sizeof mine);
+    memcpy(fb, &fallback_kernels, sizeof fb);
+    /* The CPU backend is the reference: its table is used as is. */
+    bool is_cpu = b->kernels == it_cpu_kernels();
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        d->native[i] = mine[i] != NULL;
+        if (!mine[i] && !is_cpu) mine[i] = fb[i];
+    }
+    memcpy(&d->effective, mine, sizeof mine);
+    return d;
+}
+
+bool it__kpre(it_device dev, size_t slot) {
+    it__dispatch *d = it__dispatch_of(dev.backend);
+    it_stream *s = d ? it__stream(dev) : NULL;
+    if (!d || !s) return false;
+    it_fnptr fns[IT_KERNEL_SLOT_COUNT];
+    memcpy(fns, &d->effective, sizeof fns);
+    if (!fns[slot]) {
+        it_error(IT_ERR_UNSUPPORTED, "backend '%s' has no kernel '%s'", dev.backend->name, it_kernel_slot_name(slot));
+        return false;
+    }
+    it__kc.dev = dev;
+    it__kc.stream = s;
+    it__kc.k = &d->effective;
+    it__kc.d = d;
+    it__kc.slot = slot;
+    it__kc.t0 = now_ns();
+    return true;
+}
+
+it_status it__kpost(it_status st) {
+    slot_stats *s = &it__kc.d->stats[it__kc.slot];
+    atomic_fetch_add(&s->calls, 1);
+    atomic_fetch_add(&s->ns, now_ns() - it__kc.t0);
+    if (st && it_last_status() != st)
+        it_error(st, "kernel '%s' on backend '%s' failed", it_kernel_slot_name(it__kc.slot), it__kc.dev.backend->name);
+    return st;
+}
+
+it_status it_backend_kernel_stats(const it_backend *b, it_kernel_stat *out) {
+    it__dispatch *d = it__dispatch_of(b);
+    if (!d) return it_last_status();
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        out[i].slot = it_kernel_slot_name(i);
+        out[i].native = d->native[i];
+        out[i].calls = atomic_load(&d->stats[i].calls);
+        out[i].ms = (double)atomic_load(&d->stats[i].ns) * 1e-6;
+        out[i].bytes_moved = atomic_load(&d->stats[i].bytes);
+    }
+    return IT_OK;
+}
+
+void it_backend_stats_reset(const it_backend *b) {
+    it__dispatch *d = it__dispatch_of(b);
+    if (!d) return;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        atomic_store(&d->stats[i].calls, 0);
+        atomic_store(&d->stats[i].ns, 0);
+        atomic_store(&d->stats[i].bytes, 0);
+    }
+}
+
+it_status it_backend_report(const it_backend *b, FILE *f) {
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    it_status s = it_backend_kernel_stats(b, st);
+    if (s) return s;
+    int native = 0;
+    double total = 0, fb_ms = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        native += st[i].native;
+        total += st[i].ms;
+        if (!st[i].native) fb_ms += st[i].ms;
+        bytes += st[i].bytes_moved;
+    }
+    fprintf(f, "backend '%s': %d of %zu kernel slots native, %zu served by the CPU fallback\n", b->name, native,
+            (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native);
+    fprintf(f, "  %-18s %-8s %10s %12s %7s %14s\n", "kernel", "path", "calls", "time ms", "time%", "fallback MB");
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        fprintf(f, "  %-18s %-8s %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, st[i].native ? "native" : "fallback",
+                (unsigned long long)st[i].calls, st[i].ms, total > 0 ? 100.0 * st[i].ms / total : 0.0,
+                (double)st[i].bytes_moved / (1024.0 * 1024.0));
+    }
+    fprintf(f, "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
+               "fallbacks, %.2f MB moved by fallbacks\n",
+            total, fb_ms, (double)bytes / (1024.0 * 1024.0));
+    return IT_OK;
+}
