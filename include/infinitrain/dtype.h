@@ -43,7 +43,8 @@ IT_API bool it_dtype_valid(int dtype);
 IT_API bool it_dtype_is_float(it_dtype dtype); /* bf16, fp16, fp32, fp64 */
 IT_API bool it_dtype_is_signed(it_dtype dtype); /* signed integers and floats */
 
-/* Bit-exact conversions; see the header comment for the rounding rules. */
+/* Conversions with the rounding rules above; widening to fp32 is exact except that a
+ * signalling NaN comes back quiet (as hardware conversions do). */
 IT_API float it_fp16_to_fp32(uint16_t h);
 IT_API uint16_t it_fp32_to_fp16(float f);
 IT_API float it_bf16_to_fp32(uint16_t b);
