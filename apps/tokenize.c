@@ -1,0 +1,342 @@
+/* tokenize: text files -> an llm.c token shard (and a tokenizer file).
+ *
+ *   tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]
+ *            [--encoder encoder.json --vocab vocab.bpe] [--val_output VAL.bin --val_fraction 0.1]
+ *            [--max_bytes N]
+ *
+ * Without --encoder/--vocab the tokens are bytes (id = byte value, end-of-text 256, vocab 257);
+ * with them, GPT-2 BPE (vocab 50257, end-of-text 50256). Every input file's text is preceded by
+ * an end-of-text token, as llm.c's data scripts start each document with one. With --val_output
+ * the first round(n * val_fraction) tokens go to the validation shard and the rest to --output
+ * (llm.c's tinyshakespeare split also takes validation from the front). The shard is uint16
+ * when every id fits, else uint32.
+ *
+ * Exit status: 0 ok, 1 an input/output/format error, 2 a usage error. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "infinitrain/data.h"
+
+#define BYTE_VOCAB 257
+#define BYTE_EOT 256
+#define CHUNK (1u << 20) /* bytes read and encoded at a time */
+
+typedef struct {
+    uint32_t *v;
+    size_t n, cap;
+} tokvec;
+
+static int tokvec_push(tokvec *t, const uint32_t *ids, size_t n) {
+    if (t->n + n > t->cap) {
+        size_t cap = t->cap ? t->cap : 1 << 16;
+        while (cap < t->n + n) cap *= 2;
+        uint32_t *v = realloc(t->v, cap * sizeof *v);
+        if (!v) return -1;
+        t->v = v;
+        t->cap = cap;
+    }
+    memcpy(t->v + t->n, ids, n * sizeof *ids);
+    t->n += n;
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]\n"
+               "                [--encoder encoder.json --vocab vocab.bpe] [--val_output VAL.bin --val_fraction F]\n"
+               "                [--max_bytes N]\n"
+               "\n"
+               "Writes an llm.c token shard (uint16 when every id <= 65535, else uint32).\n"
+               "  --input FILE         a text file; repeatable. Each file's text is preceded by end-of-text.\n"
+               "  --output SHARD.bin   the (training) shard\n"
+               "  --tokenizer_out F    also write the llm.c tokenizer file (magic 20240328, version 2)\n"
+               "  --encoder, --vocab   GPT-2 BPE from encoder.json + vocab.bpe (vocab 50257, end-of-text 50256);\n"
+               "                       without them tokens are bytes: id = byte, end-of-text 256, vocab 257\n"
+               "  --val_output F       validation shard: the first round(n * val_fraction) tokens\n"
+               "  --val_fraction F     0 < F < 1, default 0.1 (needs --val_output)\n"
+               "  --max_bytes N        read at most N bytes of input in all\n"
+               "  --help               this text\n");
+}
+
+/* Usage error: one line naming the flag, exit status 2. */
+#define USAGE_ERROR(...)                                                                                               \
+    do {                                                                                                               \
+        fprintf(stderr, "tokenize: " __VA_ARGS__);                                                                     \
+        fprintf(stderr, " (see tokenize --help)\n");                                                                   \
+        exit(2);                                                                                                       \
+    } while (0)
+
+/* A split point for streaming BPE: p such that text[p] is an ASCII space or newline and
+ * text[p-1] a printable ASCII non-space. No pre-token crosses it (runs of letters, numbers or
+ * other characters stop at white space, and a white-space run cannot contain text[p-1]), and
+ * the regex needs no context before p, so encoding the halves apart equals encoding the whole.
+ * Returns 0 when there is none. */
+static size_t safe_split(const char *s, size_t n) {
+    for (size_t p = n; p-- > 1;)
+        if ((s[p] == ' ' || s[p] == '\n') && s[p - 1] > ' ' && s[p - 1] < 0x7F) return p;
+    return 0;
+}
+
+typedef struct {
+    const it_bpe *bpe; /* NULL: bytes */
+    tokvec *out;
+} encoder;
+
+static int encode(const encoder *e, const char *text, size_t n) {
+    if (!e->bpe) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t id = (unsigned char)text[i];
+            if (tokvec_push(e->out, &id, 1)) return -1;
+        }
+        return 0;
+    }
+    uint32_t *ids;
+    size_t m;
+    if (it_bpe_encode(e->bpe, text, n, &ids, &m)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        return -1;
+    }
+    int rc = tokvec_push(e->out, ids, m);
+    free(ids);
+    return rc;
+}
+
+/* Reads and encodes one file in CHUNK pieces, split at safe points. *budget: bytes still
+ * allowed (--max_bytes), decremented. Returns bytes read, or -1 (message printed). */
+static long long encode_file(const encoder *e, const char *path, long long *budget, int progress) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tokenize: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    struct stat st = {0};
+    if (fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+        int err = errno;
+        fprintf(stderr, "tokenize: cannot read %s: %s\n", path, strerror(S_ISDIR(st.st_mode) ? EISDIR : err));
+        fclose(f);
+        return -1;
+    }
+    size_t cap = 2 * CHUNK, have = 0;
+    char *buf = malloc(cap);
+    long long total = 0, next_report = 1 << 20;
+    int rc = buf ? 0 : -1;
+    while (rc == 0) {
+        size_t want = CHUNK;
+        if (*budget >= 0 && (long long)want > *budget) want = (size_t)*budget;
+        if (have + want > cap) {
+            char *nb = realloc(buf, cap = have + want);
+            if (!nb) {
+                rc = -1;
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = want ? fread(buf + have, 1, want, f) : 0;
+        if (got < want && ferror(f)) {
+            fprintf(stderr, "tokenize: cannot read %s: %s\n", path, strerror(errno));
+            rc = -2;
+            break;
+        }
+        have += got;
+        total += (long long)got;
+        if (*budget >= 0) *budget -= (long long)got;
+        int last = got < want || want == 0;
+        if (last && *budget == 0 && e->bpe) {
+            /* --max_bytes cut the text: do not split a UTF-8 character. */
+            size_t keep = have;
+            while (keep > 0 && ((unsigned char)buf[keep - 1] & 0xC0) == 0x80) keep--;
+            if (keep > 0 && (unsigned char)buf[keep - 1] >= 0xC0) {
+                unsigned char lead = (unsigned char)buf[keep - 1];
+                size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+                if (have - (keep - 1) < need) have = keep - 1;
+            }
+        }
+        size_t cut = last ? have : safe_split(buf, have);
+        if (cut) {
+            if (encode(e, buf, cut)) {
+                rc = -1;
+                break;
+            }
+            memmove(buf, buf + cut, have - cut);
+            have -= cut;
+        }
+        if (progress && total >= next_report) {
+            fprintf(stderr, "tokenize: %s: %.1f of %.1f MB read, %zu tokens so far\n", path, total / 1048576.0,
+                    (double)st.st_size / 1048576.0, e->out->n);
+            next_report += 1 << 20;
+        }
+        if (last) break;
+    }
+    if (rc == -1) fprintf(stderr, "tokenize: encoding %s failed\n", path);
+    free(buf);
+    fclose(f);
+    return rc ? -1 : total;
+}
+
+static int write_shard(const char *path, const uint32_t *t, size_t n, int *wide) {
+    uint32_t mx = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] > mx) mx = t[i];
+    *wide = mx > 65535;
+    if (it_shard_write(path, t, (int64_t)n, *wide)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int write_tokenizer(const char *path, const it_bpe *bpe, int64_t eot) {
+    int64_t vocab = bpe ? it_bpe_vocab_size(bpe) : BYTE_VOCAB;
+    const char **toks = malloc((size_t)vocab * sizeof *toks);
+    size_t *lens = malloc((size_t)vocab * sizeof *lens);
+    static char bytes[256];
+    int rc = 0;
+    if (!toks || !lens) {
+        fprintf(stderr, "tokenize: out of memory writing %s\n", path);
+        rc = -1;
+    }
+    for (int64_t i = 0; rc == 0 && i < vocab; i++) {
+        if (bpe) {
+            toks[i] = it_bpe_token_bytes(bpe, (uint32_t)i, &lens[i]);
+            if (!toks[i]) {
+                fprintf(stderr, "tokenize: %s: token id %lld is not in encoder.json; a tokenizer file needs every id\n",
+                        path, (long long)i);
+                rc = -1;
+            }
+        } else if (i < 256) {
+            bytes[i] = (char)i;
+            toks[i] = &bytes[i];
+            lens[i] = 1;
+        } else {
+            toks[i] = "<|endoftext|>";
+            lens[i] = 13;
+        }
+    }
+    if (rc == 0 && it_tokenizer_write(path, IT_TOKENIZER_MAGIC_GPT2, vocab, eot, toks, lens)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        rc = -1;
+    }
+    free(toks);
+    free(lens);
+    return rc;
+}
+
+static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
+    const char *a = argv[*i];
+    size_t fl = strlen(flag);
+    if (a[fl] == '=') return a + fl + 1;
+    if (*i + 1 >= argc) USAGE_ERROR("flag %s needs a value", flag);
+    return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+    const char **inputs = calloc((size_t)argc, sizeof *inputs);
+    int ninputs = 0;
+    const char *output = NULL, *tok_out = NULL, *enc_path = NULL, *vocab_path = NULL, *val_out = NULL;
+    double val_fraction = -1;
+    long long max_bytes = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *eq = strchr(a, '=');
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+#define IS(flag) (name_len == strlen(flag) && strncmp(a, flag, name_len) == 0)
+        if (IS("--help") || IS("-h")) {
+            usage(stdout);
+            free(inputs);
+            return 0;
+        } else if (IS("--input")) {
+            inputs[ninputs++] = flag_value(argc, argv, &i, "--input");
+        } else if (IS("--output")) {
+            output = flag_value(argc, argv, &i, "--output");
+        } else if (IS("--tokenizer_out")) {
+            tok_out = flag_value(argc, argv, &i, "--tokenizer_out");
+        } else if (IS("--encoder")) {
+            enc_path = flag_value(argc, argv, &i, "--encoder");
+        } else if (IS("--vocab")) {
+            vocab_path = flag_value(argc, argv, &i, "--vocab");
+        } else if (IS("--val_output")) {
+            val_out = flag_value(argc, argv, &i, "--val_output");
+        } else if (IS("--val_fraction")) {
+            const char *v = flag_value(argc, argv, &i, "--val_fraction");
+            char *end;
+            val_fraction = strtod(v, &end);
+            if (end == v || *end || !(val_fraction > 0 && val_fraction < 1))
+                USAGE_ERROR("--val_fraction: expected a number in (0, 1), found '%s'", v);
+        } else if (IS("--max_bytes")) {
+            const char *v = flag_value(argc, argv, &i, "--max_bytes");
+            char *end;
+            errno = 0;
+            max_bytes = strtoll(v, &end, 10);
+            if (end == v || *end || errno || max_bytes < 1)
+                USAGE_ERROR("--max_bytes: expected a positive integer, found '%s'", v);
+        } else {
+            USAGE_ERROR("unknown flag '%s'", a);
+        }
+#undef IS
+    }
+    if (!ninputs) USAGE_ERROR("missing --input FILE");
+    if (!output) USAGE_ERROR("missing --output SHARD.bin");
+    if (!enc_path != !vocab_path)
+        USAGE_ERROR("%s needs %s too", enc_path ? "--encoder" : "--vocab", enc_path ? "--vocab" : "--encoder");
+    if (val_fraction > 0 && !val_out) USAGE_ERROR("--val_fraction needs --val_output");
+    if (val_out && val_fraction < 0) val_fraction = 0.1;
+
+    it_bpe *bpe = NULL;
+    int64_t eot = BYTE_EOT;
+    if (enc_path) {
+        if (it_bpe_load(enc_path, vocab_path, &bpe)) {
+            fprintf(stderr, "tokenize: %s\n", it_last_error());
+            return 1;
+        }
+        eot = it_bpe_token_id(bpe, "<|endoftext|>", 13);
+        if (eot < 0) {
+            fprintf(stderr, "tokenize: encoder.json %s: expected a token \"<|endoftext|>\", found none\n", enc_path);
+            it_bpe_free(bpe);
+            return 1;
+        }
+    }
+
+    tokvec toks = {0};
+    encoder e = {bpe, &toks};
+    long long budget = max_bytes, bytes_in = 0;
+    int rc = 0;
+    for (int k = 0; k < ninputs && rc == 0; k++) {
+        if (budget == 0) break;
+        uint32_t id = (uint32_t)eot;
+        if (tokvec_push(&toks, &id, 1)) {
+            fprintf(stderr, "tokenize: out of memory\n");
+            rc = 1;
+            break;
+        }
+        struct stat st;
+        int progress = stat(inputs[k], &st) == 0 && st.st_size > 2 * (1 << 20);
+        long long got = encode_file(&e, inputs[k], &budget, progress);
+        if (got < 0) rc = 1;
+        bytes_in += got > 0 ? got : 0;
+    }
+
+    size_t n_val = 0;
+    int wide = 0, wide_val = 0;
+    if (rc == 0 && val_out) {
+        n_val = (size_t)llround((double)toks.n * val_fraction);
+        if (write_shard(val_out, toks.v, n_val, &wide_val)) rc = 1;
+    }
+    if (rc == 0 && write_shard(output, toks.v + n_val, toks.n - n_val, &wide)) rc = 1;
+    if (rc == 0 && tok_out && write_tokenizer(tok_out, bpe, eot)) rc = 1;
+    if (rc == 0) {
+        printf("tokenize: %s tokens (vocab %lld, end-of-text %lld): %zu tokens from %lld bytes of %d file%s, "
+               "%.4f tokens/byte\n",
+               bpe ? "GPT-2 BPE" : "byte", (long long)(bpe ? it_bpe_vocab_size(bpe) : BYTE_VOCAB), (long long)eot,
+               toks.n, bytes_in, ninputs, ninputs == 1 ? "" : "s", bytes_in ? (double)toks.n / (double)bytes_in : 0.0);
+        printf("tokenize: wrote %zu tokens to %s (uint%d)\n", toks.n - n_val, output, wide ? 32 : 16);
+        if (val_out) printf("tokenize: wrote %zu tokens to %s (uint%d)\n", n_val, val_out, wide_val ? 32 : 16);
+        if (tok_out) printf("tokenize: wrote tokenizer %s\n", tok_out);
+    }
+    free(toks.v);
+    free(inputs);
+    it_bpe_free(bpe);
+    return rc;
+}

@@ -1,0 +1,113 @@
+/* GPT-2's pre-tokenizer, by hand: the regex
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * as JavaScript runs it with the u flag (npm gpt-3-encoder), over UTF-8 bytes.
+ *
+ * The character classes come from unicode_tables.h, generated from node's own Unicode data, so
+ * they are exact for that Unicode version (node 20: Unicode 15.1) -- Latin, Greek, Cyrillic, CJK,
+ * and every other script alike. What differs from JavaScript: (1) a text that is not valid
+ * UTF-8 -- JS would never see the bad bytes (TextDecoder turns them into U+FFFD); here each bad
+ * byte is one "other" character, so it still lands, byte-exact, in a pre-token; (2) \s is
+ * JavaScript's (it includes U+FEFF and excludes U+001C..U+001F and U+0085, unlike Python's). */
+#include "data/unicode_tables.h"
+#include "infinitrain/data.h"
+
+enum { UC_OTHER, UC_LETTER, UC_NUMBER, UC_SPACE };
+
+static int in_ranges(const it_uc_range *r, size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid].lo) {
+            hi = mid;
+        } else if (cp > r[mid].hi) {
+            lo = mid + 1;
+        } else {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static int uc_class(uint32_t cp) {
+    if (cp < 0x80) {
+        if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return UC_LETTER;
+        if (cp >= '0' && cp <= '9') return UC_NUMBER;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return UC_SPACE;
+        return UC_OTHER;
+    }
+    if (in_ranges(it_uc_letter, COUNT(it_uc_letter), cp)) return UC_LETTER;
+    if (in_ranges(it_uc_number, COUNT(it_uc_number), cp)) return UC_NUMBER;
+    if (in_ranges(it_uc_space, COUNT(it_uc_space), cp)) return UC_SPACE;
+    return UC_OTHER;
+}
+
+/* Decodes the character at s[pos] (pos < len): returns its class, *n its length in bytes.
+ * Overlong forms, surrogates, values past U+10FFFF and truncated sequences are invalid: one
+ * byte of class "other". */
+static int char_at(const unsigned char *s, size_t len, size_t pos, size_t *n) {
+    unsigned c = s[pos];
+    uint32_t cp;
+    size_t k;
+    *n = 1;
+    if (c < 0x80) return uc_class(c);
+    if (c >= 0xC2 && c <= 0xDF) {
+        k = 2;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        k = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 4;
+        cp = c & 0x07;
+    } else {
+        return UC_OTHER;
+    }
+    if (len - pos < k) return UC_OTHER;
+    for (size_t i = 1; i < k; i++) {
+        unsigned d = s[pos + i];
+        if ((d & 0xC0) != 0x80) return UC_OTHER;
+        cp = cp << 6 | (d & 0x3F);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+        return UC_OTHER;
+    *n = k;
+    return uc_class(cp);
+}
+
+/* End of the run of characters of class `cls` starting at pos. */
+static size_t run_end(const unsigned char *s, size_t len, size_t pos, int cls) {
+    size_t n;
+    while (pos < len && char_at(s, len, pos, &n) == cls) pos += n;
+    return pos;
+}
+
+size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos) {
+    const unsigned char *s = (const unsigned char *)text;
+    if (!s || pos >= len) return len;
+    /* 's|'t|'re|'ve|'m|'ll|'d (ASCII apostrophe, lower case only) */
+    if (s[pos] == '\'' && pos + 1 < len) {
+        unsigned c1 = s[pos + 1], c2 = pos + 2 < len ? s[pos + 2] : 0;
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return pos + 3;
+    }
+    /* ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': an optional U+0020, then a run of one class.
+     * Without the space the space itself (class \s) could start none of them, so the class of
+     * the character after the optional space decides which alternative matches. */
+    size_t q = s[pos] == ' ' ? pos + 1 : pos, n;
+    if (q < len) {
+        int cls = char_at(s, len, q, &n);
+        if (cls != UC_SPACE) return run_end(s, len, q, cls);
+    }
+    /* Here s[pos] starts a run of white space. '\s+(?!\S)': the greedy run, backed off by one
+     * character when a non-space follows it (and the run is longer than one character);
+     * otherwise '\s+' takes the whole run. */
+    size_t e = pos, last = pos;
+    while (e < len && char_at(s, len, e, &n) == UC_SPACE) {
+        last = e;
+        e += n;
+    }
+    if (e < len && last > pos) return last;
+    return e;
+}
