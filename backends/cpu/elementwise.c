@@ -1,17 +1,648 @@
-/* placeholder until the real kernels land */
+/* Elementwise maps (unary, binary) and reductions over any set of dims.
+ *
+ * unary/binary: x, a, b (D...) with stride 0 on broadcast dims -> out (D...), out any
+ * non-overlapping strides, possibly the very same memory as an input. The dims are first
+ * coalesced (size-1 dims dropped, neighbours merged when every operand's strides allow), so
+ * contiguous operands become one long row; work is split into rows x chunks of CHUNK
+ * elements. Every element is computed independently, so results never depend on the
+ * thread count. fp32/fp64 compute in their own type; bf16/fp16 convert to fp32 and round
+ * back.
+ *
+ * reduce: out has x's ndim with size 1 on reduced dims. Summation order, fixed by shapes
+ * and strides alone (never by the thread count), accumulating in fp32 for fp32 (as PyTorch)
+ * and fp64 for fp64:
+ *  - the reduced dims are coalesced; the innermost one (n elements, stride s) is summed
+ *    pairwise: n <= 128 uses 8 interleaved accumulators (lane j takes elements j, j+8, ...,
+ *    combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then the n%8 tail in order; n < 8
+ *    is a plain loop), larger n splits at n2 = n/2 rounded down to a multiple of 8 and adds
+ *    the two halves' sums;
+ *  - the outer reduced dims' rows (if any) are combined pairwise, splitting [lo, hi) at
+ *    lo + (hi-lo)/2.
+ * Parallel versions (columns of outputs at once, tasks over subtrees of one huge sum) run
+ * this same tree, so they give bit-identical results. MAX propagates NaN (as torch.amax);
+ * over an empty set SUM/SUMSQ give 0, MEAN NaN and MAX -inf. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/half.h"
 #include "cpu/cpu_kernels.h"
 
+#define PAR_MIN 32768   /* elements below which a kernel stays on the calling thread */
+#define CHUNK 8192      /* elements per task of a long row */
+#define HBLOCK 256      /* bf16/fp16 elements converted at once */
+#define COLS 64         /* outputs a column reduction handles together */
+#define TASK_LEAF 65536 /* a sum shorter than this is not split into tasks */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---------------------------------------------------------------- descriptor checks */
+
+static it_status check_desc(const char *kernel, const char *name, const it_tdesc *t) {
+    if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
+    if (t->ndim < 0 || t->ndim > IT_MAX_DIMS)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim = %d outside [0, %d]", kernel, name, t->ndim, IT_MAX_DIMS);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld is negative", kernel, name, d,
+                            (long long)t->shape[d]);
+        if (t->strides[d] < 0)
+            return it_error(IT_ERR_INVALID_ARG, "%s: %s.strides[%d] = %lld is negative", kernel, name, d,
+                            (long long)t->strides[d]);
+        n *= t->shape[d];
+    }
+    if (n > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
+    return IT_OK;
+}
+
+/* out must not write one element twice: no stride 0 on a dim longer than 1. */
+static it_status check_out(const char *kernel, const it_tdesc *out) {
+    for (int d = 0; d < out->ndim; d++)
+        if (out->strides[d] == 0 && out->shape[d] > 1)
+            return it_error(IT_ERR_INVALID_ARG, "%s: out.strides[%d] is 0 on a dim of size %lld", kernel, d,
+                            (long long)out->shape[d]);
+    return IT_OK;
+}
+
+static it_status check_same_shape(const char *kernel, const char *name, const it_tdesc *t, const it_tdesc *out) {
+    if (t->ndim != out->ndim)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim %d != out.ndim %d", kernel, name, t->ndim, out->ndim);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != out->shape[d])
+            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld != out.shape[%d] = %lld", kernel, name, d,
+                            (long long)t->shape[d], d, (long long)out->shape[d]);
+    if (t->dtype != out->dtype)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s != out dtype %s", kernel, name, it_dtype_name(t->dtype),
+                        it_dtype_name(out->dtype));
+    return IT_OK;
+}
+
+static int64_t numel(const it_tdesc *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+static int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const int64_t *strides) {
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        off += (idx % shape[d]) * strides[d];
+        idx /= shape[d];
+    }
+    return off;
+}
+
+/* ---------------------------------------------------------------- scalar math
+ * fp32 exp and tanh are written out in plain arithmetic so that loops over them vectorize
+ * (libm's expf/tanhf are scalar calls): exp within 1 ulp, tanh within 1.5 ulp (checked
+ * over the whole float range against fp64 libm). fp64 uses libm: it is the reference the
+ * gradient checks run on. vexpf is repeated in softmax.c and crossentropy.c (one file each
+ * per kernel family; a shared header would be backends/cpu/ territory outside these files). */
+
+ALWAYS_INLINE float bits_to_f32(int32_t i) {
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+/* exp(x): x = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by Cephes' degree-6
+ * polynomial, times 2^k as two exponent-field factors (each normal for x in [-104, 89],
+ * so overflow gives inf and the subnormal range rounds once). NaN stays NaN. */
+ALWAYS_INLINE float vexpf(float x) {
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = x == x ? xc : 0.0f;
+    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float e = p * (r * r) + r + 1.0f;
+    int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
+    float y = e * bits_to_f32((k1 + 127) << 23) * bits_to_f32((k2 + 127) << 23);
+    return x == x ? y : x;
+}
+
+/* tanh(x) given s = exp(2|x|): Cephes' odd polynomial below |x| = 0.625, else
+ * sign(x) (1 - 2/(s + 1)). */
+ALWAYS_INLINE float vtanhf_s(float x, float s) {
+    float big = 1.0f - 2.0f / (s + 1.0f);
+    big = x < 0.0f ? -big : big;
+    float z = x * x;
+    float small =
+        ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+         3.33332819422e-1f) *
+            z * x +
+        x;
+    return fabsf(x) < 0.625f ? small : big;
+}
+ALWAYS_INLINE float vtanhf(float x) { return vtanhf_s(x, vexpf(2.0f * fabsf(x))); }
+
+/* GELU is GPT-2's tanh form; the backward is llm.c's gelu_backward term for term, with
+ * sech^2(u) = 1/cosh^2(u) computed as 4 / (s + 2 + 1/s), s = e^(2|u|) (no cancellation,
+ * and 0 once s overflows). */
+ALWAYS_INLINE float gelu_f32(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + vtanhf(sqrtf((float)(2.0 / M_PI)) * (x + cube)));
+}
+ALWAYS_INLINE double gelu_f64(double x) {
+    double cube = 0.044715 * x * x * x;
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + cube)));
+}
+ALWAYS_INLINE float gelu_bwd_f32(float x, float dy) {
+    const float k = sqrtf((float)(2.0 / M_PI));
+    float cube = 0.044715f * x * x * x;
+    float tanh_arg = k * (x + cube);
+    float s = vexpf(2.0f * fabsf(tanh_arg));
+    float tanh_out = vtanhf_s(tanh_arg, s);
+    float sech_out = 4.0f / (s + 2.0f + 1.0f / s);
+    float local_grad = 0.5f * (1.0f + tanh_out) + x * 0.5f * sech_out * k * (1.0f + 3.0f * 0.044715f * x * x);
+    return local_grad * dy;
+}
+ALWAYS_INLINE double gelu_bwd_f64(double x, double dy) {
+    const double k = sqrt(2.0 / M_PI);
+    double cube = 0.044715 * x * x * x;
+    double tanh_arg = k * (x + cube);
+    double tanh_out = tanh(tanh_arg);
+    double cosh_out = cosh(tanh_arg);
+    double sech_out = 1.0 / (cosh_out * cosh_out);
+    double local_grad = 0.5 * (1.0 + tanh_out) + x * 0.5 * sech_out * k * (1.0 + 3.0 * 0.044715 * x * x);
+    return local_grad * dy;
+}
+ALWAYS_INLINE float silu_f32(float x) { return x / (1.0f + vexpf(-x)); }
+ALWAYS_INLINE double silu_f64(double x) { return x / (1.0 + exp(-x)); }
+ALWAYS_INLINE float silu_bwd_f32(float x, float dy) {
+    float s = 1.0f / (1.0f + vexpf(-x));
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+ALWAYS_INLINE double silu_bwd_f64(double x, double dy) {
+    double s = 1.0 / (1.0 + exp(-x));
+    return dy * s * (1.0 + x * (1.0 - s));
+}
+/* max/min that propagate NaN from either side (torch.maximum / torch.minimum). */
+#define NANMAX(p, q) (((p) > (q) || (p) != (p)) ? (p) : (q))
+#define NANMIN(p, q) (((p) < (q) || (p) != (p)) ? (p) : (q))
+
+/* ---------------------------------------------------------------- row kernels
+ * y[i*sy] = f(x[i*sx]) for i < n; the unit-stride branch vectorizes. */
+#define MAP1(T, EXPR)                                                                                                  \
+    do {                                                                                                               \
+        if (sx == 1 && sy == 1) {                                                                                      \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                      \
+                T v = x[i];                                                                                            \
+                y[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T v = x[i * sx];                                                                                       \
+                y[i * sy] = (EXPR);                                                                                    \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+
+/* o[i*so] = f(a[i*sa], b[i*sb]); unit strides and a broadcast b get vectorizable loops. */
+#define MAP2(T, EXPR)                                                                                                  \
+    do {                                                                                                               \
+        if (sa == 1 && sb == 1 && so == 1) {                                                                           \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                      \
+                T p = a[i], q = b[i];                                                                                  \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else if (sa == 1 && sb == 0 && so == 1) {                                                                    \
+            const T q = b[0];                                                                                          \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                      \
+                T p = a[i];                                                                                            \
+                o[i] = (EXPR);                                                                                         \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                                          \
+                T p = a[i * sa], q = b[i * sb];                                                                        \
+                o[i * so] = (EXPR);                                                                                    \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+
+#define DEFINE_ROWS(T, SFX, EXP, LOG, SQRT, TANH)                                                                      \
+    static void unary_##SFX(it_unary_op op, T alpha, const T *x, int64_t sx, T *y, int64_t sy, int64_t n) {            \
+        switch (op) {                                                                                                  \
+        case IT_UNARY_NEG: MAP1(T, -v); break;                                                                         \
+        case IT_UNARY_SCALE: MAP1(T, alpha *v); break;                                                                 \
+        case IT_UNARY_EXP: MAP1(T, EXP(v)); break;                                                                     \
+        case IT_UNARY_LOG: MAP1(T, LOG(v)); break;                                                                     \
+        case IT_UNARY_SQRT: MAP1(T, SQRT(v)); break;                                                                   \
+        case IT_UNARY_RSQRT: MAP1(T, (T)1 / SQRT(v)); break;                                                           \
+        case IT_UNARY_SQUARE: MAP1(T, v *v); break;                                                                    \
+        case IT_UNARY_TANH: MAP1(T, TANH(v)); break;                                                                   \
+        case IT_UNARY_GELU: MAP1(T, gelu_##SFX(v)); break;                                                             \
+        case IT_UNARY_SILU: MAP1(T, silu_##SFX(v)); break;                                                             \
+        case IT_UNARY_ADD_SCALAR: MAP1(T, v + alpha); break;                                                           \
+        case IT_UNARY_RECIP: MAP1(T, (T)1 / v); break;                                                                 \
+        default: break;                                                                                                \
+        }                                                                                                              \
+    }                                                                                                                  \
+    static void binary_##SFX(it_binary_op op, const T *a, int64_t sa, const T *b, int64_t sb, T *o, int64_t so,        \
+                             int64_t n) {                                                                              \
+        switch (op) {                                                                                                  \
+        case IT_BINARY_ADD: MAP2(T, p + q); break;                                                                     \
+        case IT_BINARY_SUB: MAP2(T, p - q); break;                                                                     \
+        case IT_BINARY_MUL: MAP2(T, p *q); break;                                                                      \
+        case IT_BINARY_DIV: MAP2(T, p / q); break;                                                                     \
+        case IT_BINARY_MAX: MAP2(T, NANMAX(p, q)); break;                                                              \
+        case IT_BINARY_MIN: MAP2(T, NANMIN(p, q)); break;                                                              \
+        case IT_BINARY_GELU_BWD: MAP2(T, gelu_bwd_##SFX(p, q)); break;                                                 \
+        case IT_BINARY_SILU_BWD: MAP2(T, silu_bwd_##SFX(p, q)); break;                                                 \
+        case IT_BINARY_TANH_BWD: MAP2(T, q *((T)1 - p * p)); break;                                                    \
+        default: break;                                                                                                \
+        }                                                                                                              \
+    }
+
+DEFINE_ROWS(float, f32, vexpf, logf, sqrtf, vtanhf)
+DEFINE_ROWS(double, f64, exp, log, sqrt, tanh)
+
+/* bf16/fp16 <-> fp32 for the half paths. */
+static void half_load(it_dtype dt, const uint16_t *x, int64_t sx, float *dst, int64_t n) {
+    if (dt == IT_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) dst[i] = it_bfloat_to_float(x[i * sx]);
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = it_half_to_float(x[i * sx]);
+}
+static void half_store(it_dtype dt, const float *src, uint16_t *y, int64_t sy, int64_t n) {
+    if (dt == IT_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) y[i * sy] = it_float_to_bfloat(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i * sy] = it_float_to_half(src[i]);
+}
+
+/* ---------------------------------------------------------------- strided iteration */
+
+/* Up to three operands (0 = out) over coalesced dims. */
+typedef struct iter {
+    int nd, nt;
+    int64_t shape[IT_MAX_DIMS];
+    int64_t st[3][IT_MAX_DIMS];
+} iter;
+
+/* Drop size-1 dims; merge a dim into the previous one when every operand steps through
+ * both as through one (stride[prev] == stride[cur] * shape[cur]). */
+static void iter_build(iter *it, const it_tdesc *const *t, int nt) {
+    it->nd = 0;
+    it->nt = nt;
+    const it_tdesc *o = t[0];
+    for (int d = 0; d < o->ndim; d++) {
+        if (o->shape[d] == 1) continue;
+        int k = it->nd;
+        bool merge = k > 0;
+        for (int j = 0; j < nt && merge; j++) merge = it->st[j][k - 1] == t[j]->strides[d] * o->shape[d];
+        if (merge) {
+            it->shape[k - 1] *= o->shape[d];
+            for (int j = 0; j < nt; j++) it->st[j][k - 1] = t[j]->strides[d];
+        } else {
+            it->shape[k] = o->shape[d];
+            for (int j = 0; j < nt; j++) it->st[j][k] = t[j]->strides[d];
+            it->nd++;
+        }
+    }
+    if (it->nd == 0) { /* one element */
+        it->nd = 1;
+        it->shape[0] = 1;
+        for (int j = 0; j < nt; j++) it->st[j][0] = 1;
+    }
+}
+
+typedef struct ew_job {
+    bool binary;
+    int op;
+    float alpha;
+    it_dtype dt;
+    void *p[3]; /* out, in0, in1 */
+} ew_job;
+
+/* One piece of a row: n elements from the given element offsets. */
+static void ew_piece(const ew_job *j, const int64_t *off, const int64_t *st, int64_t n) {
+    switch (j->dt) {
+    case IT_DTYPE_FP32: {
+        float *o = (float *)j->p[0] + off[0];
+        const float *x = (const float *)j->p[1] + off[1];
+        if (j->binary)
+            binary_f32((it_binary_op)j->op, x, st[1], (const float *)j->p[2] + off[2], st[2], o, st[0], n);
+        else
+            unary_f32((it_unary_op)j->op, j->alpha, x, st[1], o, st[0], n);
+        break;
+    }
+    case IT_DTYPE_FP64: {
+        double *o = (double *)j->p[0] + off[0];
+        const double *x = (const double *)j->p[1] + off[1];
+        if (j->binary)
+            binary_f64((it_binary_op)j->op, x, st[1], (const double *)j->p[2] + off[2], st[2], o, st[0], n);
+        else
+            unary_f64((it_unary_op)j->op, (double)j->alpha, x, st[1], o, st[0], n);
+        break;
+    }
+    default: { /* bf16/fp16 through fp32 blocks */
+        float xa[HBLOCK], xb[HBLOCK], y[HBLOCK];
+        for (int64_t i0 = 0; i0 < n; i0 += HBLOCK) {
+            int64_t m = n - i0 < HBLOCK ? n - i0 : HBLOCK;
+            half_load(j->dt, (const uint16_t *)j->p[1] + off[1] + i0 * st[1], st[1], xa, m);
+            if (j->binary) {
+                half_load(j->dt, (const uint16_t *)j->p[2] + off[2] + i0 * st[2], st[2], xb, m);
+                binary_f32((it_binary_op)j->op, xa, 1, xb, 1, y, 1, m);
+            } else {
+                unary_f32((it_unary_op)j->op, j->alpha, xa, 1, y, 1, m);
+            }
+            half_store(j->dt, y, (uint16_t *)j->p[0] + off[0] + i0 * st[0], st[0], m);
+        }
+        break;
+    }
+    }
+}
+
+static void ew_run(const ew_job *j, const iter *it, int64_t total) {
+    int nd = it->nd;
+    int64_t inner = it->shape[nd - 1];
+    int64_t per_row = (inner + CHUNK - 1) / CHUNK;
+    int64_t tasks = total / inner * per_row;
+    int64_t st[3] = {it->st[0][nd - 1], it->st[1][nd - 1], it->nt > 2 ? it->st[2][nd - 1] : 0};
+#pragma omp parallel for schedule(static) if (total >= PAR_MIN)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t row = t / per_row, c0 = (t % per_row) * CHUNK;
+        int64_t n = inner - c0 < CHUNK ? inner - c0 : CHUNK;
+        int64_t off[3] = {0, 0, 0};
+        for (int k = 0; k < it->nt; k++) off[k] = offset_of(row, nd - 1, it->shape, it->st[k]) + c0 * st[k];
+        ew_piece(j, off, st, n);
+    }
+}
+
+static bool float_dtype(it_dtype dt) {
+    return dt == IT_DTYPE_FP32 || dt == IT_DTYPE_FP64 || dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16;
+}
+
+/* out (D...) = f(x) elementwise, x with out's shape (stride 0 = broadcast). */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
-    (void)s; (void)op; (void)alpha; (void)x; (void)out;
-    return it_error(IT_ERR_UNSUPPORTED, "%s: not implemented yet", __func__);
+    (void)s;
+    it_status st;
+    if ((int)op < 0 || op >= IT_UNARY_COUNT) return it_error(IT_ERR_INVALID_ARG, "unary: op %d out of range", (int)op);
+    if ((st = check_desc("unary", "x", x)) || (st = check_desc("unary", "out", out)) ||
+        (st = check_same_shape("unary", "x", x, out)) || (st = check_out("unary", out)))
+        return st;
+    if (!float_dtype(out->dtype))
+        return it_error(IT_ERR_UNSUPPORTED, "unary: dtype %s not supported", it_dtype_name(out->dtype));
+    int64_t total = numel(out);
+    if (total == 0) return IT_OK;
+    const it_tdesc *t[2] = {out, x};
+    iter it;
+    iter_build(&it, t, 2);
+    ew_job j = {false, (int)op, alpha, out->dtype, {out->data, x->data, NULL}};
+    ew_run(&j, &it, total);
+    return IT_OK;
 }
 
+/* out (D...) = f(a, b) elementwise, a and b with out's shape (stride 0 = broadcast). */
 it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out) {
-    (void)s; (void)op; (void)a; (void)b; (void)out;
-    return it_error(IT_ERR_UNSUPPORTED, "%s: not implemented yet", __func__);
+    (void)s;
+    it_status st;
+    if ((int)op < 0 || op >= IT_BINARY_COUNT)
+        return it_error(IT_ERR_INVALID_ARG, "binary: op %d out of range", (int)op);
+    if ((st = check_desc("binary", "a", a)) || (st = check_desc("binary", "b", b)) ||
+        (st = check_desc("binary", "out", out)) || (st = check_same_shape("binary", "a", a, out)) ||
+        (st = check_same_shape("binary", "b", b, out)) || (st = check_out("binary", out)))
+        return st;
+    if (!float_dtype(out->dtype))
+        return it_error(IT_ERR_UNSUPPORTED, "binary: dtype %s not supported", it_dtype_name(out->dtype));
+    int64_t total = numel(out);
+    if (total == 0) return IT_OK;
+    const it_tdesc *t[3] = {out, a, b};
+    iter it;
+    iter_build(&it, t, 3);
+    ew_job j = {true, (int)op, 0.0f, out->dtype, {out->data, a->data, b->data}};
+    ew_run(&j, &it, total);
+    return IT_OK;
 }
 
+/* ---------------------------------------------------------------- reduce */
+
+/* Kept and reduced dims of x after dropping size-1 dims and coalescing. */
+typedef struct rplan {
+    int nk, nr;
+    int64_t kshape[IT_MAX_DIMS], kxs[IT_MAX_DIMS], kos[IT_MAX_DIMS];
+    int64_t rshape[IT_MAX_DIMS], rxs[IT_MAX_DIMS];
+    int64_t nout, nred;
+} rplan;
+
+static void rplan_build(rplan *p, const it_tdesc *x, const it_tdesc *out) {
+    p->nk = p->nr = 0;
+    p->nout = numel(out);
+    p->nred = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t n = x->shape[d];
+        if (out->shape[d] == 1 && n != 1) p->nred *= n;
+        if (n == 1) continue;
+        if (out->shape[d] == 1) {
+            int k = p->nr;
+            if (k > 0 && p->rxs[k - 1] == x->strides[d] * n) {
+                p->rshape[k - 1] *= n;
+                p->rxs[k - 1] = x->strides[d];
+            } else {
+                p->rshape[k] = n;
+                p->rxs[k] = x->strides[d];
+                p->nr++;
+            }
+        } else {
+            int k = p->nk;
+            if (k > 0 && p->kxs[k - 1] == x->strides[d] * n && p->kos[k - 1] == out->strides[d] * n) {
+                p->kshape[k - 1] *= n;
+                p->kxs[k - 1] = x->strides[d];
+                p->kos[k - 1] = out->strides[d];
+            } else {
+                p->kshape[k] = n;
+                p->kxs[k] = x->strides[d];
+                p->kos[k] = out->strides[d];
+                p->nk++;
+            }
+        }
+    }
+    if (p->nr == 0) { /* nothing reduced (or only size-1 dims): a sum of one element */
+        p->rshape[0] = 1;
+        p->rxs[0] = 1;
+        p->nr = 1;
+    }
+}
+
+/* The tree of the header comment, for T = float and double. F(v) is the element's term
+ * (v, or v*v for SUMSQ). */
+#define DEFINE_REDUCE(T, SFX)                                                                                          \
+    static inline T term_##SFX(T v, int op) { return op == IT_REDUCE_SUMSQ ? v * v : v; }                              \
+    static inline T join_##SFX(T l, T r, int op) { return op == IT_REDUCE_MAX ? NANMAX(l, r) : l + r; }                \
+    /* n <= 128 elements (op SUM or SUMSQ); inlined with s == 1 for the contiguous case */                             \
+    ALWAYS_INLINE T lanes_##SFX(const T *x, int64_t n, int64_t s, int op) {                                            \
+        T res = 0;                                                                                                     \
+        int64_t i = 0;                                                                                                 \
+        if (n >= 8) {                                                                                                  \
+            T r[8];                                                                                                    \
+            for (int j = 0; j < 8; j++) r[j] = term_##SFX(x[j * s], op);                                               \
+            for (i = 8; i + 8 <= n; i += 8) {                                                                          \
+                _Pragma("omp simd") for (int j = 0; j < 8; j++) r[j] += term_##SFX(x[(i + j) * s], op);                \
+            }                                                                                                          \
+            res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                                   \
+        }                                                                                                              \
+        for (; i < n; i++) res += term_##SFX(x[i * s], op);                                                            \
+        return res;                                                                                                    \
+    }                                                                                                                  \
+    static T leaf_##SFX(const T *x, int64_t n, int64_t s, int op) {                                                    \
+        if (op == IT_REDUCE_MAX) {                                                                                     \
+            T m = (T)-INFINITY;                                                                                        \
+            for (int64_t i = 0; i < n; i++) m = NANMAX(x[i * s], m);                                                   \
+            return m;                                                                                                  \
+        }                                                                                                              \
+        if (s == 1)                                                                                                    \
+            return op == IT_REDUCE_SUMSQ ? lanes_##SFX(x, n, 1, IT_REDUCE_SUMSQ)                                       \
+                                         : lanes_##SFX(x, n, 1, IT_REDUCE_SUM);                                        \
+        return lanes_##SFX(x, n, s, op);                                                                               \
+    }                                                                                                                  \
+    static T pw_##SFX(const T *x, int64_t n, int64_t s, int op) {                                                      \
+        if (n <= 128) return leaf_##SFX(x, n, s, op);                                                                  \
+        int64_t n2 = n / 2;                                                                                            \
+        n2 -= n2 % 8;                                                                                                  \
+        return join_##SFX(pw_##SFX(x, n2, s, op), pw_##SFX(x + n2 * s, n - n2, s, op), op);                            \
+    }                                                                                                                  \
+    /* The same tree split into OpenMP tasks (call inside parallel + single). */                                       \
+    static T pw_task_##SFX(const T *x, int64_t n, int64_t s, int op) {                                                 \
+        if (n <= TASK_LEAF) return pw_##SFX(x, n, s, op);                                                              \
+        int64_t n2 = n / 2;                                                                                            \
+        n2 -= n2 % 8;                                                                                                  \
+        T l, r;                                                                                                        \
+        _Pragma("omp task shared(l)") l = pw_task_##SFX(x, n2, s, op);                                                 \
+        r = pw_task_##SFX(x + n2 * s, n - n2, s, op);                                                                  \
+        _Pragma("omp taskwait") return join_##SFX(l, r, op);                                                           \
+    }                                                                                                                  \
+    /* Outer reduced rows [lo, hi) of one output, combined pairwise. */                                                \
+    static T outer_##SFX(const T *x, const rplan *p, int64_t lo, int64_t hi, int op, bool tasks) {                     \
+        int nr = p->nr;                                                                                                \
+        int64_t inner = p->rshape[nr - 1];                                                                             \
+        if (hi - lo == 1) {                                                                                            \
+            const T *row = x + offset_of(lo, nr - 1, p->rshape, p->rxs);                                               \
+            return tasks ? pw_task_##SFX(row, inner, p->rxs[nr - 1], op) : pw_##SFX(row, inner, p->rxs[nr - 1], op);   \
+        }                                                                                                              \
+        int64_t mid = lo + (hi - lo) / 2;                                                                              \
+        if (!tasks || (hi - lo) * inner <= TASK_LEAF)                                                                  \
+            return join_##SFX(outer_##SFX(x, p, lo, mid, op, false), outer_##SFX(x, p, mid, hi, op, false), op);       \
+        T l, r;                                                                                                        \
+        _Pragma("omp task shared(l)") l = outer_##SFX(x, p, lo, mid, op, true);                                        \
+        r = outer_##SFX(x, p, mid, hi, op, true);                                                                      \
+        _Pragma("omp taskwait") return join_##SFX(l, r, op);                                                           \
+    }                                                                                                                  \
+    /* w <= COLS adjacent outputs at once (x's column stride 1): res[c] is bit-identical to                            \
+     * pw(x + c, n, s). */                                                                                             \
+    static void pw_cols_##SFX(const T *x, int64_t n, int64_t s, int64_t w, int op, T *res) {                           \
+        if (n > 128) {                                                                                                 \
+            int64_t n2 = n / 2;                                                                                        \
+            n2 -= n2 % 8;                                                                                              \
+            T l[COLS];                                                                                                 \
+            pw_cols_##SFX(x, n2, s, w, op, l);                                                                         \
+            pw_cols_##SFX(x + n2 * s, n - n2, s, w, op, res);                                                          \
+            for (int64_t c = 0; c < w; c++) res[c] = join_##SFX(l[c], res[c], op);                                     \
+            return;                                                                                                    \
+        }                                                                                                              \
+        if (op == IT_REDUCE_MAX) {                                                                                     \
+            for (int64_t c = 0; c < w; c++) res[c] = (T)-INFINITY;                                                     \
+            for (int64_t i = 0; i < n; i++)                                                                            \
+                for (int64_t c = 0; c < w; c++) res[c] = NANMAX(x[i * s + c], res[c]);                                 \
+            return;                                                                                                    \
+        }                                                                                                              \
+        for (int64_t c = 0; c < w; c++) res[c] = 0;                                                                    \
+        int64_t i = 0;                                                                                                 \
+        if (n >= 8) {                                                                                                  \
+            T r[8][COLS];                                                                                              \
+            for (int j = 0; j < 8; j++)                                                                                \
+                for (int64_t c = 0; c < w; c++) r[j][c] = term_##SFX(x[j * s + c], op);                                \
+            for (i = 8; i + 8 <= n; i += 8)                                                                            \
+                for (int j = 0; j < 8; j++) {                                                                          \
+                    const T *xr = x + (i + j) * s;                                                                     \
+                    _Pragma("omp simd") for (int64_t c = 0; c < w; c++) r[j][c] += term_##SFX(xr[c], op);              \
+                }                                                                                                      \
+            for (int64_t c = 0; c < w; c++)                                                                            \
+                res[c] = ((r[0][c] + r[1][c]) + (r[2][c] + r[3][c])) + ((r[4][c] + r[5][c]) + (r[6][c] + r[7][c]));    \
+        }                                                                                                              \
+        for (; i < n; i++)                                                                                             \
+            for (int64_t c = 0; c < w; c++) res[c] += term_##SFX(x[i * s + c], op);                                    \
+    }                                                                                                                  \
+    static T finish_##SFX(T v, int op, int64_t nred) { return op == IT_REDUCE_MEAN ? v / (T)nred : v; }                \
+    static void reduce_##SFX(const T *x, T *out, const rplan *p, int op) {                                             \
+        int rop = op == IT_REDUCE_MEAN ? IT_REDUCE_SUM : op;                                                           \
+        int64_t nouter = p->nred / p->rshape[p->nr - 1];                                                               \
+        int threads = omp_get_max_threads();                                                                           \
+        bool par = p->nout * p->nred >= PAR_MIN;                                                                       \
+        int nk = p->nk;                                                                                                \
+        if (p->nr == 1 && nk > 0 && p->kxs[nk - 1] == 1 && p->rxs[0] != 1) {                                           \
+            /* Columns: the innermost kept dim is contiguous in x; COLS outputs per task. */                           \
+            int64_t w = p->kshape[nk - 1], blocks = (w + COLS - 1) / COLS, tasks = p->nout / w * blocks;               \
+            _Pragma("omp parallel for schedule(static) if (par)") for (int64_t t = 0; t < tasks; t++) {                \
+                int64_t row = t / blocks, c0 = (t % blocks) * COLS, cw = w - c0 < COLS ? w - c0 : COLS;                \
+                T res[COLS];                                                                                           \
+                pw_cols_##SFX(x + offset_of(row, nk - 1, p->kshape, p->kxs) + c0, p->rshape[0], p->rxs[0], cw, rop,    \
+                              res);                                                                                    \
+                T *o = out + offset_of(row, nk - 1, p->kshape, p->kos) + c0 * p->kos[nk - 1];                          \
+                for (int64_t c = 0; c < cw; c++) o[c * p->kos[nk - 1]] = finish_##SFX(res[c], op, p->nred);            \
+            }                                                                                                          \
+        } else if (p->nout >= 2 * (int64_t)threads || !par) {                                                          \
+            _Pragma("omp parallel for schedule(static) if (par)") for (int64_t i = 0; i < p->nout; i++) {              \
+                T v = outer_##SFX(x + offset_of(i, nk, p->kshape, p->kxs), p, 0, nouter, rop, false);                  \
+                out[offset_of(i, nk, p->kshape, p->kos)] = finish_##SFX(v, op, p->nred);                               \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            /* Few outputs, long sums: each sum's subtrees run as tasks. */                                            \
+            for (int64_t i = 0; i < p->nout; i++) {                                                                    \
+                T v = 0;                                                                                               \
+                _Pragma("omp parallel") _Pragma("omp single") v =                                                      \
+                    outer_##SFX(x + offset_of(i, nk, p->kshape, p->kxs), p, 0, nouter, rop, true);                     \
+                out[offset_of(i, nk, p->kshape, p->kos)] = finish_##SFX(v, op, p->nred);                               \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+DEFINE_REDUCE(float, f32)
+DEFINE_REDUCE(double, f64)
+
+/* x (D...) -> out (D... with 1 on reduced dims), see the header comment for the order. */
 it_status it_cpu_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out) {
-    (void)s; (void)op; (void)x; (void)out;
-    return it_error(IT_ERR_UNSUPPORTED, "%s: not implemented yet", __func__);
+    (void)s;
+    it_status st;
+    if ((int)op < 0 || op >= IT_REDUCE_COUNT)
+        return it_error(IT_ERR_INVALID_ARG, "reduce: op %d out of range", (int)op);
+    if ((st = check_desc("reduce", "x", x)) || (st = check_desc("reduce", "out", out)) ||
+        (st = check_out("reduce", out)))
+        return st;
+    if (x->ndim != out->ndim)
+        return it_error(IT_ERR_INVALID_ARG, "reduce: out.ndim %d != x.ndim %d", out->ndim, x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (out->shape[d] != x->shape[d] && out->shape[d] != 1)
+            return it_error(IT_ERR_INVALID_ARG, "reduce: out.shape[%d] = %lld is neither x's %lld nor 1", d,
+                            (long long)out->shape[d], (long long)x->shape[d]);
+    if (x->dtype != out->dtype)
+        return it_error(IT_ERR_INVALID_ARG, "reduce: x dtype %s != out dtype %s", it_dtype_name(x->dtype),
+                        it_dtype_name(out->dtype));
+    if (x->dtype != IT_DTYPE_FP32 && x->dtype != IT_DTYPE_FP64)
+        return it_error(IT_ERR_UNSUPPORTED, "reduce: dtype %s not supported", it_dtype_name(x->dtype));
+    rplan p;
+    rplan_build(&p, x, out);
+    if (p.nout == 0) return IT_OK;
+    if (p.nred == 0) { /* empty reduction: the identity (NaN for a mean, as torch) */
+        double v = op == IT_REDUCE_MAX ? -INFINITY : op == IT_REDUCE_MEAN ? NAN : 0.0;
+        for (int64_t i = 0; i < p.nout; i++) {
+            int64_t off = offset_of(i, out->ndim, out->shape, out->strides);
+            if (x->dtype == IT_DTYPE_FP32)
+                ((float *)out->data)[off] = (float)v;
+            else
+                ((double *)out->data)[off] = v;
+        }
+        return IT_OK;
+    }
+    if (x->dtype == IT_DTYPE_FP32)
+        reduce_f32((const float *)x->data, (float *)out->data, &p, (int)op);
+    else
+        reduce_f64((const double *)x->data, (double *)out->data, &p, (int)op);
+    return IT_OK;
 }

@@ -1,7 +1,252 @@
-/* placeholder until the real kernels land */
+/* Batched strided GEMM on OpenBLAS.
+ *
+ *   a (Ba, ra, ca), b (Bb, rb, cb), c (B, M, N), Ba and Bb in {B, 1} (or batch stride 0):
+ *   C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i],   op(A) (M, K), op(B) (K, N)
+ *
+ * Each matrix is handed to cblas_?gemm (CblasRowMajor) without a copy when it has a unit
+ * stride in one of its two dims: row-major with ld = row stride, or column-major, which is
+ * the row-major transpose with ld = column stride (its trans flag flips). A column-major C
+ * is computed as C^T = op(B)^T @ op(A)^T. Anything else (both strides > 1, overlapping
+ * rows) goes through a contiguous temporary, as do bf16/fp16 (converted to fp32, computed
+ * with sgemm, rounded back). beta == 0 never reads C (BLAS's contract; NaN in C ignored).
+ *
+ * Threads: with at least 2 matrices per thread (or one per thread when they are small)
+ * the batch runs as an OpenMP loop with single-threaded BLAS inside (OpenBLAS's OpenMP build
+ * does not fork inside a parallel region); otherwise the matrices run one after another,
+ * each on all of BLAS's threads. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "core/half.h"
 #include "cpu/cpu_kernels.h"
 
+enum { LAYOUT_ROW, LAYOUT_COL, LAYOUT_COPY };
+
+/* One operand as BLAS sees it: op(X) = trans ? P^T : P with P row-major at p, leading
+ * dimension ld. */
+typedef struct operand {
+    const it_tdesc *d;
+    int64_t rows, cols; /* of the stored matrix */
+    int64_t srow, scol; /* element strides of the stored matrix */
+    int64_t sbatch;     /* 0 when broadcast over the batch */
+    int layout;
+    int64_t ld;
+    bool trans; /* the caller's flag (op() of the stored matrix) */
+} operand;
+
+static it_status check_desc3(const char *name, const it_tdesc *t) {
+    if (t->ndim != 3)
+        return it_error(IT_ERR_INVALID_ARG, "gemm: %s must be 3-D (batch, rows, cols), got ndim %d", name, t->ndim);
+    for (int d = 0; d < 3; d++) {
+        if (t->shape[d] < 0)
+            return it_error(IT_ERR_INVALID_ARG, "gemm: %s.shape[%d] = %lld is negative", name, d,
+                            (long long)t->shape[d]);
+        if (t->strides[d] < 0)
+            return it_error(IT_ERR_INVALID_ARG, "gemm: %s.strides[%d] = %lld is negative", name, d,
+                            (long long)t->strides[d]);
+    }
+    if (t->data == NULL && t->shape[0] * t->shape[1] * t->shape[2] > 0)
+        return it_error(IT_ERR_INVALID_ARG, "gemm: %s.data is NULL", name);
+    return IT_OK;
+}
+
+/* Row-major (unit column stride), column-major (unit row stride) or neither. Size-1 dims
+ * take whatever stride makes the matrix usable: their stride is never followed. */
+static void classify(operand *o) {
+    int64_t r = o->rows, c = o->cols;
+    int64_t sr = r == 1 ? (c > 1 ? c : 1) : o->srow, sc = c == 1 ? 1 : o->scol;
+    if (sc == 1 && sr >= (c > 1 ? c : 1) && sr <= INT_MAX) {
+        o->layout = LAYOUT_ROW;
+        o->ld = sr;
+        return;
+    }
+    sr = r == 1 ? 1 : o->srow;
+    sc = c == 1 ? (r > 1 ? r : 1) : o->scol;
+    if (sr == 1 && sc >= (r > 1 ? r : 1) && sc <= INT_MAX) {
+        o->layout = LAYOUT_COL;
+        o->ld = sc;
+        return;
+    }
+    o->layout = LAYOUT_COPY;
+    o->ld = c;
+}
+
+/* Element (i, j) of matrix `batch` of o as double / into double, for the copy paths. */
+static double load(const operand *o, int64_t batch, int64_t i, int64_t j) {
+    int64_t off = batch * o->sbatch + i * o->srow + j * o->scol;
+    switch (o->d->dtype) {
+    case IT_DTYPE_FP32: return ((const float *)o->d->data)[off];
+    case IT_DTYPE_FP64: return ((const double *)o->d->data)[off];
+    case IT_DTYPE_BF16: return it_bfloat_to_float(((const uint16_t *)o->d->data)[off]);
+    default: return it_half_to_float(((const uint16_t *)o->d->data)[off]);
+    }
+}
+
+static void store(const operand *o, int64_t batch, int64_t i, int64_t j, double v) {
+    int64_t off = batch * o->sbatch + i * o->srow + j * o->scol;
+    switch (o->d->dtype) {
+    case IT_DTYPE_FP32: ((float *)o->d->data)[off] = (float)v; break;
+    case IT_DTYPE_FP64: ((double *)o->d->data)[off] = v; break;
+    case IT_DTYPE_BF16: ((uint16_t *)o->d->data)[off] = it_float_to_bfloat((float)v); break;
+    default: ((uint16_t *)o->d->data)[off] = it_float_to_half((float)v); break;
+    }
+}
+
+/* tmp (rows, cols) row-major <- stored matrix `batch` of o (converted to fp32 or fp64). */
+static void gather(const operand *o, int64_t batch, void *tmp, bool f64) {
+    for (int64_t i = 0; i < o->rows; i++)
+        for (int64_t j = 0; j < o->cols; j++) {
+            double v = load(o, batch, i, j);
+            if (f64)
+                ((double *)tmp)[i * o->cols + j] = v;
+            else
+                ((float *)tmp)[i * o->cols + j] = (float)v;
+        }
+}
+
+static void scatter(const operand *o, int64_t batch, const void *tmp, bool f64) {
+    for (int64_t i = 0; i < o->rows; i++)
+        for (int64_t j = 0; j < o->cols; j++)
+            store(o, batch, i, j, f64 ? ((const double *)tmp)[i * o->cols + j] : ((const float *)tmp)[i * o->cols + j]);
+}
+
+/* The BLAS view of an operand whose matrix lives at p (row-major with o->ld, or the
+ * column-major form): returns the trans flag to pass. */
+static bool blas_trans(const operand *o) { return o->layout == LAYOUT_COL ? !o->trans : o->trans; }
+
+/* C (M, N) = alpha op(A) op(B) + beta C with every operand already BLAS-usable. */
+static void gemm_one(bool f64, const operand *A, const void *pa, const operand *B, const void *pb, const operand *C,
+                     void *pc, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    bool ta = blas_trans(A), tb = blas_trans(B);
+    const void *p1 = pa, *p2 = pb;
+    int64_t ld1 = A->ld, ld2 = B->ld, m = M, n = N;
+    if (C->layout == LAYOUT_COL) { /* C^T (N, M) = op(B)^T op(A)^T */
+        bool t = ta;
+        ta = !tb;
+        tb = !t;
+        p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
+    }
+    enum CBLAS_TRANSPOSE t1 = ta ? CblasTrans : CblasNoTrans, t2 = tb ? CblasTrans : CblasNoTrans;
+    if (f64)
+        cblas_dgemm(CblasRowMajor, t1, t2, (int)m, (int)n, (int)K, alpha, p1, (int)ld1, p2, (int)ld2, beta, pc,
+                    (int)C->ld);
+    else
+        cblas_sgemm(CblasRowMajor, t1, t2, (int)m, (int)n, (int)K, alpha, p1, (int)ld1, p2, (int)ld2, beta, pc,
+                    (int)C->ld);
+}
+
+static const char *elem(const operand *o, int64_t batch) {
+    return (const char *)o->d->data + (size_t)(batch * o->sbatch) * it_dtype_size(o->d->dtype);
+}
+
+/* K == 0: C = beta * C (beta == 0 writes zeros without reading C). */
+static void scale_c(const operand *C, int64_t batches, float beta) {
+    for (int64_t b = 0; b < batches; b++)
+        for (int64_t i = 0; i < C->rows; i++)
+            for (int64_t j = 0; j < C->cols; j++)
+                store(C, b, i, j, beta == 0.0f ? 0.0 : (double)beta * load(C, b, i, j));
+}
+
+static void init_operand(operand *o, const it_tdesc *d, bool trans, int64_t batches) {
+    o->d = d;
+    o->rows = d->shape[1];
+    o->cols = d->shape[2];
+    o->srow = d->strides[1];
+    o->scol = d->strides[2];
+    o->sbatch = (d->shape[0] == 1 && batches != 1) ? 0 : d->strides[0];
+    o->trans = trans;
+    classify(o);
+}
+
 it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
-    (void)s; (void)args;
-    return it_error(IT_ERR_UNSUPPORTED, "%s: not implemented yet", __func__);
+    (void)s;
+    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "gemm: args is NULL");
+    const it_tdesc *a = &args->a, *b = &args->b, *c = &args->c;
+    it_status st;
+    if ((st = check_desc3("a", a)) || (st = check_desc3("b", b)) || (st = check_desc3("c", c))) return st;
+    it_dtype dt = c->dtype;
+    if (a->dtype != dt || b->dtype != dt)
+        return it_error(IT_ERR_INVALID_ARG, "gemm: dtypes differ (a %s, b %s, c %s)", it_dtype_name(a->dtype),
+                        it_dtype_name(b->dtype), it_dtype_name(dt));
+    if (dt != IT_DTYPE_FP32 && dt != IT_DTYPE_FP64 && dt != IT_DTYPE_BF16 && dt != IT_DTYPE_FP16)
+        return it_error(IT_ERR_UNSUPPORTED, "gemm: dtype %s not supported", it_dtype_name(dt));
+
+    int64_t batches = c->shape[0], M = c->shape[1], N = c->shape[2];
+    int64_t am = args->trans_a ? a->shape[2] : a->shape[1], ak = args->trans_a ? a->shape[1] : a->shape[2];
+    int64_t bk = args->trans_b ? b->shape[2] : b->shape[1], bn = args->trans_b ? b->shape[1] : b->shape[2];
+    if (am != M || bn != N || ak != bk)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "gemm: shapes do not chain: op(a) is (%lld, %lld), op(b) is (%lld, %lld), c is (%lld, %lld)",
+                        (long long)am, (long long)ak, (long long)bk, (long long)bn, (long long)M, (long long)N);
+    if ((a->shape[0] != batches && a->shape[0] != 1) || (b->shape[0] != batches && b->shape[0] != 1))
+        return it_error(IT_ERR_INVALID_ARG, "gemm: batch sizes a %lld, b %lld do not match c's %lld (or 1)",
+                        (long long)a->shape[0], (long long)b->shape[0], (long long)batches);
+    int64_t K = ak;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return it_error(IT_ERR_UNSUPPORTED, "gemm: dims M %lld, N %lld, K %lld exceed BLAS's int", (long long)M,
+                        (long long)N, (long long)K);
+    if (batches == 0 || M == 0 || N == 0) return IT_OK;
+    if (batches > 1 && c->strides[0] == 0)
+        return it_error(IT_ERR_INVALID_ARG, "gemm: c.strides[0] is 0 with %lld batches (outputs would overlap)",
+                        (long long)batches);
+
+    operand A, B, C;
+    init_operand(&A, a, args->trans_a, batches);
+    init_operand(&B, b, args->trans_b, batches);
+    init_operand(&C, c, false, batches);
+    if (K == 0) { /* BLAS would do the same, but its ld checks reject some valid K == 0 views */
+        scale_c(&C, batches, args->beta);
+        return IT_OK;
+    }
+
+    bool f64 = dt == IT_DTYPE_FP64, half = dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16;
+    if (half) A.layout = B.layout = C.layout = LAYOUT_COPY;
+
+    if (A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY && C.layout != LAYOUT_COPY) {
+        /* Whole matrices per thread when there are enough of them to share out evenly, or
+         * when they are too small for BLAS's own threading to pay. */
+        int64_t threads = omp_get_max_threads();
+        bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
+        size_t es = it_dtype_size(dt);
+        if (threads > 1 && (batches >= 2 * threads || (small && batches >= threads))) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < batches; i++)
+                gemm_one(f64, &A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * es, M, N,
+                         K, args->alpha, args->beta);
+        } else {
+            for (int64_t i = 0; i < batches; i++)
+                gemm_one(f64, &A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * es, M, N,
+                         K, args->alpha, args->beta);
+        }
+        return IT_OK;
+    }
+
+    /* Copy path: every operand that is not BLAS-usable (or every one, for half types) goes
+     * through a contiguous fp32/fp64 temporary. */
+    size_t ts = f64 ? sizeof(double) : sizeof(float);
+    size_t na = A.layout == LAYOUT_COPY ? (size_t)(A.rows * A.cols) : 0;
+    size_t nb = B.layout == LAYOUT_COPY ? (size_t)(B.rows * B.cols) : 0;
+    size_t nc = C.layout == LAYOUT_COPY ? (size_t)(C.rows * C.cols) : 0;
+    char *tmp = malloc((na + nb + nc) * ts);
+    if (tmp == NULL) return it_error(IT_ERR_OOM, "gemm: no memory for a %zu-byte contiguous copy", (na + nb + nc) * ts);
+    void *ta = tmp, *tb = tmp + na * ts, *tc = tmp + (na + nb) * ts;
+    operand Ac = A, Bc = B, Cc = C;
+    if (na) Ac.layout = LAYOUT_ROW, Ac.ld = A.cols;
+    if (nb) Bc.layout = LAYOUT_ROW, Bc.ld = B.cols;
+    if (nc) Cc.layout = LAYOUT_ROW, Cc.ld = C.cols;
+    size_t es = it_dtype_size(dt);
+    for (int64_t i = 0; i < batches; i++) {
+        /* A broadcast operand is gathered once. */
+        if (na && (i == 0 || A.sbatch != 0)) gather(&A, i, ta, f64);
+        if (nb && (i == 0 || B.sbatch != 0)) gather(&B, i, tb, f64);
+        if (nc && args->beta != 0.0f) gather(&C, i, tc, f64);
+        gemm_one(f64, &Ac, na ? ta : elem(&A, i), &Bc, nb ? tb : elem(&B, i), &Cc,
+                 nc ? tc : (char *)c->data + (size_t)(i * C.sbatch) * es, M, N, K, args->alpha, args->beta);
+        if (nc) scatter(&C, i, tc, f64);
+    }
+    free(tmp);
+    return IT_OK;
 }

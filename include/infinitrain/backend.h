@@ -12,7 +12,8 @@
  * Rules every slot follows:
  *  - a slot's C type is its contract; NULL means "not provided here".
  *  - kernels run asynchronously on the stream they are given and never allocate device
- *    memory behind the caller's back (scratch comes from the caller as a workspace).
+ *    memory behind the caller's back (scratch comes from the caller as a workspace). The
+ *    CPU backend's gemm may malloc a host temporary for operands with no unit stride.
  *  - kernels return IT_OK or an it_status after it_error(...) naming the call that failed.
  *  - device pointers inside descriptors are only dereferenced on the device (stream). */
 #ifndef INFINITRAIN_BACKEND_H
@@ -203,7 +204,7 @@ typedef struct it_kernels {
 
     /* ---- layernorm over the last dim C of x (R, C) (leading dims flattened):
      * y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (biased var); mean, rstd (R)
-     * fp32 saved for backward. b may be NULL (no bias). */
+     * saved for backward, fp32 (fp64 for fp64 x). b may be NULL (no bias). */
     it_status (*layernorm_fwd)(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
                                it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
     /* dx (R, C) written; dw, db (C) written (not accumulated); db may be NULL. */
@@ -217,7 +218,8 @@ typedef struct it_kernels {
     it_status (*softmax_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
                              it_tdesc *dx);
 
-    /* ---- cross entropy: logits (N, Vp), targets (N) int32/int64 in [0, V), losses (N) fp32.
+    /* ---- cross entropy: logits (N, Vp), targets (N) int32/int64 in [0, V), losses (N) fp32
+     * (fp64 for fp64 logits).
      * Only the first `valid` columns take part in the softmax (llm.c's padded vocab). */
     it_status (*cross_entropy_fwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                    it_tdesc *losses);
