@@ -18,41 +18,20 @@
 #include "infinitrain/tensor.h"
 
 /* ------------------------------------------------------------------ kernel slots
- * The kernel table is read slot by slot through its named members (reading it as an array of
- * pointers would assume a layout C does not promise). The list must follow it_kernels; the
- * static assertion catches a slot added to backend.h and not here, and main() checks the
- * order against it_kernel_slot_name(). */
-/* clang-format off */
-#define IT_INFO_SLOTS(X)                                                                \
-    X(cast) X(fill) X(copy_strided) X(gemm) X(unary) X(binary) X(reduce)                \
-    X(embedding_fwd) X(embedding_bwd) X(layernorm_fwd) X(layernorm_bwd) X(softmax_fwd)  \
-    X(softmax_bwd) X(cross_entropy_fwd) X(cross_entropy_bwd) X(sgd_step) X(adam_step)
-/* clang-format on */
+ * Native or fallback comes from the core's dispatch statistics, so this tool never needs to
+ * know the kernel table's layout. */
+#define N_SLOTS IT_KERNEL_SLOT_COUNT
 
-#define IT_INFO_COUNT_ONE(slot) +1
-enum { N_SLOTS = 0 IT_INFO_SLOTS(IT_INFO_COUNT_ONE) };
-_Static_assert(N_SLOTS == IT_KERNEL_SLOT_COUNT, "it-info: IT_INFO_SLOTS must list every it_kernels slot");
-
-static const char *const slot_names[N_SLOTS] = {
-#define IT_INFO_NAME(slot) #slot,
-    IT_INFO_SLOTS(IT_INFO_NAME)
-#undef IT_INFO_NAME
-};
-
-static bool slot_native(const it_kernels *k, size_t slot) {
-    size_t i = 0;
-#define IT_INFO_TEST(s)                                                                                                \
-    if (slot == i++) return k->s != NULL;
-    IT_INFO_SLOTS(IT_INFO_TEST)
-#undef IT_INFO_TEST
-    return false;
+static bool slot_native(const it_backend *b, size_t slot) {
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    return it_backend_kernel_stats(b, st) == IT_OK && st[slot].native;
 }
 
 static bool slot_required(size_t slot) { return slot < 3; /* cast, fill, copy_strided */ }
 
-static int native_count(const it_kernels *k) {
+static int native_count(const it_backend *b) {
     int n = 0;
-    for (size_t i = 0; i < N_SLOTS; i++) n += slot_native(k, i);
+    for (size_t i = 0; i < N_SLOTS; i++) n += slot_native(b, i);
     return n;
 }
 
@@ -183,15 +162,6 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    for (size_t i = 0; i < N_SLOTS; i++) {
-        const char *core = it_kernel_slot_name(i);
-        if (!core || strcmp(core, slot_names[i]) != 0) {
-            fprintf(stderr, "it-info: internal error: kernel slot %zu is '%s' in the core but '%s' here\n", i,
-                    core ? core : "(none)", slot_names[i]);
-            return 1;
-        }
-    }
-
     /* Load every discoverable plugin; remember why the refused ones were refused. */
     char names[64][40];
     int nplug = 0;
@@ -229,7 +199,7 @@ int main(int argc, char **argv) {
         } else {
             table_set(&tab, r, 4, "%d", ndev[i]);
         }
-        table_set(&tab, r, 5, "%d/%d native", native_count(b->kernels), (int)N_SLOTS);
+        table_set(&tab, r, 5, "%d/%d native", native_count(b), (int)N_SLOTS);
         table_set(&tab, r, 6, "%s", it_backend_origin(b));
     }
     printf("Registered backends (%d)\n", nb);
@@ -332,12 +302,12 @@ int main(int argc, char **argv) {
                 table_set(&tab, r, 1, "%s", slot_required(s) ? "yes" : "");
                 for (int i = 0; i < cols; i++)
                     table_set(&tab, r, 2 + i, "%s",
-                              slot_native(it_backend_at(first + i)->kernels, s) ? "native" : "fallback");
+                              slot_native(it_backend_at(first + i), s) ? "native" : "fallback");
             }
             int r = table_row(&tab);
             table_set(&tab, r, 0, "native slots");
             for (int i = 0; i < cols; i++)
-                table_set(&tab, r, 2 + i, "%d/%d", native_count(it_backend_at(first + i)->kernels), (int)N_SLOTS);
+                table_set(&tab, r, 2 + i, "%d/%d", native_count(it_backend_at(first + i)), (int)N_SLOTS);
             table_print(&tab, stdout);
         }
     }

@@ -19,6 +19,10 @@ static const it_kernels cpu_kernels = {
     .cross_entropy_bwd = it_cpu_cross_entropy_bwd,
     .sgd_step = it_cpu_sgd_step,
     .adam_step = it_cpu_adam_step,
+    .rmsnorm_fwd = it_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = it_cpu_rmsnorm_bwd,
+    .rope = it_cpu_rope,
+    .topk = it_cpu_topk,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

@@ -47,6 +47,19 @@ it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *pa
 it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
                            it_tdesc *m, it_tdesc *v);
 
+/* rmsnorm.c */
+it_status it_cpu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,
+                             it_tdesc *rstd);
+it_status it_cpu_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                             const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw);
+
+/* rope.c */
+it_status it_cpu_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
+                      it_tdesc *y);
+
+/* topk.c */
+it_status it_cpu_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
+
 /* runtime.c: the CPU runtime table (one device, "cpu:0"; memory is host memory). */
 extern const it_runtime it_cpu_runtime;
 

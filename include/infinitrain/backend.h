@@ -30,7 +30,7 @@ extern "C" {
 
 /* Bump on any incompatible change of the structs below; plugins built against another
  * version are refused at load time. */
-#define IT_BACKEND_API_VERSION 1
+#define IT_BACKEND_API_VERSION 2
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -233,6 +233,24 @@ typedef struct it_kernels {
     it_status (*sgd_step)(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
     it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
                            it_tdesc *m, it_tdesc *v);
+
+    /* ---- LLaMA-3 / Mixtral */
+    /* RMSNorm over the last dim C of x (R, C): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps)
+     * (R), saved for backward, fp32 (fp64 for fp64 x). */
+    it_status (*rmsnorm_fwd)(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,
+                             it_tdesc *rstd);
+    /* dx (R, C) and dw (C) written (not accumulated). */
+    it_status (*rmsnorm_bwd)(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                             const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw);
+    /* Rotary embedding on interleaved pairs. x, y (B, T, H, D); cos, sin (T, D/2) in x's dtype.
+     * With x0 = x[.., t, h, 2i], x1 = x[.., t, h, 2i+1], c = cos[t, i], s = sin[t, i]:
+     *   y[2i] = x0*c - x1*s,  y[2i+1] = x0*s + x1*c          (Meta's complex product)
+     * `inverse` rotates by the negative angle (s -> -s): the backward of the forward. */
+    it_status (*rope)(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
+                      it_tdesc *y);
+    /* Top-k over the last dim of x (N, E): values (N, k) in descending order, indices (N, k)
+     * int32; equal values keep the lower index first. 1 <= k <= E. */
+    it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
 } it_kernels;
 
 /* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */

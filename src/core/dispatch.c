@@ -251,6 +251,38 @@ static it_status fb_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *
     return RUN(CPU->adam_step(NULL, args, hp, hg, hm, hv));
 }
 
+static it_status fb_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,
+                                it_tdesc *rstd) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hx = IN(x), *hw = IN(w);
+    it_tdesc *hy = OUT(y), *hr = OUT(rstd);
+    return RUN(CPU->rmsnorm_fwd(NULL, hx, hw, eps, hy, hr));
+}
+static it_status fb_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                                const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hdy = IN(dy), *hx = IN(x), *hw = IN(w), *hr = IN(rstd);
+    it_tdesc *hdx = OUT(dx), *hdw = OUT(dw);
+    return RUN(CPU->rmsnorm_bwd(NULL, hdy, hx, hw, hr, hdx, hdw));
+}
+static it_status fb_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
+                         it_tdesc *y) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hx = IN(x), *hc = IN(cos), *hs = IN(sin);
+    it_tdesc *hy = OUT(y);
+    return RUN(CPU->rope(NULL, hx, hc, hs, inverse, hy));
+}
+static it_status fb_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices) {
+    fb f;
+    fb_begin(&f, s);
+    const it_tdesc *hx = IN(x);
+    it_tdesc *hv = OUT(values), *hi = OUT(indices);
+    return RUN(CPU->topk(NULL, hx, k, hv, hi));
+}
+
 static const it_kernels fallback_kernels = {
     .cast = fb_cast,
     .fill = fb_fill,
@@ -269,6 +301,10 @@ static const it_kernels fallback_kernels = {
     .cross_entropy_bwd = fb_cross_entropy_bwd,
     .sgd_step = fb_sgd_step,
     .adam_step = fb_adam_step,
+    .rmsnorm_fwd = fb_rmsnorm_fwd,
+    .rmsnorm_bwd = fb_rmsnorm_bwd,
+    .rope = fb_rope,
+    .topk = fb_topk,
 };
 
 /* ---------------------------------------------------------------- tables and stats */

@@ -43,7 +43,8 @@ static const char *const slot_names[] = {
     "unary",         "binary",        "reduce",        "embedding_fwd",
     "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_fwd",
     "softmax_bwd",   "cross_entropy_fwd", "cross_entropy_bwd", "sgd_step",
-    "adam_step",
+    "adam_step",     "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
+    "topk",
 };
 _Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
                "slot_names must list every it_kernels slot");
