@@ -21,6 +21,9 @@ typedef struct it_model_info {
     int64_t padded_vocab;    /* logits' width */
     int64_t num_params;
     int n_layer, n_head, n_embd;
+    int n_kv_head;   /* LLaMA-3 / Mixtral (0 for GPT-2) */
+    int ffn_hidden;  /* MLP width (LLaMA-3), expert width (Mixtral) */
+    int n_expert, router_topk; /* Mixtral */
 } it_model_info;
 
 IT_API void it_model_free(it_model *m);
@@ -49,6 +52,20 @@ IT_API it_status it_gpt2_config_check(const it_gpt2_config *cfg);
  * layernorms 1/0 (as GPT-2 and llm.c). */
 IT_API it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, it_model **out);
 IT_API it_status it_gpt2_load(const char *path, it_device dev, it_model **out);
+
+/* ---- LLaMA-3 (llm.c checkpoint, magic 20240803 version 3) */
+IT_API it_status it_llama3_load(const char *path, it_device dev, it_model **out);
+/* InfiniTrain's FFN width: h = 4C; h = 2h/3; h = llround(h * multiplier) in fp32; then up
+ * to a multiple of multiple_of. */
+IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of);
+
+/* ---- Mixtral (InfiniTrain tiny-Mixtral checkpoint, magic 20260513 version 2) */
+IT_API it_status it_mixtral_load(const char *path, it_device dev, it_model **out);
+/* Weight of the load-balancing loss added by it_model_loss (0 = off; mean over layers). */
+IT_API void it_model_set_aux_loss_coeff(it_model *m, float coeff);
+/* Tokens routed to each expert (n_layer x n_expert, row-major) since the last reset;
+ * returns the number of entries (0 for models without experts). */
+IT_API int it_model_expert_tokens(it_model *m, int64_t *counts, int max, bool reset);
 
 #ifdef __cplusplus
 }

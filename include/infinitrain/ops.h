@@ -47,6 +47,27 @@ IT_API it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_
 /* qkv (B, T, 3C), rows Q|K|V, n_head heads -> (B, T, C); causal, scale 1/sqrt(C/n_head). */
 IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);
 
+/* ---- LLaMA-3 / Mixtral */
+/* x * rsqrt(mean(x^2) + eps) * w over the last dim. */
+IT_API it_tensor *it_rmsnorm(it_tensor *x, it_tensor *w, float eps);
+/* Rotary embedding of x (B, T, H, D) on interleaved pairs with tables cos/sin (T, D/2). */
+IT_API it_tensor *it_rope(it_tensor *x, it_tensor *cos, it_tensor *sin);
+/* Causal attention with grouped-query heads: q (B, T, nh, hd), k, v (B, T, nkv, hd),
+ * nh divisible by nkv (kv head j serves query heads j*r .. j*r+r-1) -> (B, T, nh*hd). */
+IT_API it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v);
+/* The k largest entries of each row of x (N, E), descending (ties: lower index first);
+ * differentiable in x. *indices (optional) receives the (N, k) int32 indices. */
+IT_API it_tensor *it_topk(it_tensor *x, int64_t k, it_tensor **indices);
+/* out (rows, C) = zeros with src's rows added at idx (n): a differentiable scatter-add. */
+IT_API it_tensor *it_index_add(int64_t rows, it_tensor *idx, it_tensor *src);
+/* Mixture of experts (Mixtral): router (E, C); per token the top-k experts by raw router
+ * logit, weights softmax over those k logits, output sum of weight * down(silu(gate x) * up x).
+ * Tokens are grouped per expert (one matmul per expert). tokens_per_expert (E entries,
+ * optional) receives the routing counts; aux_loss (optional) the load-balancing loss. */
+IT_API it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate,
+                         it_tensor *const *up, it_tensor *const *down, int k, int64_t *tokens_per_expert,
+                         it_tensor **aux_loss);
+
 /* ---- reductions: over the listed dims (negative counts from the end) */
 IT_API it_tensor *it_sum(it_tensor *x, int ndims, const int *dims, bool keepdim);
 IT_API it_tensor *it_mean(it_tensor *x, int ndims, const int *dims, bool keepdim);

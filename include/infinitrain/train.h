@@ -36,6 +36,7 @@ typedef struct it_train_config {
     const char *output_checkpoint; /* --output_checkpoint: written after the last step */
     int log_interval;         /* --log_interval: progress/ETA line every N steps (10) */
     int64_t max_memory_mb;    /* --max_memory_mb: allocator limit (0 = none) */
+    float moe_aux_loss_coeff; /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
     bool backend_report;      /* --backend_report: kernel coverage/time table at the end */
     bool quiet;               /* no per-step lines (tests) */
 } it_train_config;

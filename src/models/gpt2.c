@@ -167,8 +167,16 @@ static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, it_model *
     g->cfg = *cfg;
     st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg));
     if (st) goto fail;
-    m->info = (it_model_info){"gpt2", cfg->block_size, cfg->vocab_size, cfg->padded_vocab_size, m->info.num_params,
-                              cfg->n_layer, cfg->n_head, cfg->n_embd};
+    m->info = (it_model_info){.family = "gpt2",
+                              .block_size = cfg->block_size,
+                              .vocab_size = cfg->vocab_size,
+                              .padded_vocab = cfg->padded_vocab_size,
+                              .num_params = m->info.num_params,
+                              .n_layer = cfg->n_layer,
+                              .n_head = cfg->n_head,
+                              .n_embd = cfg->n_embd,
+                              .n_kv_head = cfg->n_head,
+                              .ffn_hidden = 4 * cfg->n_embd};
     int64_t sizes[NKINDS], off = 0, C = cfg->n_embd;
     kind_sizes(cfg, sizes);
     /* per-layer shapes of the kinds that repeat */

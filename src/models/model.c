@@ -51,7 +51,11 @@ it_status it_model_save(const it_model *m, const char *path) { return m->vt->sav
 double it_model_flops_per_token(const it_model *m, int64_t T) { return m->vt->flops_per_token(m, T); }
 
 it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets) {
-    return it_cross_entropy(it_model_forward(m, idx), targets, m->info.vocab_size);
+    m->aux_loss = NULL;
+    it_tensor *loss = it_cross_entropy(it_model_forward(m, idx), targets, m->info.vocab_size);
+    if (loss && m->aux_loss) loss = it_add(loss, m->aux_loss);
+    m->aux_loss = NULL;
+    return loss;
 }
 
 /* ---------------------------------------------------------------- random numbers */

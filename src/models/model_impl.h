@@ -17,6 +17,9 @@ struct it_model {
     it_model_info info;
     it_device dev;
     it_tensor *params, *grads; /* flat, owned */
+    /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
+     * forward's scope; it_model_loss adds it and clears it. */
+    it_tensor *aux_loss;
     void *impl;
 };
 

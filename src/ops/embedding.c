@@ -56,3 +56,38 @@ it_tensor *it_embedding(it_tensor *idx, it_tensor *weight) {
     }
     return out;
 }
+
+/* ---------------------------------------------------------------- index_add */
+
+/* dsrc = rows of dout gathered at idx. */
+static it_status index_add_backward(it_node *n, it_tensor *dy) {
+    it_tensor *idx = n->saved[0], *src = n->in[0];
+    it_tensor *g = it__empty_like(src), *dyc = it_tensor_contiguous(dy);
+    if (!g || !dyc) return it_last_status();
+    it_tdesc di = it_tensor_desc(idx), dd = it_tensor_desc(dyc), dg = it_tensor_desc(g);
+    it_status st = KCALL(it_tensor_device(src), embedding_fwd, &di, &dd, &dg);
+    return st ? st : it__accum_grad(src, g);
+}
+
+it_tensor *it_index_add(int64_t rows, it_tensor *idx, it_tensor *src) {
+    OP_REQUIRE(idx && src);
+    if (idx->dtype != IT_DTYPE_I32 && idx->dtype != IT_DTYPE_I64) {
+        it_error(IT_ERR_INVALID_ARG, "index_add: indices must be int32 or int64, got %s", it_dtype_name(idx->dtype));
+        return NULL;
+    }
+    if (idx->ndim != 1 || src->ndim != 2 || src->shape[0] != idx->shape[0] || rows < 0) {
+        it_error(IT_ERR_INVALID_ARG, "index_add: idx (n) and src (n, C) expected");
+        return NULL;
+    }
+    it_tensor *ic = it_tensor_contiguous(idx), *sc = it_tensor_contiguous(src);
+    it_tensor *out = it_tensor_zeros(it_tensor_device(src), src->dtype, 2, (int64_t[]){rows, src->shape[1]});
+    OP_REQUIRE(ic && sc && out);
+    it_tdesc di = it_tensor_desc(ic), ds = it_tensor_desc(sc), dout = it_tensor_desc(out);
+    if (KCALL(it_tensor_device(src), embedding_bwd, &di, &ds, &dout)) return NULL;
+    if (it__needs_grad(1, &src)) {
+        it_node *n = it__node_record("index_add", index_add_backward, out, 1, &src);
+        OP_REQUIRE(n);
+        it__node_save(n, ic);
+    }
+    return out;
+}

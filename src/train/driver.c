@@ -28,10 +28,19 @@ static void fmt_duration(double s, char *buf, size_t n) {
 
 /* Build or load the model the flags describe. */
 static it_status make_model(const it_train_config *c, it_device dev, it_model **out) {
+    bool gpt2 = strcmp(c->app, "gpt2") == 0;
     if (c->llmc_filepath) {
-        if (strcmp(c->app, "gpt2") == 0) return it_gpt2_load(c->llmc_filepath, dev, out);
-        return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
+        it_status st;
+        if (gpt2) st = it_gpt2_load(c->llmc_filepath, dev, out);
+        else if (strcmp(c->app, "llama3") == 0) st = it_llama3_load(c->llmc_filepath, dev, out);
+        else if (strcmp(c->app, "mixtral") == 0) st = it_mixtral_load(c->llmc_filepath, dev, out);
+        else return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
+        if (!st) it_model_set_aux_loss_coeff(*out, c->moe_aux_loss_coeff);
+        return st ? it_error_context("--llmc_filepath: ") : IT_OK;
     }
+    if (!gpt2)
+        return it_error(IT_ERR_INVALID_ARG, "--llmc_filepath: required for %s (it has no built-in model presets)",
+                        c->app);
     it_gpt2_config cfg;
     it_status st = it_gpt2_preset(c->model, &cfg);
     if (st) return it_error_context("--model: ");
@@ -210,6 +219,18 @@ it_status it_train_run(const it_train_config *c, it_train_result *result) {
                    "%zu MB, DP=1, TP=1, SP=1, PP=1)\n",
                    step, c->num_iteration, mean_loss, lr, ms, (double)total / (ms / 1000.0), ms_stats.peak_used >> 20,
                    ms_stats.peak_reserved >> 20);
+            if (step % c->log_interval == 0) { /* Mixtral: tokens routed per expert, layer by layer */
+                int64_t counts[4096];
+                int n = it_model_expert_tokens(model, counts, 4096, true);
+                if (n > 0) {
+                    int E = info->n_expert;
+                    printf("experts: tokens per expert over the last %d step%s:", c->log_interval,
+                           c->log_interval == 1 ? "" : "s");
+                    for (int i = 0; i < n; i++)
+                        printf("%s%lld", i % E == 0 ? (i ? " | L" : " L") : " ", (long long)counts[i]);
+                    printf("\n");
+                }
+            }
             if (step % c->log_interval == 0 && step < c->num_iteration) {
                 double el = (now_ms() - t_start) / 1000.0, eta = el / step * (c->num_iteration - step);
                 char a[32], b[32];

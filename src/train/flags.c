@@ -25,6 +25,14 @@ void it_train_config_defaults(it_train_config *c, const char *app) {
     c->text_length = 64;
     c->seed = 42;
     c->log_interval = 10;
+    /* InfiniTrain's per-app defaults */
+    if (strcmp(app, "llama3") == 0) {
+        c->optimizer = IT_OPTIM_ADAM;
+        c->learning_rate = 1e-5f;
+    } else if (strcmp(app, "mixtral") == 0) {
+        c->optimizer = IT_OPTIM_ADAM;
+        c->learning_rate = 1e-4f;
+    }
 }
 
 static it_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
@@ -71,8 +79,8 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --sequence_length T       tokens per sequence, <= block_size (64)\n"
             "  --total_batch_size N      tokens per step; accumulation = N/(B*T) (B*T)\n"
             "  --num_iteration N         training steps (10)\n"
-            "  --learning_rate LR        (1e-4)\n"
-            "  --optimizer sgd|adam|adamw (sgd)\n"
+            "  --learning_rate LR        (gpt2 1e-4, llama3 1e-5, mixtral 1e-4)\n"
+            "  --optimizer sgd|adam|adamw (gpt2 sgd, llama3 and mixtral adam)\n"
             "  --weight_decay WD         adam: L2 in the gradient; adamw: decoupled (0)\n"
             "  --lr_decay_style none|linear|cosine (none)\n"
             "  --lr_warmup_iters N       linear warmup steps (0)\n"
@@ -87,6 +95,7 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --log_interval N          progress/ETA line every N steps (10)\n"
             "  --max_memory_mb N         device allocator limit in MiB, 0 = none (0)\n"
             "  --backend_report          print each kernel slot: native or CPU fallback, calls, time\n"
+            "  --moe_aux_loss_coeff C    mixtral: weight of the load-balancing loss (0)\n"
             "  --help                    this text\n",
             app);
 }
@@ -142,6 +151,7 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
         else if (IS("weight_decay")) st = parse_float(name, v, 0.0, 1e3, &c->weight_decay);
         else if (IS("min_lr")) st = parse_float(name, v, 0.0, 1e3, &c->min_lr);
         else if (IS("grad_clip")) st = parse_float(name, v, 0.0, 1e9, &c->grad_clip);
+        else if (IS("moe_aux_loss_coeff")) st = parse_float(name, v, 0.0, 1e3, &c->moe_aux_loss_coeff);
         else if (IS("lr_warmup_iters")) st = parse_int(name, v, 0, INT_MAX, &c->lr_warmup_iters);
         else if (IS("freq_generate_txt")) st = parse_int(name, v, 0, INT_MAX, &c->freq_generate_txt);
         else if (IS("text_length")) st = parse_int(name, v, 1, 1 << 20, &c->text_length);

@@ -1,0 +1,434 @@
+/* LLaMA-3 (llm.c checkpoint, magic 20240803) and tiny Mixtral (InfiniTrain, magic 20260513):
+ * the same decoder, RMSNorm + RoPE + grouped-query attention, with a SwiGLU MLP (LLaMA-3) or
+ * a mixture of SwiGLU experts (Mixtral). Untied lm_head, no biases.
+ *
+ *   x = wte[idx]
+ *   for each layer: x += c_proj(attn(rope(q), rope(k), v)) of rmsnorm_1(x)
+ *                   x += mlp(rmsnorm_2(x))
+ *   logits = rmsnorm_f(x) @ lm_head^T                      (B, T, V)
+ *
+ * Layouts: ../shared/design/FORMATS.md. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model_impl.h"
+
+#define LLAMA3_MAGIC 20240803
+#define LLAMA3_VERSION 3
+#define MIXTRAL_MAGIC 20260513
+#define MIXTRAL_VERSION 2
+
+typedef struct llama {
+    bool moe;
+    int L, nh, nkv, C, hd, H, V, T, E, topk;
+    float eps, theta;
+    bool scaled_rope;
+    int32_t header[256];
+    it_tensor *wte, *lnf, *lm_head, *cos, *sin;
+    /* per layer */
+    it_tensor **ln1, **ln2, **qkv, **q, **k, **v, **proj, **fc, **fc2, **fc_proj, **router;
+    it_tensor **gate, **up, **down; /* [l * E + e] */
+    float aux_coeff;
+    int64_t *expert_tokens; /* L * E routed assignments since the last read */
+} llama;
+
+static float f32(int32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* InfiniTrain's FFN width: h = 4C; h = 2h/3; h = llround(h * multiplier) in fp32; round up
+ * to a multiple of multiple_of. */
+static int64_t llama3_ffn_hidden(int C, float multiplier, int multiple_of) {
+    int64_t h = 4 * (int64_t)C;
+    h = 2 * h / 3;
+    float prod = (float)h * multiplier;
+    h = llroundf(prod);
+    return (h + multiple_of - 1) / multiple_of * multiple_of;
+}
+
+/* ---------------------------------------------------------------- RoPE tables */
+
+/* cos/sin (T, hd/2) of t * freq_i, freq_i = theta^(-2i/hd) in fp32, optionally with the
+ * LLaMA-3.1 scaling (factor 8, low 1, high 4, original context 8192). */
+static it_status rope_tables(llama *g, it_device dev) {
+    int half = g->hd / 2;
+    float *freq = malloc(sizeof(float) * (size_t)half);
+    float *c = malloc(sizeof(float) * (size_t)g->T * (size_t)half), *s = malloc(sizeof(float) * (size_t)g->T * (size_t)half);
+    if (!freq || !c || !s) {
+        free(freq);
+        free(c);
+        free(s);
+        return it_error(IT_ERR_OOM, "rope tables: out of host memory");
+    }
+    for (int i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)g->hd;
+        float f = 1.0f / powf(g->theta, expo);
+        if (g->scaled_rope) {
+            const float factor = 8.0f, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+            float low_wl = old_ctx / low, high_wl = old_ctx / high;
+            float wavelen = (float)(2.0 * M_PI) / f;
+            if (wavelen < high_wl) {
+                /* unchanged */
+            } else if (wavelen > low_wl) {
+                f = f / factor;
+            } else {
+                float smooth = (old_ctx / wavelen - low) / (high - low);
+                f = (1.0f - smooth) * f / factor + smooth * f;
+            }
+        }
+        freq[i] = f;
+    }
+    for (int t = 0; t < g->T; t++) {
+        for (int i = 0; i < half; i++) {
+            float ang = (float)t * freq[i];
+            c[t * half + i] = (float)cos((double)ang);
+            s[t * half + i] = (float)sin((double)ang);
+        }
+    }
+    int64_t shape[2] = {g->T, half};
+    size_t bytes = sizeof(float) * (size_t)g->T * (size_t)half;
+    g->cos = it__tensor_new_owned(dev, IT_DTYPE_FP32, 2, shape);
+    g->sin = it__tensor_new_owned(dev, IT_DTYPE_FP32, 2, shape);
+    it_status st = g->cos && g->sin ? IT_OK : it_last_status();
+    if (!st) st = it_tensor_copy_from_host(g->cos, c, bytes);
+    if (!st) st = it_tensor_copy_from_host(g->sin, s, bytes);
+    free(freq);
+    free(c);
+    free(s);
+    return st;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
+    llama *g = m->impl;
+    if (!idx) return NULL;
+    if (it_tensor_ndim(idx) != 2) {
+        it_error(IT_ERR_INVALID_ARG, "%s: input must be (B, T), got %d-D", m->info.family, it_tensor_ndim(idx));
+        return NULL;
+    }
+    int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1), C = g->C, kvd = (int64_t)g->nkv * g->hd;
+    if (T < 1 || T > g->T) {
+        it_error(IT_ERR_INVALID_ARG, "%s: sequence length %lld outside 1..block_size %d", m->info.family, (long long)T,
+                 g->T);
+        return NULL;
+    }
+    it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
+    it_tensor *x = it_embedding(idx, g->wte); /* (B, T, C) */
+    it_tensor *aux_total = NULL;
+    for (int l = 0; l < g->L; l++) {
+        it_tensor *h = it_rmsnorm(x, g->ln1[l], g->eps);
+        it_tensor *q, *k, *v;
+        if (g->moe) {
+            q = it_linear(h, g->q[l], NULL);
+            k = it_linear(h, g->k[l], NULL);
+            v = it_linear(h, g->v[l], NULL);
+        } else { /* fused c_attn, rows Q|K|V */
+            it_tensor *qkv = it_linear(h, g->qkv[l], NULL);
+            q = it_slice(qkv, 2, 0, C, 1);
+            k = it_slice(qkv, 2, C, C + kvd, 1);
+            v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
+        }
+        q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, g->nh, g->hd}), cos, sin);
+        k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, g->nkv, g->hd}), cos, sin);
+        v = it_reshape(v, 4, (int64_t[]){B, T, g->nkv, g->hd});
+        x = it_add(x, it_linear(it_attention(q, k, v), g->proj[l], NULL));
+        h = it_rmsnorm(x, g->ln2[l], g->eps);
+        if (g->moe) {
+            int64_t counts[256];
+            it_tensor *aux = NULL;
+            it_tensor *y = it_moe(h, g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
+                                  g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
+            if (y && g->expert_tokens)
+                for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
+            if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
+            x = it_add(x, y);
+        } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
+            x = it_add(x, it_linear(it_mul(it_linear(h, g->fc[l], NULL), it_silu(it_linear(h, g->fc2[l], NULL))),
+                                    g->fc_proj[l], NULL));
+        }
+    }
+    x = it_rmsnorm(x, g->lnf, g->eps);
+    it_tensor *logits = it_linear(x, g->lm_head, NULL);
+    if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
+    return logits;
+}
+
+static double llama_flops(const it_model *m, int64_t T) {
+    const llama *g = m->impl;
+    double n = (double)m->info.num_params - (double)g->V * g->C; /* the embedding is a lookup */
+    if (g->moe) { /* only k of E experts run per token */
+        double expert = 3.0 * g->H * g->C;
+        n -= (double)g->L * (g->E - g->topk) * expert;
+    }
+    return 6.0 * n + 12.0 * g->L * g->C * (double)T;
+}
+
+static it_status llama_save(const it_model *m, const char *path) {
+    const llama *g = m->impl;
+    return it__write_checkpoint(path, g->header, m->params);
+}
+
+static void llama_free(void *impl) {
+    llama *g = impl;
+    if (!g) return;
+    it_tensor **singles[] = {&g->wte, &g->lnf, &g->lm_head, &g->cos, &g->sin};
+    for (size_t i = 0; i < sizeof singles / sizeof singles[0]; i++) it_tensor_release(*singles[i]);
+    it_tensor ***per[] = {&g->ln1, &g->ln2, &g->qkv, &g->q, &g->k, &g->v, &g->proj, &g->fc, &g->fc2, &g->fc_proj, &g->router};
+    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
+        if (!*per[i]) continue;
+        for (int l = 0; l < g->L; l++) it_tensor_release((*per[i])[l]);
+        free(*per[i]);
+    }
+    it_tensor ***ex[] = {&g->gate, &g->up, &g->down};
+    for (size_t i = 0; i < 3; i++) {
+        if (!*ex[i]) continue;
+        for (int j = 0; j < g->L * g->E; j++) it_tensor_release((*ex[i])[j]);
+        free(*ex[i]);
+    }
+    free(g->expert_tokens);
+    free(g);
+}
+
+static const it_model_vtable llama_vtable = {llama_forward, llama_save, llama_flops, llama_free};
+
+/* ---------------------------------------------------------------- layout */
+
+/* Walks the checkpoint layout, creating parameter views (build) or just counting. */
+typedef struct layout {
+    it_model *m;
+    int64_t off;
+    bool build;
+    bool failed;
+} layout;
+
+static it_tensor *take(layout *lo, int ndim, int64_t a, int64_t b) {
+    int64_t shape[2] = {a, b};
+    int64_t n = ndim == 1 ? a : a * b;
+    it_tensor *t = NULL;
+    if (lo->build && !lo->failed) {
+        t = it__model_param(lo->m, lo->off, ndim, shape);
+        if (!t) lo->failed = true;
+    }
+    lo->off += n;
+    return t;
+}
+
+static it_tensor **per_layer(layout *lo, int count) {
+    if (!lo->build) return NULL;
+    it_tensor **a = calloc((size_t)count, sizeof *a);
+    if (!a) lo->failed = true;
+    return a;
+}
+
+/* LLaMA-3: each kind for all layers consecutively. Mixtral: per layer interleaved. */
+static void walk(llama *g, layout *lo) {
+    int64_t C = g->C, kvd = (int64_t)g->nkv * g->hd, H = g->H;
+    g->wte = take(lo, 2, g->V, C);
+    if (!g->moe) {
+        g->ln1 = per_layer(lo, g->L);
+        g->qkv = per_layer(lo, g->L);
+        g->proj = per_layer(lo, g->L);
+        g->ln2 = per_layer(lo, g->L);
+        g->fc = per_layer(lo, g->L);
+        g->fc2 = per_layer(lo, g->L);
+        g->fc_proj = per_layer(lo, g->L);
+        if (lo->failed) return;
+#define KIND(arr, nd, a, b)                                                                                            \
+    for (int l = 0; l < g->L; l++) {                                                                                   \
+        it_tensor *t_ = take(lo, nd, a, b);                                                                            \
+        if (arr) arr[l] = t_;                                                                                          \
+    }
+        KIND(g->ln1, 1, C, 0);
+        KIND(g->qkv, 2, C + 2 * kvd, C);
+        KIND(g->proj, 2, C, C);
+        KIND(g->ln2, 1, C, 0);
+        KIND(g->fc, 2, H, C);
+        KIND(g->fc2, 2, H, C);
+        KIND(g->fc_proj, 2, C, H);
+#undef KIND
+    } else {
+        g->ln1 = per_layer(lo, g->L);
+        g->q = per_layer(lo, g->L);
+        g->k = per_layer(lo, g->L);
+        g->v = per_layer(lo, g->L);
+        g->proj = per_layer(lo, g->L);
+        g->ln2 = per_layer(lo, g->L);
+        g->router = per_layer(lo, g->L);
+        g->gate = per_layer(lo, g->L * g->E);
+        g->up = per_layer(lo, g->L * g->E);
+        g->down = per_layer(lo, g->L * g->E);
+        if (lo->failed) return;
+        for (int l = 0; l < g->L; l++) {
+            it_tensor *t;
+#define ONE(arr, idx, nd, a, b)                                                                                        \
+    t = take(lo, nd, a, b);                                                                                            \
+    if (arr) arr[idx] = t;
+            ONE(g->ln1, l, 1, C, 0);
+            ONE(g->q, l, 2, C, C);
+            ONE(g->k, l, 2, kvd, C);
+            ONE(g->v, l, 2, kvd, C);
+            ONE(g->proj, l, 2, C, C);
+            ONE(g->ln2, l, 1, C, 0);
+            ONE(g->router, l, 2, g->E, C);
+            for (int e = 0; e < g->E; e++) {
+                ONE(g->gate, l * g->E + e, 2, H, C);
+                ONE(g->up, l * g->E + e, 2, H, C);
+                ONE(g->down, l * g->E + e, 2, C, H);
+            }
+#undef ONE
+        }
+    }
+    g->lnf = take(lo, 1, C, 0);
+    g->lm_head = take(lo, 2, g->V, C);
+}
+
+/* Check a header's values; names the file, field, expected and found. */
+static it_status check_config(const char *path, const llama *g) {
+#define NEED(cond, field, fmt, ...)                                                                                    \
+    if (!(cond)) return it_error(IT_ERR_FORMAT, "%s: header field %s: expected " fmt, path, field, __VA_ARGS__);
+    NEED(g->T >= 1 && g->T <= (1 << 20), "block_size", "1..%d, found %d", 1 << 20, g->T);
+    NEED(g->V >= 1 && g->V <= (1 << 24), "vocab_size", "1..%d, found %d", 1 << 24, g->V);
+    NEED(g->L >= 1 && g->L <= 1024, "n_layer", "1..1024, found %d", g->L);
+    NEED(g->nh >= 1 && g->nh <= 1024, "n_head", "1..1024, found %d", g->nh);
+    NEED(g->nkv >= 1 && g->nh % g->nkv == 0, "n_kv_head", "a divisor of n_head %d, found %d", g->nh, g->nkv);
+    NEED(g->C >= 1 && g->C <= (1 << 16) && g->C % g->nh == 0, "n_embd", "1..65536 and divisible by n_head %d, found %d",
+         g->nh, g->C);
+    NEED(g->hd % 2 == 0, "n_embd", "an even head size n_embd/n_head for RoPE, found %d", g->hd);
+    NEED(isfinite(g->eps) && g->eps > 0, "norm_eps", "a positive float, found %g", g->eps);
+    NEED(isfinite(g->theta) && g->theta > 0, "rope_theta", "a positive float, found %g", g->theta);
+    NEED(g->H >= 1 && g->H <= (1 << 20), "ffn hidden size", "1..%d, found %d", 1 << 20, g->H);
+    if (g->moe) {
+        NEED(g->E >= 1 && g->E <= 256, "num_experts", "1..256, found %d", g->E);
+        NEED(g->topk >= 1 && g->topk <= g->E, "router_topk", "1..num_experts %d, found %d", g->E, g->topk);
+    }
+#undef NEED
+    return IT_OK;
+}
+
+static it_status llama_load(const char *path, it_device dev, bool moe, it_model **out) {
+    int32_t h[256];
+    size_t file_bytes = 0;
+    it_status st = it__read_header(path, h, &file_bytes);
+    if (st) return st;
+    int32_t magic = moe ? MIXTRAL_MAGIC : LLAMA3_MAGIC, version = moe ? MIXTRAL_VERSION : LLAMA3_VERSION;
+    if (h[0] != magic)
+        return it_error(IT_ERR_FORMAT, "%s: header[0] magic: expected %d (%s checkpoint), found %d", path, magic,
+                        moe ? "InfiniTrain Mixtral" : "llm.c LLaMA-3", h[0]);
+    if (h[1] != version)
+        return it_error(IT_ERR_FORMAT, "%s: header[1] version: expected %d (fp32), found %d", path, version, h[1]);
+    llama *g = calloc(1, sizeof *g);
+    if (!g) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    g->moe = moe;
+    memcpy(g->header, h, sizeof h);
+    g->T = h[2];
+    g->V = h[3];
+    g->L = h[4];
+    g->nh = h[5];
+    g->nkv = h[6];
+    g->C = h[7];
+    g->hd = g->nh > 0 ? g->C / g->nh : 0;
+    if (!moe) {
+        float mult = f32(h[8]);
+        int multiple_of = h[9];
+        g->eps = f32(h[10]);
+        g->theta = f32(h[11]);
+        g->scaled_rope = h[12] != 0;
+        if (!(isfinite(mult) && mult > 0 && mult < 64) || multiple_of < 1 || multiple_of > (1 << 20) || g->C < 1 || g->C > (1 << 16)) {
+            free(g);
+            return it_error(IT_ERR_FORMAT,
+                            "%s: header fields ffn_dim_multiplier/multiple_of: expected a float in (0, 64) and 1..%d, "
+                            "found %g and %d",
+                            path, 1 << 20, mult, multiple_of);
+        }
+        g->H = (int)llama3_ffn_hidden(g->C, mult, multiple_of);
+        if (h[12] != 0 && h[12] != 1) {
+            free(g);
+            return it_error(IT_ERR_FORMAT, "%s: header field use_scaled_rope: expected 0 or 1, found %d", path, h[12]);
+        }
+    } else {
+        g->E = h[8];
+        g->eps = f32(h[12]);
+        g->theta = f32(h[13]);
+        g->scaled_rope = h[14] != 0;
+        g->topk = h[15];
+        g->H = h[16];
+    }
+    st = check_config(path, g);
+    if (st) {
+        free(g);
+        return st;
+    }
+    layout count = {NULL, 0, false, false};
+    walk(g, &count);
+    int64_t n = count.off;
+    size_t want = 1024 + (size_t)n * sizeof(float);
+    if (file_bytes != want) {
+        free(g);
+        return it_error(IT_ERR_FORMAT,
+                        "%s: file size: the header (L=%d, C=%d, V=%d, H=%d%s) implies %lld parameters = %zu bytes, "
+                        "found %zu bytes",
+                        path, h[4], h[7], h[3], moe ? h[16] : 0, moe ? ", experts" : "", (long long)n, want,
+                        file_bytes);
+    }
+    it_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(g);
+        return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    }
+    m->impl = g;
+    st = it__model_init(m, &llama_vtable, dev, n);
+    if (!st) {
+        layout lo = {m, 0, true, false};
+        walk(g, &lo);
+        if (lo.failed) st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+    }
+    if (!st && moe) {
+        g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
+        if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    }
+    if (!st) st = rope_tables(g, dev);
+    if (!st) st = it__read_params(path, m->params, n);
+    if (st) {
+        it_model_free(m);
+        return st;
+    }
+    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
+                              .block_size = g->T,
+                              .vocab_size = g->V,
+                              .padded_vocab = g->V,
+                              .num_params = n,
+                              .n_layer = g->L,
+                              .n_head = g->nh,
+                              .n_embd = g->C,
+                              .n_kv_head = g->nkv,
+                              .ffn_hidden = g->H,
+                              .n_expert = g->E,
+                              .router_topk = g->topk};
+    *out = m;
+    return IT_OK;
+}
+
+it_status it_llama3_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, false, out); }
+it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, true, out); }
+
+int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
+    return llama3_ffn_hidden(n_embd, ffn_dim_multiplier, multiple_of);
+}
+
+void it_model_set_aux_loss_coeff(it_model *m, float coeff) {
+    if (m->vt == &llama_vtable) ((llama *)m->impl)->aux_coeff = coeff;
+}
+
+int it_model_expert_tokens(it_model *m, int64_t *counts, int max, bool reset) {
+    if (m->vt != &llama_vtable) return 0;
+    llama *g = m->impl;
+    if (!g->moe || !g->expert_tokens) return 0;
+    int n = g->L * g->E;
+    for (int i = 0; i < n && i < max; i++) counts[i] = g->expert_tokens[i];
+    if (reset) memset(g->expert_tokens, 0, sizeof(int64_t) * (size_t)n);
+    return n;
+}

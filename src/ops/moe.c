@@ -1,0 +1,136 @@
+/* Top-k selection and the mixture-of-experts layer (Mixtral).
+ *
+ * MoE dispatch/combine: tokens are grouped by expert so each expert runs one matmul over
+ * all of its tokens. Grouping needs the routing decisions on the host (to size each
+ * expert's batch), fetched with one synchronizing copy per layer; the gathers and the
+ * scatter-add run as embedding kernels (a row gather is an embedding lookup, a scatter-add
+ * is its backward), so both are differentiable for free. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops_common.h"
+
+/* Host copy of (N, k) int32 indices. */
+static int32_t *indices_to_host(it_tensor *idx) {
+    size_t n = (size_t)it_tensor_numel(idx);
+    int32_t *h = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!h) {
+        it_error(IT_ERR_OOM, "topk: %zu indices of host memory", n);
+        return NULL;
+    }
+    if (it_tensor_copy_to_host(idx, h, sizeof(int32_t) * n)) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+it_tensor *it_topk(it_tensor *x, int64_t k, it_tensor **indices) {
+    OP_REQUIRE(x);
+    if (x->ndim != 2 || k < 1 || k > x->shape[1]) {
+        it_error(IT_ERR_INVALID_ARG, "topk: x must be (N, E) with 1 <= k <= E (k = %lld, E = %lld)", (long long)k,
+                 (long long)(x->ndim == 2 ? x->shape[1] : -1));
+        return NULL;
+    }
+    int64_t N = x->shape[0], E = x->shape[1];
+    it_tensor *vals = it_tensor_new(it_tensor_device(x), x->dtype, 2, (int64_t[]){N, k});
+    it_tensor *idx = it_tensor_new(it_tensor_device(x), IT_DTYPE_I32, 2, (int64_t[]){N, k});
+    OP_REQUIRE(vals && idx);
+    it_tdesc dx = it_tensor_desc(x), dv = it_tensor_desc(vals), di = it_tensor_desc(idx);
+    if (KCALL(it_tensor_device(x), topk, &dx, k, &dv, &di)) return NULL;
+    if (indices) *indices = idx;
+    if (!it__needs_grad(1, &x)) return vals;
+    /* Differentiable values: gather x's flat positions n*E + idx (equal to the kernel's). */
+    int32_t *h = indices_to_host(idx);
+    OP_REQUIRE(h);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < k; j++) h[n * k + j] = (int32_t)(n * E + h[n * k + j]);
+    it_tensor *flat = it_tensor_from_host(it_tensor_device(x), IT_DTYPE_I32, 1, (int64_t[]){N * k}, h,
+                                          sizeof(int32_t) * (size_t)(N * k));
+    free(h);
+    it_tensor *col = it_reshape(it_contiguous(x), 2, (int64_t[]){N * E, 1});
+    return it_reshape(it_embedding(flat, col), 2, (int64_t[]){N, k});
+}
+
+it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate, it_tensor *const *up,
+                  it_tensor *const *down, int k, int64_t *tokens_per_expert, it_tensor **aux_loss) {
+    OP_REQUIRE(x && router);
+    if (x->ndim < 1 || router->ndim != 2 || router->shape[0] != n_expert || k < 1 || k > n_expert) {
+        it_error(IT_ERR_INVALID_ARG, "moe: router must be (E, C) with E = %d and 1 <= k = %d <= E", n_expert, k);
+        return NULL;
+    }
+    int64_t C = x->shape[x->ndim - 1], N = C ? it_tensor_numel(x) / C : 0;
+    it_device dev = it_tensor_device(x);
+    it_tensor *xf = it_reshape(x, 2, (int64_t[]){N, C});
+    it_tensor *logits = it_linear(xf, router, NULL); /* (N, E) */
+    it_tensor *idx = NULL;
+    it_tensor *top = it_topk(logits, k, &idx);      /* (N, k), raw logits */
+    it_tensor *w = it_softmax(top, 1.0f, false);     /* routing weights over the chosen k */
+    OP_REQUIRE(w && idx);
+    int32_t *h = indices_to_host(idx);
+    OP_REQUIRE(h);
+    /* Group (token, slot) pairs by expert, tokens in ascending order within each expert. */
+    int64_t *count = calloc((size_t)n_expert, sizeof *count);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(N * k + 1)), *pos = malloc(sizeof(int32_t) * (size_t)(N * k + 1));
+    if (!count || !tok || !pos) {
+        free(h);
+        free(count);
+        free(tok);
+        free(pos);
+        it_error(IT_ERR_OOM, "moe: routing tables");
+        return NULL;
+    }
+    for (int64_t i = 0; i < N * k; i++) count[h[i]]++;
+    it_tensor *wcol = it_reshape(w, 2, (int64_t[]){N * k, 1});
+    it_tensor *out = NULL;
+    bool ok = wcol != NULL;
+    for (int e = 0; e < n_expert && ok; e++) {
+        if (tokens_per_expert) tokens_per_expert[e] = count[e];
+        if (count[e] == 0) continue;
+        int64_t m = 0;
+        for (int64_t i = 0; i < N * k; i++) {
+            if (h[i] == e) {
+                tok[m] = (int32_t)(i / k);
+                pos[m] = (int32_t)i;
+                m++;
+            }
+        }
+        it_tensor *ti = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){m}, tok, sizeof(int32_t) * (size_t)m);
+        it_tensor *pi = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){m}, pos, sizeof(int32_t) * (size_t)m);
+        it_tensor *xe = it_embedding(ti, xf); /* (m, C): this expert's tokens */
+        /* expert(x) = down(silu(gate(x)) * up(x)) */
+        it_tensor *he = it_linear(it_mul(it_silu(it_linear(xe, gate[e], NULL)), it_linear(xe, up[e], NULL)), down[e], NULL);
+        it_tensor *ye = it_mul(he, it_embedding(pi, wcol)); /* weighted by its routing weight (m, 1) */
+        it_tensor *contrib = it_index_add(N, ti, ye);
+        out = out ? it_add(out, contrib) : contrib;
+        ok = out != NULL;
+    }
+    if (ok && !out) out = it_tensor_zeros(dev, x->dtype, 2, (int64_t[]){N, C}); /* N == 0 */
+    /* Load-balancing loss (Switch Transformer): E * sum_e f_e * P_e, with f_e the share of
+     * routed assignments that went to e and P_e the mean router probability of e. */
+    if (ok && aux_loss) {
+        float *f = malloc(sizeof(float) * (size_t)n_expert);
+        if (!f) {
+            ok = false;
+            it_error(IT_ERR_OOM, "moe: aux loss");
+        } else {
+            for (int e = 0; e < n_expert; e++) f[e] = N ? (float)count[e] / (float)(N * k) : 0.0f;
+            it_tensor *ft = it_tensor_to_dtype(
+                it_tensor_from_host(dev, IT_DTYPE_FP32, 1, (int64_t[]){n_expert}, f, sizeof(float) * (size_t)n_expert),
+                x->dtype);
+            free(f);
+            int d0 = 0;
+            it_tensor *P = it_mean(it_softmax(logits, 1.0f, false), 1, &d0, false);
+            *aux_loss = it_scale(it_sum_all(it_mul(P, ft)), (float)n_expert);
+            ok = *aux_loss != NULL;
+        }
+    }
+    free(h);
+    free(count);
+    free(tok);
+    free(pos);
+    if (!ok) return NULL;
+    int64_t shape[IT_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
+    return it_reshape(out, x->ndim, shape);
+}
