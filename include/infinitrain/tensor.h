@@ -53,8 +53,9 @@ typedef struct it_mem_stats {
 IT_API it_status it_mem_stats_get(it_device dev, it_mem_stats *out);
 /* Reset peaks to the current values. */
 IT_API void it_mem_stats_reset_peak(it_device dev);
-/* Return every cached (unused) block to the backend. */
-IT_API void it_mem_empty_cache(it_device dev);
+/* Return every cached (unused) block to the backend (after synchronizing the device, whose
+ * pending asynchronous errors are returned). */
+IT_API it_status it_mem_empty_cache(it_device dev);
 /* Limit on reserved bytes for a device (0 = none); an allocation past it fails as OOM. */
 IT_API void it_mem_set_limit(it_device dev, size_t max_bytes);
 

@@ -60,16 +60,19 @@ static size_t lower_bound(const it_allocator *a, size_t want) {
     return lo;
 }
 
-static void release_cache_locked(it_allocator *a, it_device dev) {
-    if (a->n_cache == 0) return;
+/* Returns the device synchronization's status: an asynchronous kernel failure reported
+ * there must reach the caller, not vanish here. Blocks are released either way. */
+static it_status release_cache_locked(it_allocator *a, it_device dev) {
+    if (a->n_cache == 0) return IT_OK;
     /* A cached block may still be read by queued kernels of its last owner. */
-    dev.backend->runtime->synchronize_device(dev.index);
+    it_status st = dev.backend->runtime->synchronize_device(dev.index);
     for (size_t i = 0; i < a->n_cache; i++) {
         dev.backend->runtime->free(dev.index, a->cache[i].ptr);
         a->stats.reserved -= a->cache[i].size;
         a->stats.backend_frees++;
     }
     a->n_cache = 0;
+    return st;
 }
 
 static void bump_peaks(it_allocator *a) {
@@ -101,14 +104,20 @@ it_status it__alloc(it_device dev, size_t nbytes, void **ptr, size_t *block_byte
     const it_runtime *rt = dev.backend->runtime;
     it_status st = IT_OK;
     if (a->limit && a->stats.reserved + want > a->limit) {
-        release_cache_locked(a, dev);
+        if ((st = release_cache_locked(a, dev))) {
+            pthread_mutex_unlock(&a->lock);
+            return st;
+        }
         if (a->stats.reserved + want > a->limit) st = IT_ERR_OOM;
     }
     void *p = NULL;
     if (!st) {
         st = rt->malloc(dev.index, want, &p);
         if (st) {
-            release_cache_locked(a, dev);
+            if ((st = release_cache_locked(a, dev))) {
+                pthread_mutex_unlock(&a->lock);
+                return st;
+            }
             st = rt->malloc(dev.index, want, &p);
         }
     }
@@ -182,12 +191,13 @@ void it_mem_stats_reset_peak(it_device dev) {
     pthread_mutex_unlock(&a->lock);
 }
 
-void it_mem_empty_cache(it_device dev) {
+it_status it_mem_empty_cache(it_device dev) {
     it_allocator *a = it__allocator(dev);
-    if (!a) return;
+    if (!a) return it_last_status();
     pthread_mutex_lock(&a->lock);
-    release_cache_locked(a, dev);
+    it_status st = release_cache_locked(a, dev);
     pthread_mutex_unlock(&a->lock);
+    return st;
 }
 
 void it_mem_set_limit(it_device dev, size_t max_bytes) {
