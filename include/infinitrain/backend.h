@@ -193,6 +193,9 @@ typedef struct it_kernels {
      * and stride 0 on broadcast dims. out may alias an input exactly (in-place). */
     it_status (*unary)(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
     it_status (*binary)(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
+    /* Edge semantics (the CPU reference; ports must match): MAX/MIN and the MAX reduction
+     * propagate NaN; an empty reduction gives 0 (SUM, SUMSQ), NaN (MEAN), -Inf (MAX); GELU
+     * and SiLU follow their formulas (NaN at -Inf). */
     /* out has x's ndim, with size 1 on every reduced dimension; other dims equal x's.
      * Fixed summation order (deterministic). */
     it_status (*reduce)(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out);
@@ -249,7 +252,8 @@ typedef struct it_kernels {
     it_status (*rope)(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
                       it_tdesc *y);
     /* Top-k over the last dim of x (N, E): values (N, k) in descending order, indices (N, k)
-     * int32; equal values keep the lower index first. 1 <= k <= E. */
+     * int32; equal values keep the lower index first; NaN ranks above +Inf (as torch.topk).
+     * 1 <= k <= E. */
     it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
 } it_kernels;
 
