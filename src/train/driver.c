@@ -106,7 +106,12 @@ static it_status generate(it_model *m, const it_train_config *c, it_tokenizer *t
         size_t n = 0;
         const char *s = tok ? it_tokenizer_decode(tok, (uint32_t)pick, &n) : NULL;
         if (s) {
-            for (size_t i = 0; i < n; i++) putchar(s[i] == '\n' ? ' ' : (unsigned char)s[i] < 32 ? '?' : s[i]);
+            /* Keep the sample on one line; a single-byte token outside printable ASCII (a
+             * stray UTF-8 fragment early in training) prints as '?'. */
+            for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                putchar(ch == '\n' ? ' ' : ch < 32 || (n == 1 && ch >= 127) ? '?' : ch);
+            }
         } else {
             printf("%s%lld", t > 1 ? " " : "", (long long)pick);
         }
@@ -163,9 +168,13 @@ it_status it_train_run(const it_train_config *c, it_train_result *result) {
     uint64_t rng = c->seed ^ 0x5DEECE66Dull;
     char devname[64];
     if (!c->quiet) {
-        printf("%s: %s on %s, %lld parameters (L=%d, H=%d, C=%d, V=%lld padded to %lld, block %lld); "
+        printf("%s: %s on %s, %lld parameters (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
                "B=%lld T=%lld accumulation %lld, %s lr %g\n",
-               c->app, c->llmc_filepath ? c->llmc_filepath : c->model, it_device_str(dev, devname, sizeof devname),
+               c->app,
+               c->llmc_filepath                                                               ? c->llmc_filepath
+               : c->n_layer || c->n_head || c->n_embd || c->block_size || c->vocab_size ? "custom GPT-2"
+                                                                                         : c->model,
+               it_device_str(dev, devname, sizeof devname),
                (long long)info->num_params, info->n_layer, info->n_head, info->n_embd, (long long)info->vocab_size,
                (long long)info->padded_vocab, (long long)info->block_size, (long long)B, (long long)T,
                (long long)accum, it_optim_kind_name(c->optimizer), c->learning_rate);
