@@ -15,6 +15,11 @@
  *    memory behind the caller's back (scratch comes from the caller as a workspace). The
  *    CPU backend's gemm may malloc a host temporary for operands with no unit stride.
  *  - kernels return IT_OK or an it_status after it_error(...) naming the call that failed.
+ *    A kernel that fails on the device after it was enqueued (an asynchronous backend) reports
+ *    the failure at the next synchronizing call on that stream (stream_synchronize, memcpy,
+ *    synchronize_device), once, as CUDA does; the core checks every such call's status.
+ *  - the synchronous memcpy is ordered after all work queued on the device (the core also
+ *    synchronizes the stream before it reads device memory).
  *  - device pointers inside descriptors are only dereferenced on the device (stream). */
 #ifndef INFINITRAIN_BACKEND_H
 #define INFINITRAIN_BACKEND_H
