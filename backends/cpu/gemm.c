@@ -211,7 +211,10 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
         int64_t threads = omp_get_max_threads();
         bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
         size_t es = it_dtype_size(dt);
-        if (threads > 1 && (batches >= 2 * threads || (small && batches >= threads))) {
+        /* Forking a team costs microseconds: below ~64K multiply-adds in all it costs more
+         * than the work (tiny attention matmuls in tests), so those run on this thread. */
+        bool worth = (double)batches * (double)M * (double)N * (double)K >= 65536.0;
+        if (threads > 1 && worth && (batches >= 2 * threads || (small && batches >= threads))) {
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < batches; i++)
                 gemm_one(f64, &A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * es, M, N,

@@ -1,6 +1,8 @@
 /* Finite-difference gradient checks, in fp64 on the cpu device, for every differentiable op
- * of ops.h, a composed GPT-2-like block, and the autograd engine's bookkeeping (no-grad
- * mode, accumulation, zero_grad, refusal of a non-scalar loss, release of saved tensors).
+ * of ops.h (the GPT-2 set and the LLaMA-3 / Mixtral set: rmsnorm, rope, grouped-query
+ * attention, topk, index_add, moe), a composed GPT-2-like block, a LLaMA-like block, and the
+ * autograd engine's bookkeeping (no-grad mode, accumulation, zero_grad, refusal of a
+ * non-scalar loss, release of saved tensors).
  *
  * Method: for each input x that requires grad, the objective is L = sum(out * R) with a
  * fixed pseudo-random R of out's shape (or the op's own 0-D output, e.g. cross entropy).
@@ -15,7 +17,14 @@
  * 1e-6 leaves four orders of magnitude of margin while any wrong formula (a missing term, a
  * transposed operand, a wrong broadcast reduction) shows up at O(1e-2) or more. The ops pass
  * some constants to kernels as float (scale factors, a mean's 1/count), which costs up to
- * ~6e-8 relative: still well inside the bound. */
+ * ~6e-8 relative: still well inside the bound.
+ *
+ * topk and moe are differentiable only piecewise: their selection (which entries, which
+ * experts) is a step function of the input. Their inputs are drawn so that every selection
+ * has a margin far above what a step of h can move (entries >= 0.25 apart; router logits
+ * whose top-k gaps exceed 1e-3 while a step moves a logit by <= 4e-6), so every central
+ * difference stays on one smooth piece. rope's cos/sin tables are constants of the
+ * objective (held by the op's context), not inputs of the check. */
 #include <inttypes.h>
 #include <stdint.h>
 
@@ -418,6 +427,90 @@ static it_tensor *f_contiguous(const void *c, it_tensor *const *in) {
     return it_contiguous(x);
 }
 
+/* ---- LLaMA-3 / Mixtral */
+
+typedef struct {
+    float eps;
+    bool transpose_first; /* x given as (C, R) and normalized as its transposed (R, C) view */
+} rms_ctx;
+static it_tensor *f_rmsnorm(const void *c, it_tensor *const *in) {
+    const rms_ctx *r = c;
+    it_tensor *x = r->transpose_first ? it_transpose(in[0], 0, 1) : in[0];
+    return it_rmsnorm(x, in[1], r->eps);
+}
+
+/* cos, sin (T, D/2) of the angles t * theta^(-2i/D), in fp64. They are constants of the op
+ * (held by the context, not inputs of the check): rope is differentiated in x alone. */
+typedef struct {
+    it_tensor *cos, *sin;
+    int64_t off;      /* with `sliced`: x = in[0][..., off : off + H*D] reshaped to shape */
+    int64_t shape[4]; /* (B, T, H, D) */
+    bool sliced;
+} rope_ctx;
+static void rope_tables(int64_t T, int64_t D, double theta, it_tensor **tcos, it_tensor **tsin) {
+    int64_t P = D / 2;
+    double *c = malloc(sizeof(double) * (size_t)(T * P)), *s = malloc(sizeof(double) * (size_t)(T * P));
+    *tcos = *tsin = NULL;
+    if (c && s) {
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t i = 0; i < P; i++) {
+                double ang = (double)t * pow(theta, -2.0 * (double)i / (double)D);
+                c[t * P + i] = cos(ang);
+                s[t * P + i] = sin(ang);
+            }
+        }
+        size_t nb = sizeof(double) * (size_t)(T * P);
+        *tcos = it_tensor_from_host(cpu, IT_DTYPE_FP64, 2, (int64_t[]){T, P}, c, nb);
+        *tsin = it_tensor_from_host(cpu, IT_DTYPE_FP64, 2, (int64_t[]){T, P}, s, nb);
+    }
+    free(c);
+    free(s);
+}
+static it_tensor *f_rope(const void *c, it_tensor *const *in) {
+    const rope_ctx *r = c;
+    it_tensor *x = in[0];
+    if (r->sliced) { /* as the model's q / k: a slice of the fused qkv's last dim, split into heads */
+        int64_t w = r->shape[2] * r->shape[3];
+        x = it_reshape(it_slice(x, 2, r->off, r->off + w, 1), 4, r->shape);
+    }
+    return it_rope(x, r->cos, r->sin);
+}
+
+static it_tensor *f_gqa_attention(const void *c, it_tensor *const *in) {
+    (void)c;
+    return it_attention(in[0], in[1], in[2]);
+}
+
+typedef struct {
+    int64_t k;
+} topk_ctx;
+static it_tensor *f_topk(const void *c, it_tensor *const *in) { return it_topk(in[0], ((const topk_ctx *)c)->k, NULL); }
+
+typedef struct {
+    int64_t rows;
+} index_add_ctx;
+static it_tensor *f_index_add(const void *c, it_tensor *const *in) {
+    return it_index_add(((const index_add_ctx *)c)->rows, in[0], in[1]);
+}
+
+/* in: x, router, then (unless `experts` holds them as constants) gate[E], up[E], down[E].
+ * With `aux` the op's output is folded into the 0-D objective sum(out * R) + aux_loss. */
+typedef struct {
+    int E, k;
+    bool aux;
+    it_tensor *R;
+    it_tensor *const *experts;
+    int64_t *counts; /* tokens_per_expert */
+} moe_ctx;
+static it_tensor *f_moe(const void *c, it_tensor *const *in) {
+    const moe_ctx *m = c;
+    it_tensor *const *ex = m->experts ? m->experts : in + 2;
+    it_tensor *aux = NULL;
+    it_tensor *y = it_moe(in[0], in[1], m->E, ex, ex + m->E, ex + 2 * m->E, m->k, m->counts, m->aux ? &aux : NULL);
+    if (!m->aux) return y;
+    return y && aux ? it_add(it_sum_all(it_mul(y, m->R)), aux) : NULL;
+}
+
 /* ------------------------------------------------------------------ per-op checks */
 
 static void test_elementwise_binary(void) {
@@ -610,6 +703,307 @@ static void test_views(void) {
     GC("contiguous of a contiguous (2,3)", f_contiguous, &c2, randt(SHAPE(2, 3), -1, 1));
 }
 
+/* ------------------------------------------------------------------ LLaMA-3 / Mixtral ops */
+
+static void test_rmsnorm(void) {
+    rms_ctx e5 = {1e-5f, false}, e1 = {0.1f, false}, tr = {1e-5f, true};
+    GC("rmsnorm (3,7) w(7)", f_rmsnorm, &e5, randt(SHAPE(3, 7), -2, 2), randt(SHAPE(7), 0.5, 1.5));
+    GC("rmsnorm 3-D (2,3,5) w(5)", f_rmsnorm, &e5, randt(SHAPE(2, 3, 5), -2, 2), randt(SHAPE(5), -1, 1));
+    /* small x: mean(x^2) ~ 0.08, so eps = 0.1 weighs in rstd and in its derivative */
+    GC("rmsnorm (4,7) w(7) eps 0.1", f_rmsnorm, &e1, randt(SHAPE(4, 7), -0.5, 0.5), randt(SHAPE(7), 0.5, 1.5));
+    GC("rmsnorm of a transposed view (7,3)^T w(7)", f_rmsnorm, &tr, randt(SHAPE(7, 3), -2, 2),
+       randt(SHAPE(7), 0.5, 1.5));
+}
+
+static void test_rope(void) {
+    it_tensor *c5, *s5, *c3, *s3;
+    rope_tables(5, 4, 10.0, &c5, &s5); /* theta 10: both pairs turn visibly over 5 positions */
+    rope_tables(3, 6, 10000.0, &c3, &s3);
+    rope_ctx plain = {c5, s5, 0, {2, 5, 3, 4}, false};
+    GC("rope (2,5,3,4) theta 10", f_rope, &plain, randt(SHAPE(2, 5, 3, 4), -1, 1));
+    rope_ctx plain6 = {c3, s3, 0, {1, 3, 2, 6}, false};
+    GC("rope (1,3,2,6) theta 1e4", f_rope, &plain6, randt(SHAPE(1, 3, 2, 6), -1, 1));
+    /* non-contiguous x, as the model's q: strides (5*20, 20, 4, 1) into a fused (2,5,20) */
+    rope_ctx sl = {c5, s5, 4, {2, 5, 3, 4}, true};
+    it_tensor *big = randt(SHAPE(2, 5, 20), -1, 1);
+    GC("rope of a slice (2,5,20)[...,4:16] as (2,5,3,4)", f_rope, &sl, big);
+    /* columns outside the slice take no part: exactly 0 */
+    double *g = to_host(it_tensor_grad(big));
+    CHECK(g != NULL);
+    for (int64_t j = 0; g && j < 2 * 5 * 20; j++) {
+        if (j % 20 >= 4 && j % 20 < 16) continue;
+        CHECK_MSG(g[j] == 0.0, "rope of a slice: column %" PRId64 " outside the slice has gradient %.17g", j % 20,
+                  g[j]);
+    }
+    free(g);
+}
+
+static void test_gqa_attention(void) {
+    GC("attention nh=nkv=2 B=2 T=5 hd=3", f_gqa_attention, NULL, randt(SHAPE(2, 5, 2, 3), -1, 1),
+       randt(SHAPE(2, 5, 2, 3), -1, 1), randt(SHAPE(2, 5, 2, 3), -1, 1));
+    GC("attention GQA nh=4 nkv=2 B=2 T=5 hd=3", f_gqa_attention, NULL, randt(SHAPE(2, 5, 4, 3), -1, 1),
+       randt(SHAPE(2, 5, 2, 3), -1, 1), randt(SHAPE(2, 5, 2, 3), -1, 1));
+    GC("attention GQA nh=4 nkv=1 B=2 T=5 hd=3", f_gqa_attention, NULL, randt(SHAPE(2, 5, 4, 3), -1, 1),
+       randt(SHAPE(2, 5, 1, 3), -1, 1), randt(SHAPE(2, 5, 1, 3), -1, 1));
+    /* The head mapping (the gradchecks above cannot see it: a wrong mapping is still
+     * self-consistent): kv head j serves query heads 2j, 2j+1, so the result equals plain
+     * attention with every kv head repeated twice in place; and with nh == nkv, it equals
+     * causal_self_attention on q|k|v concatenated in the last dim. Same products in the
+     * same order, so equal up to (at most) a summation-order difference in gemm. */
+    it_grad_set_enabled(false);
+    double qh[2 * 5 * 4 * 3], kh[2 * 5 * 2 * 3], vh[2 * 5 * 2 * 3], kr[2 * 5 * 4 * 3], vr[2 * 5 * 4 * 3];
+    double qkv[2 * 5 * 3 * 4 * 3];
+    for (int i = 0; i < 120; i++) qh[i] = 2.0 * urand() - 1.0;
+    for (int i = 0; i < 60; i++) kh[i] = 2.0 * urand() - 1.0, vh[i] = 2.0 * urand() - 1.0;
+    for (int i = 0; i < 120; i++) { /* i = ((b*5 + t)*4 + head)*3 + d */
+        int d = i % 3, head = (i / 3) % 4, bt = i / 12;
+        kr[i] = kh[(bt * 2 + head / 2) * 3 + d];
+        vr[i] = vh[(bt * 2 + head / 2) * 3 + d];
+        for (int part = 0; part < 3; part++) /* (B, T, 3 * 12): q|k|v, each (nh=4, hd=3) */
+            qkv[bt * 36 + part * 12 + head * 3 + d] = part == 0 ? qh[i] : part == 1 ? kr[i] : vr[i];
+    }
+    size_t b120 = sizeof qh, b60 = sizeof kh;
+    it_tensor *q = it_tensor_from_host(cpu, IT_DTYPE_FP64, 4, (int64_t[]){2, 5, 4, 3}, qh, b120);
+    double *y_gqa =
+        to_host(it_attention(q, it_tensor_from_host(cpu, IT_DTYPE_FP64, 4, (int64_t[]){2, 5, 2, 3}, kh, b60),
+                             it_tensor_from_host(cpu, IT_DTYPE_FP64, 4, (int64_t[]){2, 5, 2, 3}, vh, b60)));
+    double *y_rep =
+        to_host(it_attention(q, it_tensor_from_host(cpu, IT_DTYPE_FP64, 4, (int64_t[]){2, 5, 4, 3}, kr, b120),
+                             it_tensor_from_host(cpu, IT_DTYPE_FP64, 4, (int64_t[]){2, 5, 4, 3}, vr, b120)));
+    double *y_gpt = to_host(it_causal_self_attention(
+        it_tensor_from_host(cpu, IT_DTYPE_FP64, 3, (int64_t[]){2, 5, 36}, qkv, sizeof qkv), 4));
+    it_grad_set_enabled(true);
+    CHECK_MSG(y_gqa && y_rep && y_gpt, "attention forward failed: %s", it_last_error());
+    for (int i = 0; y_gqa && y_rep && y_gpt && i < 120; i++) {
+        CHECK_MSG(fabs(y_gqa[i] - y_rep[i]) <= 1e-14, "attention GQA nkv=2 [%d] = %.17g, with kv heads repeated %.17g",
+                  i, y_gqa[i], y_rep[i]);
+        CHECK_MSG(fabs(y_rep[i] - y_gpt[i]) <= 1e-14, "attention nh=nkv=4 [%d] = %.17g, causal_self_attention %.17g", i,
+                  y_rep[i], y_gpt[i]);
+    }
+    free(y_gqa);
+    free(y_rep);
+    free(y_gpt);
+}
+
+/* Each row a shuffle of 0.3 * {-2..2} plus jitter in [0, 0.05): entries at least 0.25 apart,
+ * so a step of h = 1e-6 never changes the selection. */
+static it_tensor *topk_input(int64_t N, int64_t E, double *h) {
+    for (int64_t n = 0; n < N; n++) {
+        int64_t perm[16];
+        for (int64_t e = 0; e < E; e++) perm[e] = e;
+        for (int64_t e = E - 1; e > 0; e--) {
+            int64_t j = (int64_t)(urand() * (double)(e + 1)), t = perm[e];
+            perm[e] = perm[j], perm[j] = t;
+        }
+        for (int64_t e = 0; e < E; e++) h[n * E + e] = 0.3 * (double)(perm[e] - E / 2) + 0.05 * urand();
+    }
+    return it_tensor_from_host(cpu, IT_DTYPE_FP64, 2, (int64_t[]){N, E}, h, sizeof(double) * (size_t)(N * E));
+}
+
+static void test_topk(void) {
+    enum { N = 6, E = 5 };
+    for (int64_t k = 2; k <= E; k += E - 2) { /* k = 2, and k = E (every entry chosen) */
+        double h[N * E];
+        it_tensor *x = topk_input(N, E, h);
+        topk_ctx c = {k};
+        char name[96];
+        snprintf(name, sizeof name, "topk (6,5) k=%" PRId64 ", entries >= 0.25 apart", k);
+        GC(name, f_topk, &c, x);
+        /* the indices, and the gradient: R's entries at the chosen columns, exactly 0 elsewhere */
+        it_grad_set_enabled(false);
+        it_tensor *idx = NULL, *v = it_topk(x, k, &idx);
+        it_grad_set_enabled(true);
+        int32_t ih[N * E];
+        double *vh = to_host(v), *g = to_host(it_tensor_grad(x));
+        CHECK(vh && g && idx && !it_tensor_copy_to_host(idx, ih, sizeof(int32_t) * (size_t)(N * k)));
+        for (int64_t n = 0; vh && g && idx && n < N; n++) {
+            bool chosen[E] = {0};
+            for (int64_t j = 0; j < k; j++) {
+                /* the j-th largest: j entries of the row are larger */
+                int32_t col = ih[n * k + j];
+                int larger = 0;
+                for (int64_t e = 0; e < E; e++) larger += h[n * E + e] > h[n * E + col];
+                CHECK_MSG(larger == j && vh[n * k + j] == h[n * E + col],
+                          "topk row %" PRId64 " slot %" PRId64 ": column %d (value %.17g) is not the %" PRId64
+                          "-th largest",
+                          n, j, (int)col, vh[n * k + j], j);
+                chosen[col] = true;
+            }
+            for (int64_t e = 0; e < E; e++)
+                CHECK_MSG(chosen[e] || g[n * E + e] == 0.0,
+                          "topk row %" PRId64 ": unchosen column %" PRId64 " has gradient %.17g", n, e, g[n * E + e]);
+        }
+        free(vh);
+        free(g);
+    }
+}
+
+static void test_index_add(void) {
+    index_add_ctx c = {6};
+    /* row 2 three times, row 0 twice, rows 1 and 4 never */
+    int64_t v[7] = {2, 0, 2, 5, 2, 0, 3};
+    GC("index_add rows=6 int32 idx (7) repeated, src (7,3)", f_index_add, &c, idxt(IT_DTYPE_I32, SHAPE(7), v),
+       randt(SHAPE(7, 3), -1, 1));
+    it_tensor *idx = idxt(IT_DTYPE_I64, SHAPE(7), v), *src = randt(SHAPE(7, 4), -1, 1);
+    GC("index_add rows=6 int64 idx (7) repeated, src (7,4)", f_index_add, &c, idx, src);
+    /* forward: the sums of the rows sent to each row, exact zeros where none went */
+    it_grad_set_enabled(false);
+    double *oh = to_host(it_index_add(6, idx, src)), *sh = to_host(src);
+    it_grad_set_enabled(true);
+    CHECK(oh && sh);
+    for (int64_t r = 0; oh && sh && r < 6; r++) {
+        for (int64_t j = 0; j < 4; j++) {
+            double want = 0.0;
+            for (int64_t i = 0; i < 7; i++)
+                if (v[i] == r) want += sh[i * 4 + j];
+            CHECK_MSG(fabs(oh[r * 4 + j] - want) <= 1e-15,
+                      "index_add out[%" PRId64 "][%" PRId64 "] = %.17g, want %.17g", r, j, oh[r * 4 + j], want);
+        }
+    }
+    free(oh);
+    free(sh);
+}
+
+/* Host reference of the router: logits x router^T, per token the top-k experts (counted into
+ * counts) and the smallest gap between consecutive entries of its k+1 largest logits (a
+ * perturbation smaller than half of it cannot change which experts are chosen, nor their
+ * order). sel (N, k) receives the chosen experts, descending. */
+static double moe_routing(const double *x, const double *r, int64_t N, int64_t C, int E, int k, int64_t *counts,
+                          int *sel) {
+    double gap = INFINITY;
+    for (int e = 0; e < E; e++) counts[e] = 0;
+    for (int64_t n = 0; n < N; n++) {
+        double l[16];
+        int id[16];
+        for (int e = 0; e < E; e++) {
+            l[e] = 0.0;
+            for (int64_t c = 0; c < C; c++) l[e] += x[n * C + c] * r[e * C + c];
+            id[e] = e;
+        }
+        for (int i = 1; i < E; i++) /* insertion sort, descending */
+            for (int j = i; j > 0 && l[j] > l[j - 1]; j--) {
+                double t = l[j];
+                l[j] = l[j - 1], l[j - 1] = t;
+                int ti = id[j];
+                id[j] = id[j - 1], id[j - 1] = ti;
+            }
+        for (int j = 0; j < k; j++) {
+            counts[id[j]]++;
+            sel[n * k + j] = id[j];
+            if (j + 1 < E) gap = fmin(gap, l[j] - l[j + 1]);
+        }
+    }
+    return gap;
+}
+
+static double silu_h(double v) { return v / (1.0 + exp(-v)); }
+
+static void test_moe(void) {
+    enum { E = 4, K = 2 };
+    const int64_t N = 8, C = 6, H = 5;
+    it_tensor *x = randt(SHAPE(2, 4, 6), -1, 1);
+    double *xh = to_host(x), rh[E * 6] = {0};
+    int64_t want[E];
+    int sel[8 * K];
+    double gap = 0.0;
+    bool all_used = false;
+    /* Router weights scaled up (logits of a few units) and redrawn until every gap is well
+     * above what a step of h can move a logit (|dx| * |router| <= 1e-6 * 4) and every expert
+     * has tokens (an expert with none would get no gradient at all). */
+    for (int attempt = 0; attempt < 100 && xh && !(gap > 1e-3 && all_used); attempt++) {
+        for (int i = 0; i < E * 6; i++) rh[i] = 4.0 * (2.0 * urand() - 1.0);
+        gap = moe_routing(xh, rh, N, C, E, K, want, sel);
+        all_used = true;
+        for (int e = 0; e < E; e++) all_used = all_used && want[e] > 0;
+    }
+    CHECK_MSG(gap > 1e-3 && all_used, "moe: no router drawn with top-k gaps > 1e-3 and every expert used (gap %g)",
+              gap);
+    printf("moe: smallest top-k logit gap %.3g, tokens per expert %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n",
+           gap, want[0], want[1], want[2], want[3]);
+    it_tensor *router = it_tensor_from_host(cpu, IT_DTYPE_FP64, 2, (int64_t[]){E, C}, rh, sizeof rh);
+    it_tensor *in[2 + 3 * E] = {x, router};
+    for (int e = 0; e < E; e++) {
+        in[2 + e] = randt(2, (int64_t[]){H, C}, -0.5, 0.5);         /* gate */
+        in[2 + E + e] = randt(2, (int64_t[]){H, C}, -0.5, 0.5);     /* up */
+        in[2 + 2 * E + e] = randt(2, (int64_t[]){C, H}, -0.5, 0.5); /* down */
+    }
+    int64_t counts[E] = {0};
+    moe_ctx m = {E, K, false, NULL, NULL, counts};
+    gradcheck("moe (2,4,6) E=4 k=2 H=5: x, router, gate/up/down", f_moe, &m, 2 + 3 * E, in);
+    int64_t total = 0;
+    for (int e = 0; e < E; e++) {
+        total += counts[e];
+        CHECK_MSG(counts[e] == want[e], "moe: expert %d got %" PRId64 " tokens, the host routing %" PRId64, e,
+                  counts[e], want[e]);
+    }
+    CHECK_MSG(total == N * K, "moe: tokens_per_expert sums to %" PRId64 ", expected N*k = %" PRId64, total, N * K);
+
+    /* Forward against a host reference: out[n] = sum over the chosen e of
+     * softmax(chosen logits) * down_e(silu(gate_e x) * up_e x); aux = E sum_e f_e P_e with f_e
+     * the share of assignments routed to e and P_e the mean router softmax of e. */
+    it_grad_set_enabled(false);
+    it_tensor *aux = NULL;
+    double *oh = to_host(it_moe(x, router, E, in + 2, in + 2 + E, in + 2 + 2 * E, K, NULL, &aux));
+    double *auxh = to_host(aux), *wh[3 * E];
+    it_grad_set_enabled(true);
+    bool have = oh && auxh;
+    for (int i = 0; i < 3 * E; i++) have = (wh[i] = to_host(in[2 + i])) != NULL && have;
+    CHECK_MSG(have, "moe: forward failed: %s", it_last_error());
+    double max_err = 0.0, P[E] = {0};
+    for (int64_t n = 0; have && n < N; n++) {
+        double l[E], lmax = -INFINITY, den = 0.0, out[6] = {0}, zs = 0.0;
+        for (int e = 0; e < E; e++) {
+            l[e] = 0.0;
+            for (int64_t c = 0; c < C; c++) l[e] += xh[n * C + c] * rh[e * C + c];
+            lmax = fmax(lmax, l[e]);
+        }
+        for (int e = 0; e < E; e++) zs += exp(l[e] - lmax);
+        for (int e = 0; e < E; e++) P[e] += exp(l[e] - lmax) / zs / (double)N;
+        for (int j = 0; j < K; j++) den += exp(l[sel[n * K + j]] - l[sel[n * K]]);
+        for (int j = 0; j < K; j++) {
+            int e = sel[n * K + j];
+            double w = exp(l[e] - l[sel[n * K]]) / den, a[5];
+            for (int64_t i = 0; i < H; i++) {
+                double gi = 0.0, ui = 0.0;
+                for (int64_t c = 0; c < C; c++) {
+                    gi += wh[e][i * C + c] * xh[n * C + c];
+                    ui += wh[E + e][i * C + c] * xh[n * C + c];
+                }
+                a[i] = silu_h(gi) * ui;
+            }
+            for (int64_t c = 0; c < C; c++) {
+                double d = 0.0;
+                for (int64_t i = 0; i < H; i++) d += wh[2 * E + e][c * H + i] * a[i];
+                out[c] += w * d;
+            }
+        }
+        for (int64_t c = 0; c < C; c++) max_err = fmax(max_err, fabs(oh[n * C + c] - out[c]));
+    }
+    if (have) {
+        double aux_want = 0.0;
+        for (int e = 0; e < E; e++) aux_want += (double)want[e] / (double)(N * K) * P[e];
+        aux_want *= E;
+        CHECK_MSG(max_err <= 1e-12, "moe: output differs from the host reference by %.3g", max_err);
+        CHECK_MSG(fabs(auxh[0] - aux_want) <= 1e-12, "moe: aux loss %.17g, host reference %.17g", auxh[0], aux_want);
+        printf("moe forward vs host reference: max abs err %.2e, aux loss %.6f (err %.2e)\n", max_err, auxh[0],
+               fabs(auxh[0] - aux_want));
+    }
+    free(oh);
+    free(auxh);
+    for (int i = 0; i < 3 * E; i++) free(wh[i]);
+
+    /* With the load-balancing loss in the objective: its gradient reaches x and the router
+     * only (it does not depend on the experts, held constant here to keep the check short). */
+    for (int i = 2; i < 2 + 3 * E; i++) CHECK_OK(it_tensor_set_requires_grad(in[i], false));
+    for (int e = 0; e < E; e++) counts[e] = 0;
+    moe_ctx ma = {E, K, true, randt(SHAPE(2, 4, 6), -1, 1), in + 2, counts};
+    GC("moe + aux loss (2,4,6) E=4 k=2 H=5: x, router", f_moe, &ma, x, router);
+    total = 0;
+    for (int e = 0; e < E; e++) total += counts[e];
+    CHECK_MSG(total == N * K, "moe + aux: tokens_per_expert sums to %" PRId64 ", expected %" PRId64, total, N * K);
+    free(xh);
+}
+
 /* ------------------------------------------------------------------ a GPT-2-like block */
 
 typedef struct {
@@ -686,6 +1080,56 @@ static void test_gpt_block(void) {
     for (int64_t k = g.valid * C; gw && k < Vp * C; k++)
         CHECK_MSG(gw[k] == 0.0, "gpt block: wte padded row %" PRId64 " has gradient %.17g", k / C, gw[k]);
     free(gw);
+}
+
+/* ------------------------------------------------------------------ a LLaMA-like block */
+
+typedef struct {
+    int64_t B, T, nh, nkv, hd, V;
+    it_tensor *cos, *sin; /* constants, as the model's tables */
+} llama_ctx;
+enum { Y_X, Y_LN1W, Y_QKVW, Y_PROJW, Y_LN2W, Y_FCW, Y_FC2W, Y_FCPW, Y_LNFW, Y_HEADW, Y_TGT, Y_N };
+
+/* h = rmsnorm(x); q|k|v = slices of one linear (GQA: nkv < nh), q and k through rope;
+ * x += proj(attention(q, k, v)); x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x)));
+ * loss = cross_entropy(head(rmsnorm(x)), targets). */
+static it_tensor *f_llama(const void *c, it_tensor *const *in) {
+    const llama_ctx *g = c;
+    int64_t B = g->B, T = g->T, C = g->nh * g->hd, kvd = g->nkv * g->hd;
+    it_tensor *x = in[Y_X];
+    it_tensor *h = it_rmsnorm(x, in[Y_LN1W], 1e-5f);
+    it_tensor *qkv = it_linear(h, in[Y_QKVW], NULL); /* (B, T, C + 2 kvd), rows Q|K|V */
+    it_tensor *q = it_slice(qkv, 2, 0, C, 1), *k = it_slice(qkv, 2, C, C + kvd, 1);
+    it_tensor *v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
+    q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, g->nh, g->hd}), g->cos, g->sin);
+    k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, g->nkv, g->hd}), g->cos, g->sin);
+    v = it_reshape(v, 4, (int64_t[]){B, T, g->nkv, g->hd});
+    x = it_add(x, it_linear(it_attention(q, k, v), in[Y_PROJW], NULL));
+    h = it_rmsnorm(x, in[Y_LN2W], 1e-5f);
+    h = it_mul(it_silu(it_linear(h, in[Y_FCW], NULL)), it_linear(h, in[Y_FC2W], NULL));
+    x = it_add(x, it_linear(h, in[Y_FCPW], NULL));
+    it_tensor *logits = it_linear(it_rmsnorm(x, in[Y_LNFW], 1e-5f), in[Y_HEADW], NULL);
+    return it_cross_entropy(logits, in[Y_TGT], g->V);
+}
+
+static void test_llama_block(void) {
+    llama_ctx g = {2, 3, 2, 1, 4, 5, NULL, NULL};
+    const int64_t C = g.nh * g.hd, kvd = g.nkv * g.hd, Hf = 6;
+    rope_tables(g.T, g.hd, 10.0, &g.cos, &g.sin);
+    int64_t tgt[6] = {4, 0, 2, 2, 1, 3};
+    it_tensor *in[Y_N];
+    in[Y_X] = randt(3, (int64_t[]){g.B, g.T, C}, -1, 1);
+    in[Y_LN1W] = randt(1, (int64_t[]){C}, 0.5, 1.5);
+    in[Y_QKVW] = randt(2, (int64_t[]){C + 2 * kvd, C}, -0.5, 0.5);
+    in[Y_PROJW] = randt(2, (int64_t[]){C, C}, -0.5, 0.5);
+    in[Y_LN2W] = randt(1, (int64_t[]){C}, 0.5, 1.5);
+    in[Y_FCW] = randt(2, (int64_t[]){Hf, C}, -0.5, 0.5);
+    in[Y_FC2W] = randt(2, (int64_t[]){Hf, C}, -0.5, 0.5);
+    in[Y_FCPW] = randt(2, (int64_t[]){C, Hf}, -0.5, 0.5);
+    in[Y_LNFW] = randt(1, (int64_t[]){C}, 0.5, 1.5);
+    in[Y_HEADW] = randt(2, (int64_t[]){g.V, C}, -0.5, 0.5);
+    in[Y_TGT] = idxt(IT_DTYPE_I64, SHAPE(2, 3), tgt);
+    gradcheck("llama block end to end (B=2 T=3 C=8 nh=2 nkv=1 hd=4 H=6 V=5)", f_llama, &g, Y_N, in);
 }
 
 /* ------------------------------------------------------------------ engine behaviour */
@@ -871,7 +1315,14 @@ int main(void) {
     run("attention", test_attention);
     run("reductions", test_reductions);
     run("views", test_views);
+    run("rmsnorm", test_rmsnorm);
+    run("rope", test_rope);
+    run("attention (grouped-query)", test_gqa_attention);
+    run("topk", test_topk);
+    run("index_add", test_index_add);
+    run("moe", test_moe);
     run("gpt block", test_gpt_block);
+    run("llama block", test_llama_block);
     run("no-grad mode", test_no_grad_records_nothing);
     run("accumulation and zero_grad", test_accumulation_and_zero_grad);
     run("backward needs a scalar", test_backward_needs_scalar);
