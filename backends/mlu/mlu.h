@@ -1,0 +1,157 @@
+/* The MLU backend's private header, shared by its files:
+ *
+ *   host.c     pure host logic, no driver: dtype map, the 13x13 cast plan, descriptor
+ *              narrowing (int64 -> int32, checked), softmax's 3-D reshape, workspace sizing,
+ *              error formatting. Unit-tested everywhere (tests/unit/test_mlu_host.c).
+ *   loader.c   dlopen/dlsym of libcnrt.so, libcnnl.so, libcncl.so into mlu_api
+ *   runtime.c  init, devices, queues (streams), notifiers (events), CNNL handle per queue
+ *   memory.c   cnrtMalloc/cnrtFree, copies (pinned staging for async H2D), mem info, tracker,
+ *              per-queue device scratch
+ *   kernels.c  the kernel table over CNNL
+ *   ccl.c      it_ccl over CNCL
+ *   backend.c  the it_backend struct and the plugin entry point
+ * Nothing here is seen by the core; the core sees only backend.h. */
+#ifndef IT_MLU_H
+#define IT_MLU_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "infinitrain/backend.h"
+#include "mlu_api.h"
+
+#define MLU_MAX_DEVICES 64
+#define MLU_MSG_BYTES 1024
+
+/* ================================================================ host.c (pure logic) */
+
+/* cnnlDataType_t for an it_dtype (MLU_CNNL_DTYPE_INVALID outside the enum). */
+int mlu_cnnl_dtype(it_dtype dt);
+/* "CNNL_DTYPE_FLOAT" etc., for messages. */
+const char *mlu_cnnl_dtype_name(int cnnl_dtype);
+
+/* ---- cast plans. Each of the 169 (src, dst) pairs is served by a short chain of steps on
+ * contiguous buffers:
+ *   CNNL         cnnlCastDataType with CNNL_CAST_<from>_TO_<to>, only pairs public code
+ *                calls (mlu_cast_direct); never HALF <-> BFLOAT16
+ *   REINTERPRET  same bytes, another integer type of the same width (two's complement wrap
+ *                is a no-op); no device work
+ *   LOW          integer narrowing that wraps: keep the low bytes of each element (cnnlCopy
+ *                from a strided view; little-endian)
+ *   ZEXT         unsigned widening: cnrtMemsetAsync 0, then cnnlCopy into the low bytes
+ * `exact` is false where the chain cannot reproduce backend.h's CPU semantics bit for bit;
+ * `note` says what differs. */
+typedef enum mlu_step_kind { MLU_STEP_CNNL, MLU_STEP_REINTERPRET, MLU_STEP_LOW, MLU_STEP_ZEXT } mlu_step_kind;
+typedef struct mlu_cast_step {
+    mlu_step_kind kind;
+    it_dtype from, to;
+} mlu_cast_step;
+#define MLU_CAST_MAX_STEPS 4
+typedef struct mlu_cast_plan {
+    int nsteps;
+    mlu_cast_step steps[MLU_CAST_MAX_STEPS];
+    bool exact;
+    const char *note; /* NULL when exact */
+} mlu_cast_plan;
+
+/* True when CNNL_CAST_<from>_TO_<to> is in the table seen in public code (MLU-NOTES C2). */
+bool mlu_cast_direct(it_dtype from, it_dtype to);
+/* Writes "CNNL_CAST_FLOAT_TO_HALF" into buf (>= 48 bytes); returns buf. */
+const char *mlu_cast_enum_name(it_dtype from, it_dtype to, char *buf, size_t n);
+it_status mlu_cast_plan_for(it_dtype src, it_dtype dst, mlu_cast_plan *plan);
+/* The cnnlCastDataType_t value of a direct pair; false when this build has no SDK header
+ * to take it from (sdk_check.c / nosdk.c). */
+bool mlu_cnnl_cast_value(it_dtype from, it_dtype to, int *value);
+/* Device scratch the plan needs for n elements: intermediates (max of two live buffers
+ * per step), plus a contiguous gather of src and/or dst when they are strided. */
+size_t mlu_cast_workspace_bytes(const mlu_cast_plan *plan, int64_t n, bool src_contig, bool dst_contig);
+
+/* ---- descriptors: CNNL takes int32 dims and strides (cnnlSetTensorDescriptorEx). */
+typedef struct mlu_dims {
+    int ndim;
+    int dims[IT_MAX_DIMS];
+    int strides[IT_MAX_DIMS];
+} mlu_dims;
+/* Narrow d's shape and strides to int32; a 0-d tensor becomes {1}. Fails (naming `fn`,
+ * `arg`, the dim and its value) when a value does not fit. */
+it_status mlu_dims_from_desc(const char *fn, const char *arg, const it_tdesc *d, mlu_dims *out);
+/* Contiguous dims {d0, ..., dn-1}, checked the same way. */
+it_status mlu_dims_contiguous(const char *fn, const char *arg, int ndim, const int64_t *shape, mlu_dims *out);
+bool mlu_desc_contiguous(const it_tdesc *d);
+int64_t mlu_desc_numel(const it_tdesc *d);
+/* Softmax over the last dim: CNNL wants exactly 3 dims; reduce over the last with
+ * CNNL_SOFTMAX_MODE_LOW_DIMENSION on {1, R, C}, R = product of the leading dims (1 for a
+ * 1-D tensor). Fails when R or C does not fit in int32. */
+it_status mlu_softmax_dims(const char *fn, const it_tdesc *x, int dims3[3]);
+
+/* ---- workspace: one cached device buffer per queue, grown (never shrunk) to
+ * max(need, 2 * current) rounded up to 1 MiB, so a steady step allocates nothing. */
+size_t mlu_workspace_grow(size_t current, size_t need);
+#define MLU_WORKSPACE_ALIGN ((size_t)1 << 20)
+
+/* ---- errors. "cnrtMalloc(nbytes=64) failed: cnrtErrorNoMem (13): out of memory". */
+int mlu_format_error(char *buf, size_t n, const char *call, const char *args, const char *lib_text, int code);
+
+/* ================================================================ loader.c */
+/* Paths tried for a library: $NEUWARE_HOME/lib64/<lib> (or /usr/local/neuware/lib64 when
+ * NEUWARE_HOME is unset), then the bare name (LD_LIBRARY_PATH, ld.so.cache). */
+int mlu_library_candidates(const char *lib, char paths[][512], int max);
+/* Load the three libraries and resolve every symbol into *api. On failure, one message
+ * naming every library, each path tried and dlerror's reason. cncl is optional: its absence
+ * only clears api->have_cncl (and is named in api_note). */
+it_status mlu_api_load(mlu_api *api, char *note, size_t note_bytes);
+extern mlu_api mlu; /* filled by runtime init */
+
+/* ================================================================ runtime.c */
+struct it_stream {
+    int device;
+    int priority;
+    bool is_default;
+    mlu_cnrtQueue_t queue;
+    mlu_cnnlHandle_t cnnl; /* bound to `queue` with cnnlSetQueue */
+    pthread_mutex_t ws_lock;
+    void *ws; /* cached device scratch (see mlu_workspace_grow) */
+    size_t ws_bytes;
+};
+struct it_event {
+    int device;
+    mlu_cnrtNotifier_t notifier;
+    bool recorded;
+};
+
+it_status mlu_check_device(const char *fn, int device);
+/* `s` or the current device's default stream. */
+it_status mlu_stream_resolve(const char *fn, it_stream *s, it_stream **out);
+it_status mlu_default_stream(int device, it_stream **out);
+/* Make `device` current on this thread (cnrtSetDevice only on change). */
+it_status mlu_use_device(const char *fn, int device);
+/* Scratch of at least `need` bytes on s (may sync s to grow). */
+it_status mlu_workspace(it_stream *s, size_t need, void **ws);
+
+it_status mlu_cnrt_error(mlu_cnrtRet_t ret, const char *call, const char *fmt, ...) IT_PRINTF(3, 4);
+it_status mlu_cnnl_error(mlu_cnnlStatus_t st, const char *call, const char *fmt, ...) IT_PRINTF(3, 4);
+#define MLU_CNRT(call, args_fmt, ...)                                                                                  \
+    do {                                                                                                               \
+        mlu_cnrtRet_t ret_ = (call);                                                                                   \
+        if (ret_ != MLU_cnrtSuccess) return mlu_cnrt_error(ret_, #call, args_fmt, __VA_ARGS__);                        \
+    } while (0)
+
+/* ================================================================ memory.c */
+it_status mlu_malloc(int device, size_t nbytes, void **ptr);
+it_status mlu_free(int device, void *ptr);
+it_status mlu_free_async(int device, void *ptr, it_stream *stream);
+it_status mlu_memcpy(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind);
+it_status mlu_memcpy_async(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind,
+                           it_stream *stream);
+it_status mlu_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* Release pinned staging buffers whose notifier completed (poll; Paddle PR #982). */
+void mlu_staging_poll(bool wait_all);
+/* Allocation tracker: bytes live now and at peak, per device. */
+void mlu_tracker_stats(int device, size_t *live, size_t *peak);
+
+/* ================================================================ tables */
+extern const it_runtime mlu_runtime;
+extern const it_kernels mlu_kernels;
+extern const it_ccl mlu_ccl;
+
+#endif

@@ -1,0 +1,304 @@
+/* Host-side logic of the MLU backend, tested on every build machine (no SDK, no device):
+ * the dtype map, the 13x13 cast plan (every pair has a chain of known CNNL casts and byte
+ * moves, never HALF <-> BFLOAT16, and each plan marked exact reproduces the CPU cast bit for
+ * bit when its steps are emulated with CPU semantics), descriptor narrowing, softmax's 3-D
+ * rule, workspace sizing, error text, the library search, and loading the plugin here:
+ * it_device_parse("mlu") must fail with one message naming the libraries and paths.
+ *
+ * The backend's source files are compiled into this test directly. */
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include "infinitrain/tensor.h"
+#include "it_test.h"
+#include "mlu/host.c"
+#include "mlu/loader.c"
+#include "mlu/nosdk.c"
+
+static void test_dtype_map(void) {
+    int seen[64] = {0};
+    for (int t = 0; t < IT_DTYPE_COUNT; t++) {
+        int c = mlu_cnnl_dtype((it_dtype)t);
+        CHECK_MSG(c != MLU_CNNL_DTYPE_INVALID && c < 64, "dtype %s", it_dtype_name((it_dtype)t));
+        CHECK_MSG(!seen[c]++, "dtype %s maps to a taken CNNL dtype", it_dtype_name((it_dtype)t));
+        CHECK(strncmp(mlu_cnnl_dtype_name(c), "CNNL_DTYPE_", 11) == 0);
+    }
+    CHECK(mlu_cnnl_dtype(IT_DTYPE_FP16) == 1 && mlu_cnnl_dtype(IT_DTYPE_FP32) == 2); /* public binding */
+    CHECK(strcmp(mlu_cnnl_dtype_name(mlu_cnnl_dtype(IT_DTYPE_BF16)), "CNNL_DTYPE_BFLOAT16") == 0);
+}
+
+/* Emulate one step on host memory with CPU semantics: what the plan assumes of each call. */
+static void emulate(const mlu_cast_step *s, int64_t n, const void *in, void *out) {
+    size_t wi = it_dtype_size(s->from), wo = it_dtype_size(s->to);
+    const unsigned char *a = in;
+    unsigned char *b = out;
+    switch (s->kind) {
+    case MLU_STEP_REINTERPRET: memmove(out, in, (size_t)n * wi); break;
+    case MLU_STEP_LOW:
+        for (int64_t i = 0; i < n; i++) memcpy(b + i * wo, a + i * wi, wo);
+        break;
+    case MLU_STEP_ZEXT:
+        memset(out, 0, (size_t)n * wo);
+        for (int64_t i = 0; i < n; i++) memcpy(b + i * wo, a + i * wi, wi);
+        break;
+    case MLU_STEP_CNNL: {
+        it_tdesc x = {0}, y = {0};
+        x.data = (void *)in, x.dtype = s->from, x.ndim = 1, x.shape[0] = n, x.strides[0] = 1;
+        y = x, y.data = out, y.dtype = s->to;
+        it_cpu_kernels()->cast(NULL, &x, &y);
+        break;
+    }
+    }
+}
+
+static bool same_elem(it_dtype dt, const unsigned char *a, const unsigned char *b) {
+    size_t w = it_dtype_size(dt);
+    if (memcmp(a, b, w) == 0) return true;
+    if (dt == IT_DTYPE_FP32) {
+        float x, y;
+        memcpy(&x, a, 4), memcpy(&y, b, 4);
+        return x != x && y != y;
+    }
+    if (dt == IT_DTYPE_FP64) {
+        double x, y;
+        memcpy(&x, a, 8), memcpy(&y, b, 8);
+        return x != x && y != y;
+    }
+    if (dt == IT_DTYPE_FP16 || dt == IT_DTYPE_BF16) {
+        uint16_t x, y;
+        memcpy(&x, a, 2), memcpy(&y, b, 2);
+        float fx = dt == IT_DTYPE_FP16 ? it_fp16_to_fp32(x) : it_bf16_to_fp32(x);
+        float fy = dt == IT_DTYPE_FP16 ? it_fp16_to_fp32(y) : it_bf16_to_fp32(y);
+        return fx != fx && fy != fy;
+    }
+    return false;
+}
+
+#define NV 48
+static void test_cast_plans(void) {
+    /* edge values as fp64 and raw int64, converted into each source dtype by the CPU cast */
+    static const double f[] = {0.0,        -0.0,         0.5,          -0.5,         1.0,
+                               -1.0,       1.5,          127.0,        128.0,        255.0,
+                               256.0,      -129.0,       32767.0,      65535.0,      65536.0,
+                               16777217.0, 2147483647.0, 2147483648.0, 4294967295.0, -2147483649.0,
+                               1e30,       -1e30,        3.4e38,       1e-40,        9007199254740993.0,
+                               0.1,        1.0 / 3.0,    70000.5};
+    static const int64_t k[] = {0,
+                                1,
+                                -1,
+                                255,
+                                256,
+                                -128,
+                                65535,
+                                65536,
+                                INT32_MAX,
+                                INT32_MIN,
+                                4294967295LL,
+                                4294967296LL,
+                                INT64_MAX,
+                                INT64_MIN,
+                                16777217,
+                                123456789012345LL,
+                                -70000,
+                                0x100000001LL,
+                                0x8000,
+                                0x80000000LL};
+    int exact = 0, inexact = 0;
+    for (int s = 0; s < IT_DTYPE_COUNT; s++) {
+        /* source values: the float edges and the integer edges, each cast into dtype s */
+        unsigned char src[NV * 8];
+        {
+            double fv[NV];
+            int64_t iv[NV];
+            for (int i = 0; i < NV; i++) fv[i] = f[i % (int)(sizeof f / sizeof f[0])];
+            for (int i = 0; i < NV; i++) iv[i] = k[i % (int)(sizeof k / sizeof k[0])];
+            it_tdesc x = {0}, y = {0};
+            x.ndim = 1, x.shape[0] = NV / 2, x.strides[0] = 1;
+            y = x, y.dtype = (it_dtype)s;
+            x.data = fv, x.dtype = IT_DTYPE_FP64, y.data = src;
+            it_cpu_kernels()->cast(NULL, &x, &y);
+            x.data = iv, x.dtype = IT_DTYPE_I64, y.data = src + (NV / 2) * it_dtype_size((it_dtype)s);
+            it_cpu_kernels()->cast(NULL, &x, &y);
+        }
+        for (int d = 0; d < IT_DTYPE_COUNT; d++) {
+            mlu_cast_plan p;
+            it_status st = mlu_cast_plan_for((it_dtype)s, (it_dtype)d, &p);
+            CHECK_MSG(st == IT_OK, "%s -> %s has no plan: %s", it_dtype_name((it_dtype)s), it_dtype_name((it_dtype)d),
+                      it_last_error());
+            if (st) continue;
+            CHECK(p.nsteps >= 1 && p.nsteps <= MLU_CAST_MAX_STEPS);
+            CHECK(p.steps[0].from == (it_dtype)s && p.steps[p.nsteps - 1].to == (it_dtype)d);
+            CHECK(p.exact == (p.note == NULL));
+            for (int i = 0; i < p.nsteps; i++) {
+                const mlu_cast_step *q = &p.steps[i];
+                if (i) CHECK(q->from == p.steps[i - 1].to);
+                if (q->kind == MLU_STEP_CNNL) {
+                    char name[48];
+                    CHECK_MSG(mlu_cast_direct(q->from, q->to), "%s -> %s uses %s, not a known CNNL cast",
+                              it_dtype_name((it_dtype)s), it_dtype_name((it_dtype)d),
+                              mlu_cast_enum_name(q->from, q->to, name, sizeof name));
+                    bool hb = (q->from == IT_DTYPE_FP16 && q->to == IT_DTYPE_BF16) ||
+                              (q->from == IT_DTYPE_BF16 && q->to == IT_DTYPE_FP16);
+                    CHECK_MSG(!hb, "%s -> %s casts HALF <-> BFLOAT16 directly", it_dtype_name((it_dtype)s),
+                              it_dtype_name((it_dtype)d));
+                } else if (q->kind == MLU_STEP_LOW) {
+                    CHECK(it_dtype_size(q->to) < it_dtype_size(q->from));
+                } else if (q->kind == MLU_STEP_ZEXT) {
+                    CHECK(it_dtype_size(q->to) > it_dtype_size(q->from));
+                    CHECK(q->from == IT_DTYPE_U8 || q->from == IT_DTYPE_U16 || q->from == IT_DTYPE_U32);
+                } else {
+                    CHECK(it_dtype_size(q->to) == it_dtype_size(q->from));
+                }
+            }
+            if (!p.exact) {
+                inexact++;
+                continue;
+            }
+            exact++;
+            /* an exact plan, emulated step by step, equals the CPU's one cast */
+            unsigned char a[NV * 8], b[NV * 8], ref[NV * 8];
+            memcpy(a, src, sizeof a);
+            for (int i = 0; i < p.nsteps; i++) {
+                emulate(&p.steps[i], NV, a, b);
+                memcpy(a, b, sizeof a);
+            }
+            it_tdesc x = {0}, y = {0};
+            x.data = src, x.dtype = (it_dtype)s, x.ndim = 1, x.shape[0] = NV, x.strides[0] = 1;
+            y = x, y.data = ref, y.dtype = (it_dtype)d;
+            it_cpu_kernels()->cast(NULL, &x, &y);
+            size_t w = it_dtype_size((it_dtype)d);
+            for (int i = 0; i < NV; i++)
+                CHECK_MSG(same_elem((it_dtype)d, a + i * w, ref + i * w), "%s -> %s element %d differs from cpu",
+                          it_dtype_name((it_dtype)s), it_dtype_name((it_dtype)d), i);
+        }
+    }
+    CHECK(exact + inexact == 169);
+    printf("cast plans: %d exact, %d with a documented difference\n", exact, inexact);
+    /* the rules named in the issue */
+    mlu_cast_plan p;
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_FP16, IT_DTYPE_BF16, &p));
+    CHECK(p.nsteps == 2 && p.steps[0].to == IT_DTYPE_FP32 && p.exact);
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_I8, IT_DTYPE_I64, &p));
+    CHECK(p.nsteps == 2 && p.steps[0].to == IT_DTYPE_I32 && p.steps[1].to == IT_DTYPE_I64);
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_I32, IT_DTYPE_U8, &p));
+    CHECK(p.nsteps == 1 && p.steps[0].kind == MLU_STEP_LOW && p.exact);
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_FP64, IT_DTYPE_BF16, &p));
+    CHECK(!p.exact && strstr(p.note, "rounds twice"));
+    char name[48];
+    CHECK(strcmp(mlu_cast_enum_name(IT_DTYPE_FP32, IT_DTYPE_FP16, name, sizeof name), "CNNL_CAST_FLOAT_TO_HALF") == 0);
+    CHECK(!mlu_cast_direct(IT_DTYPE_FP16, IT_DTYPE_BF16) && !mlu_cast_direct(IT_DTYPE_BF16, IT_DTYPE_FP16));
+    int v;
+    CHECK(!mlu_cnnl_cast_value(IT_DTYPE_FP32, IT_DTYPE_FP16, &v)); /* no SDK header in this build */
+    CHECK_ERR(mlu_cast_plan_for((it_dtype)13, IT_DTYPE_FP32, &p), IT_ERR_INVALID_ARG, "invalid dtype pair");
+}
+
+static void test_descriptors(void) {
+    it_tdesc d = {0};
+    mlu_dims m;
+    d.ndim = 0;
+    CHECK_OK(mlu_dims_from_desc("cast", "x", &d, &m));
+    CHECK(m.ndim == 1 && m.dims[0] == 1 && m.strides[0] == 1);
+    d.ndim = 3, d.shape[0] = 2, d.shape[1] = 3, d.shape[2] = 5, d.strides[0] = 0, d.strides[1] = 10, d.strides[2] = 2;
+    CHECK_OK(mlu_dims_from_desc("cast", "x", &d, &m));
+    CHECK(m.ndim == 3 && m.dims[2] == 5 && m.strides[0] == 0 && m.strides[1] == 10 && m.strides[2] == 2);
+    CHECK(!mlu_desc_contiguous(&d) && mlu_desc_numel(&d) == 30);
+    d.shape[1] = (int64_t)1 << 31;
+    CHECK_ERR(mlu_dims_from_desc("gemm", "a", &d, &m), IT_ERR_UNSUPPORTED, "dim 1 of 'a' is 2147483648, outside int32");
+    d.shape[1] = 3, d.strides[0] = (int64_t)3 << 30;
+    CHECK_ERR(mlu_dims_from_desc("gemm", "a", &d, &m), IT_ERR_UNSUPPORTED, "stride 0 of 'a'");
+    int64_t shape[2] = {4, 6};
+    CHECK_OK(mlu_dims_contiguous("x", "y", 2, shape, &m));
+    CHECK(m.strides[0] == 6 && m.strides[1] == 1);
+    /* softmax: {1, product of leading dims, last} for any rank */
+    int d3[3];
+    it_tdesc x = {0};
+    x.ndim = 4, x.shape[0] = 2, x.shape[1] = 3, x.shape[2] = 7, x.shape[3] = 5;
+    CHECK_OK(mlu_softmax_dims("softmax_fwd", &x, d3));
+    CHECK(d3[0] == 1 && d3[1] == 42 && d3[2] == 5);
+    x.ndim = 1, x.shape[0] = 9;
+    CHECK_OK(mlu_softmax_dims("softmax_fwd", &x, d3));
+    CHECK(d3[0] == 1 && d3[1] == 1 && d3[2] == 9);
+    x.ndim = 2, x.shape[0] = 0, x.shape[1] = 4;
+    CHECK_OK(mlu_softmax_dims("softmax_fwd", &x, d3));
+    CHECK(d3[1] == 0 && d3[2] == 4);
+    x.ndim = 3, x.shape[0] = 1 << 16, x.shape[1] = 1 << 16, x.shape[2] = 2;
+    CHECK_ERR(mlu_softmax_dims("softmax_fwd", &x, d3), IT_ERR_UNSUPPORTED, "outside int32");
+}
+
+static void test_workspace(void) {
+    const size_t M = MLU_WORKSPACE_ALIGN;
+    CHECK(mlu_workspace_grow(0, 0) == 0);
+    CHECK(mlu_workspace_grow(0, 1) == M);
+    CHECK(mlu_workspace_grow(M, M) == M);
+    CHECK(mlu_workspace_grow(M, M + 1) == 2 * M);
+    CHECK(mlu_workspace_grow(2 * M, M) == 2 * M);
+    CHECK(mlu_workspace_grow(M, 5 * M + 1) == 6 * M);
+    mlu_cast_plan p;
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_FP16, IT_DTYPE_BF16, &p));
+    CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 40);   /* one fp32 intermediate */
+    CHECK(mlu_cast_workspace_bytes(&p, 10, false, true) == 60);  /* + gathered fp16 src */
+    CHECK(mlu_cast_workspace_bytes(&p, 10, false, false) == 80); /* + bf16 dst staging */
+    CHECK(mlu_cast_workspace_bytes(&p, 0, false, false) == 0);
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_FP32, IT_DTYPE_FP16, &p));
+    CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 0);          /* direct: none */
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_U32, IT_DTYPE_BF16, &p));      /* ZEXT, I64->F32, F32->BF16 */
+    CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 2 * 10 * 8); /* ping + pong at 8 bytes */
+}
+
+static void test_errors_and_loader(void) {
+    char buf[256];
+    mlu_format_error(buf, sizeof buf, "cnrtMalloc", "nbytes=64, dev=0", "out of memory", 13);
+    CHECK(strcmp(buf, "cnrtMalloc(nbytes=64, dev=0) failed: out of memory (13)") == 0);
+    mlu_format_error(buf, sizeof buf, "cnnlCopy", NULL, NULL, 3);
+    CHECK(strcmp(buf, "cnnlCopy() failed: unknown error (3)") == 0);
+
+    char paths[4][512];
+    setenv("NEUWARE_HOME", "/nonexistent/neuware", 1);
+    CHECK(mlu_library_candidates("libcnrt.so", paths, 4) == 2);
+    CHECK(strcmp(paths[0], "/nonexistent/neuware/lib64/libcnrt.so") == 0 && strcmp(paths[1], "libcnrt.so") == 0);
+    void *real = dlopen("libcnrt.so", RTLD_NOW | RTLD_LOCAL);
+    if (!real) {
+        mlu_api api;
+        char note[256];
+        it_status st = mlu_api_load(&api, note, sizeof note);
+        CHECK(st == IT_ERR_NOT_FOUND);
+        const char *m = it_last_error();
+        CHECK_MSG(strstr(m, "libcnrt.so") && strstr(m, "libcnnl.so") && strstr(m, "libcncl.so") &&
+                      strstr(m, "/nonexistent/neuware/lib64") && strstr(m, "library path") && strlen(m) < 450,
+                  "message: %s", m);
+    } else {
+        dlclose(real);
+    }
+    unsetenv("NEUWARE_HOME");
+    mlu_library_candidates("libcncl.so", paths, 4);
+    CHECK(strcmp(paths[0], "/usr/local/neuware/lib64/libcncl.so") == 0);
+}
+
+static void test_plugin_here(void) {
+    const it_backend *b = NULL;
+    CHECK_OK(it_backend_find("mlu", &b));
+    if (!b) return;
+    CHECK(strcmp(b->name, "mlu") == 0 && b->default_autocast_dtype == IT_DTYPE_BF16 && !b->host_memory);
+    CHECK(b->kernels->cast && b->kernels->fill && b->kernels->copy_strided && b->kernels->gemm && b->ccl);
+    CHECK(!b->runtime->malloc_async); /* no async allocator */
+    void *real = dlopen("libcnrt.so", RTLD_NOW | RTLD_LOCAL);
+    if (real) {
+        dlclose(real);
+        printf("libcnrt.so present: skipping the absent-runtime checks\n");
+        return;
+    }
+    it_device dev;
+    CHECK_ERR(it_device_parse("mlu", &dev), IT_ERR_NOT_FOUND, "Cambricon runtime not found");
+    CHECK_ERR(it_device_parse("mlu:0", &dev), IT_ERR_NOT_FOUND, "libcnrt.so, libcnnl.so");
+    CHECK(strstr(it_last_error(), "/usr/local/neuware/lib64") && strstr(it_last_error(), "library path"));
+}
+
+int main(void) {
+    test_dtype_map();
+    test_cast_plans();
+    test_descriptors();
+    test_workspace();
+    test_errors_and_loader();
+    test_plugin_here();
+    return it_test_report("test_mlu_host");
+}
