@@ -13,8 +13,14 @@ needs=(
   "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so:libopenblas-openmp-dev"
   "/usr/lib/bible.data:bible-kjv-text"
   "/usr/bin/bible:bible-kjv"
+  "/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a:libclang-rt-14-dev"
+  "valgrind:valgrind"
+  "mpirun:openmpi-bin"
+  "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:libopenmpi-dev"
 )
-# OpenMP comes with gcc (libgomp); the OpenBLAS path is arch-specific.
+# OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
+# gives the CPU backend its collectives (mpirun -np N for data-parallel training).
+# libclang-rt-14-dev: libFuzzer for tests/fuzz (clang -fsanitize=fuzzer); valgrind: tests/e2e/valgrind.sh.
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 
 missing=()

@@ -27,6 +27,8 @@ static const it_kernels cpu_kernels = {
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }
 
+extern const it_ccl it_cpu_ccl; /* ccl_mpi.c */
+
 /* Registered by the core's registry on first use (see src/core/registry.c). */
 const it_backend it_cpu_backend = {
     .api_version = IT_BACKEND_API_VERSION,
@@ -35,5 +37,5 @@ const it_backend it_cpu_backend = {
     .host_memory = true,
     .runtime = &it_cpu_runtime,
     .kernels = &cpu_kernels,
-    .ccl = NULL,
+    .ccl = &it_cpu_ccl,
 };

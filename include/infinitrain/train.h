@@ -11,34 +11,36 @@ extern "C" {
 #endif
 
 typedef struct it_train_config {
-    const char *app;          /* "gpt2" */
-    const char *device;       /* --device (cpu) */
-    const char *input_bin;    /* --input_bin: token shard */
-    const char *llmc_filepath; /* --llmc_filepath: checkpoint to start from */
-    const char *model;        /* --model: preset when no checkpoint (d12) */
+    const char *app;                                     /* "gpt2" */
+    const char *device;                                  /* --device (cpu) */
+    const char *input_bin;                               /* --input_bin: token shard */
+    const char *llmc_filepath;                           /* --llmc_filepath: checkpoint to start from */
+    const char *model;                                   /* --model: preset when no checkpoint (d12) */
     int n_layer, n_head, n_embd, block_size, vocab_size; /* custom model shape (0 = from preset) */
-    int64_t batch_size;       /* --batch_size (4) */
-    int64_t sequence_length;  /* --sequence_length (64) */
-    int64_t total_batch_size; /* --total_batch_size in tokens (B*T); accumulation = total/(B*T) */
-    int num_iteration;        /* --num_iteration (10) */
-    float learning_rate;      /* --learning_rate (1e-4) */
-    it_optim_kind optimizer;  /* --optimizer (sgd) */
-    float weight_decay;       /* --weight_decay (0) */
-    it_lr_decay lr_decay;     /* --lr_decay_style (none) */
-    int lr_warmup_iters;      /* --lr_warmup_iters (0) */
-    float min_lr;             /* --min_lr (0) */
-    float grad_clip;          /* --grad_clip (0 = off) */
-    it_dtype dtype;           /* --dtype (float32) */
-    const char *tokenizer_bin; /* --tokenizer_bin */
-    int freq_generate_txt;    /* --freq_generate_txt (0 = never) */
-    int text_length;          /* --text_length (64) */
-    uint64_t seed;            /* --seed (42) */
+    int64_t batch_size;                                  /* --batch_size (4) */
+    int64_t sequence_length;                             /* --sequence_length (64) */
+    int64_t total_batch_size;      /* --total_batch_size in tokens (B*T); accumulation = total/(B*T) */
+    int num_iteration;             /* --num_iteration (10) */
+    float learning_rate;           /* --learning_rate (1e-4) */
+    it_optim_kind optimizer;       /* --optimizer (sgd) */
+    float weight_decay;            /* --weight_decay (0) */
+    it_lr_decay lr_decay;          /* --lr_decay_style (none) */
+    int lr_warmup_iters;           /* --lr_warmup_iters (0) */
+    float min_lr;                  /* --min_lr (0) */
+    float grad_clip;               /* --grad_clip (0 = off) */
+    it_dtype dtype;                /* --dtype (float32) */
+    const char *tokenizer_bin;     /* --tokenizer_bin */
+    int freq_generate_txt;         /* --freq_generate_txt (0 = never) */
+    int text_length;               /* --text_length (64) */
+    uint64_t seed;                 /* --seed (42) */
     const char *output_checkpoint; /* --output_checkpoint: written after the last step */
-    int log_interval;         /* --log_interval: progress/ETA line every N steps (10) */
-    int64_t max_memory_mb;    /* --max_memory_mb: allocator limit (0 = none) */
-    float moe_aux_loss_coeff; /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
-    bool backend_report;      /* --backend_report: kernel coverage/time table at the end */
-    bool quiet;               /* no per-step lines (tests) */
+    int log_interval;              /* --log_interval: progress/ETA line every N steps (10) */
+    int64_t max_memory_mb;         /* --max_memory_mb: allocator limit (0 = none) */
+    float moe_aux_loss_coeff;      /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
+    bool backend_report;           /* --backend_report: kernel coverage/time table at the end */
+    int zero_stage;                /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
+    const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
+    bool quiet;                    /* no per-step lines (tests) */
 } it_train_config;
 
 IT_API void it_train_config_defaults(it_train_config *c, const char *app);

@@ -39,8 +39,7 @@ static it_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t 
     char *end = NULL;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno)
-        return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not an integer", flag, v);
+    if (!*v || *end || errno) return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not an integer", flag, v);
     if (x < lo || x > hi)
         return it_error(IT_ERR_INVALID_ARG, "--%s: %lld is out of range %lld..%lld", flag, x, (long long)lo,
                         (long long)hi);
@@ -96,8 +95,12 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --max_memory_mb N         device allocator limit in MiB, 0 = none (0)\n"
             "  --backend_report          print each kernel slot: native or CPU fallback, calls, time\n"
             "  --moe_aux_loss_coeff C    mixtral: weight of the load-balancing loss (0)\n"
-            "  --help                    this text\n",
-            app);
+            "  --zero_stage 0|1          data-parallel runs: 1 shards Adam's state over the ranks (0)\n"
+            "  --loss_log PATH           write each step's loss at full precision (%%.17g), rank 0\n"
+            "  --help                    this text\n"
+            "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
+            "rank r sim:(r mod count)); --total_batch_size counts all ranks' tokens\n",
+            app, app);
 }
 
 it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *help) {
@@ -132,31 +135,60 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
         it_status st = IT_OK;
         int64_t i64;
 #define IS(n) (strcmp(name, n) == 0)
-        if (IS("device")) c->device = v;
-        else if (IS("input_bin")) c->input_bin = v;
-        else if (IS("llmc_filepath")) c->llmc_filepath = v;
-        else if (IS("model")) c->model = v;
-        else if (IS("tokenizer_bin")) c->tokenizer_bin = v;
-        else if (IS("output_checkpoint")) c->output_checkpoint = v;
-        else if (IS("n_layer")) st = parse_int(name, v, 1, 1024, &c->n_layer);
-        else if (IS("n_head")) st = parse_int(name, v, 1, 1024, &c->n_head);
-        else if (IS("n_embd")) st = parse_int(name, v, 1, 65536, &c->n_embd);
-        else if (IS("block_size")) st = parse_int(name, v, 1, 1 << 20, &c->block_size);
-        else if (IS("vocab_size")) st = parse_int(name, v, 1, 1 << 24, &c->vocab_size);
-        else if (IS("batch_size")) st = parse_i64(name, v, 1, 1 << 20, &c->batch_size);
-        else if (IS("sequence_length")) st = parse_i64(name, v, 1, 1 << 20, &c->sequence_length);
-        else if (IS("total_batch_size")) st = parse_i64(name, v, 1, (int64_t)1 << 40, &c->total_batch_size);
-        else if (IS("num_iteration")) st = parse_int(name, v, 0, INT_MAX, &c->num_iteration);
-        else if (IS("learning_rate")) st = parse_float(name, v, 0.0, 1e3, &c->learning_rate);
-        else if (IS("weight_decay")) st = parse_float(name, v, 0.0, 1e3, &c->weight_decay);
-        else if (IS("min_lr")) st = parse_float(name, v, 0.0, 1e3, &c->min_lr);
-        else if (IS("grad_clip")) st = parse_float(name, v, 0.0, 1e9, &c->grad_clip);
-        else if (IS("moe_aux_loss_coeff")) st = parse_float(name, v, 0.0, 1e3, &c->moe_aux_loss_coeff);
-        else if (IS("lr_warmup_iters")) st = parse_int(name, v, 0, INT_MAX, &c->lr_warmup_iters);
-        else if (IS("freq_generate_txt")) st = parse_int(name, v, 0, INT_MAX, &c->freq_generate_txt);
-        else if (IS("text_length")) st = parse_int(name, v, 1, 1 << 20, &c->text_length);
-        else if (IS("log_interval")) st = parse_int(name, v, 1, INT_MAX, &c->log_interval);
-        else if (IS("max_memory_mb")) st = parse_i64(name, v, 0, (int64_t)1 << 40, &c->max_memory_mb);
+        if (IS("device"))
+            c->device = v;
+        else if (IS("input_bin"))
+            c->input_bin = v;
+        else if (IS("llmc_filepath"))
+            c->llmc_filepath = v;
+        else if (IS("model"))
+            c->model = v;
+        else if (IS("tokenizer_bin"))
+            c->tokenizer_bin = v;
+        else if (IS("output_checkpoint"))
+            c->output_checkpoint = v;
+        else if (IS("loss_log"))
+            c->loss_log = v;
+        else if (IS("zero_stage"))
+            st = parse_int(name, v, 0, 1, &c->zero_stage);
+        else if (IS("n_layer"))
+            st = parse_int(name, v, 1, 1024, &c->n_layer);
+        else if (IS("n_head"))
+            st = parse_int(name, v, 1, 1024, &c->n_head);
+        else if (IS("n_embd"))
+            st = parse_int(name, v, 1, 65536, &c->n_embd);
+        else if (IS("block_size"))
+            st = parse_int(name, v, 1, 1 << 20, &c->block_size);
+        else if (IS("vocab_size"))
+            st = parse_int(name, v, 1, 1 << 24, &c->vocab_size);
+        else if (IS("batch_size"))
+            st = parse_i64(name, v, 1, 1 << 20, &c->batch_size);
+        else if (IS("sequence_length"))
+            st = parse_i64(name, v, 1, 1 << 20, &c->sequence_length);
+        else if (IS("total_batch_size"))
+            st = parse_i64(name, v, 1, (int64_t)1 << 40, &c->total_batch_size);
+        else if (IS("num_iteration"))
+            st = parse_int(name, v, 0, INT_MAX, &c->num_iteration);
+        else if (IS("learning_rate"))
+            st = parse_float(name, v, 0.0, 1e3, &c->learning_rate);
+        else if (IS("weight_decay"))
+            st = parse_float(name, v, 0.0, 1e3, &c->weight_decay);
+        else if (IS("min_lr"))
+            st = parse_float(name, v, 0.0, 1e3, &c->min_lr);
+        else if (IS("grad_clip"))
+            st = parse_float(name, v, 0.0, 1e9, &c->grad_clip);
+        else if (IS("moe_aux_loss_coeff"))
+            st = parse_float(name, v, 0.0, 1e3, &c->moe_aux_loss_coeff);
+        else if (IS("lr_warmup_iters"))
+            st = parse_int(name, v, 0, INT_MAX, &c->lr_warmup_iters);
+        else if (IS("freq_generate_txt"))
+            st = parse_int(name, v, 0, INT_MAX, &c->freq_generate_txt);
+        else if (IS("text_length"))
+            st = parse_int(name, v, 1, 1 << 20, &c->text_length);
+        else if (IS("log_interval"))
+            st = parse_int(name, v, 1, INT_MAX, &c->log_interval);
+        else if (IS("max_memory_mb"))
+            st = parse_i64(name, v, 0, (int64_t)1 << 40, &c->max_memory_mb);
         else if (IS("seed")) {
             st = parse_i64(name, v, 0, INT64_MAX, &i64);
             c->seed = (uint64_t)i64;
@@ -167,10 +199,13 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
             st = it_lr_decay_from_name(v, &c->lr_decay);
             if (st) st = it_error_context("--lr_decay_style: ");
         } else if (IS("dtype")) {
-            if (strcmp(v, "float32") == 0 || strcmp(v, "fp32") == 0) c->dtype = IT_DTYPE_FP32;
+            if (strcmp(v, "float32") == 0 || strcmp(v, "fp32") == 0)
+                c->dtype = IT_DTYPE_FP32;
             else if (strcmp(v, "bfloat16") == 0 || strcmp(v, "bf16") == 0)
-                st = it_error(IT_ERR_UNSUPPORTED, "--dtype: bfloat16 training (autocast) is not implemented yet; use float32");
-            else st = it_error(IT_ERR_INVALID_ARG, "--dtype: '%s' is not a training dtype (float32)", v);
+                st = it_error(IT_ERR_UNSUPPORTED,
+                              "--dtype: bfloat16 training (autocast) is not implemented yet; use float32");
+            else
+                st = it_error(IT_ERR_INVALID_ARG, "--dtype: '%s' is not a training dtype (float32)", v);
         } else {
             return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (see --help)", name);
         }

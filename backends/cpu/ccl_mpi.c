@@ -1,0 +1,259 @@
+/* The CPU backend's collectives, over MPI (one process per rank).
+ *
+ * Sums are deterministic: every element's sum is formed in rank order,
+ *     s = x[0]; s += x[1]; ...; s += x[N-1]
+ * by the rank that owns the element's chunk (a reduce-scatter over MPI_Alltoallv), then the
+ * owners' results are all-gathered. So an all-reduce SUM gives bitwise the same result on
+ * every rank, for any buffer split (buckets), and the same result as one process adding the
+ * N contributions in order. MAX goes through MPI_Allreduce (exact whatever the order).
+ *
+ * The communicator is a duplicate of MPI_COMM_WORLD; the unique id carries no address (MPI
+ * has already wired the processes) but takes the same path as NCCL's or CNCL's: rank 0 makes
+ * it, the core broadcasts it, comm_init checks that every rank got the same one.
+ * All calls are synchronous: CPU kernels have finished when they return, so `stream` is
+ * ignored. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+
+struct it_comm {
+    MPI_Comm comm;
+    int rank, size;
+};
+
+static it_status mpi_status(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return IT_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return it_error(IT_ERR_BACKEND, "cpu ccl: %s failed: %s", what, msg);
+}
+
+static it_status mpi_type(it_dtype dt, MPI_Datatype *t) {
+    switch (dt) {
+    case IT_DTYPE_FP32: *t = MPI_FLOAT; return IT_OK;
+    case IT_DTYPE_FP64: *t = MPI_DOUBLE; return IT_OK;
+    case IT_DTYPE_I32: *t = MPI_INT32_T; return IT_OK;
+    case IT_DTYPE_I64: *t = MPI_INT64_T; return IT_OK;
+    case IT_DTYPE_U64: *t = MPI_UINT64_T; return IT_OK;
+    case IT_DTYPE_U8: *t = MPI_UINT8_T; return IT_OK;
+    default: return it_error(IT_ERR_UNSUPPORTED, "cpu ccl: dtype %s not supported", it_dtype_name(dt));
+    }
+}
+
+static it_status check_count(size_t count, const char *what) {
+    if (count > (size_t)INT_MAX)
+        return it_error(IT_ERR_INVALID_ARG, "cpu ccl: %s of %zu elements exceeds MPI's int counts (split it)", what,
+                        count);
+    return IT_OK;
+}
+
+/* dst[i] = op over r of src[r*stride + i], r = 0..n-1 in order, for i < len. */
+#define REDUCE_LOOP(T)                                                                                                 \
+    do {                                                                                                               \
+        const T *s = (const T *)src;                                                                                   \
+        T *d = (T *)dst;                                                                                               \
+        for (size_t i = 0; i < len; i++) {                                                                             \
+            T acc = s[i];                                                                                              \
+            for (int r = 1; r < n; r++) {                                                                              \
+                T x = s[(size_t)r * stride + i];                                                                       \
+                acc = op == IT_CCL_MAX ? (x > acc || x != x ? x : acc) : acc + x;                                      \
+            }                                                                                                          \
+            d[i] = op == IT_CCL_AVG ? (T)(acc / (T)n) : acc;                                                           \
+        }                                                                                                              \
+    } while (0)
+
+static it_status reduce_ordered(const void *src, size_t stride, int n, size_t len, void *dst, it_dtype dt,
+                                it_reduce_kind op) {
+    switch (dt) {
+    case IT_DTYPE_FP32: REDUCE_LOOP(float); break;
+    case IT_DTYPE_FP64: REDUCE_LOOP(double); break;
+    case IT_DTYPE_I32: REDUCE_LOOP(int32_t); break;
+    case IT_DTYPE_I64: REDUCE_LOOP(int64_t); break;
+    case IT_DTYPE_U64: REDUCE_LOOP(uint64_t); break;
+    case IT_DTYPE_U8: REDUCE_LOOP(uint8_t); break;
+    default: return it_error(IT_ERR_UNSUPPORTED, "cpu ccl: dtype %s not supported", it_dtype_name(dt));
+    }
+    return IT_OK;
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static it_status ccl_get_unique_id(it_ccl_unique_id *id) {
+    memset(id, 0, sizeof *id);
+    snprintf((char *)id->bytes, sizeof id->bytes, "infinitrain-mpi pid %ld", (long)getpid());
+    return IT_OK;
+}
+
+static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nranks, int rank, it_comm **out) {
+    (void)device;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        it_status st = mpi_status(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+        if (st) return st;
+    }
+    it_comm *c = calloc(1, sizeof *c);
+    if (!c) return it_error(IT_ERR_OOM, "cpu ccl: out of host memory");
+    it_status st = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm), "MPI_Comm_dup");
+    if (st) {
+        free(c);
+        return st;
+    }
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    if (c->rank != rank || c->size != nranks) {
+        int mr = c->rank, ms = c->size;
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return it_error(IT_ERR_INVALID_ARG, "cpu ccl: comm_init as rank %d of %d, but MPI says rank %d of %d", rank,
+                        nranks, mr, ms);
+    }
+    /* every rank must hold the id rank 0 made */
+    uint64_t h[2] = {fnv1a(id->bytes, sizeof id->bytes), 0}, mx[2];
+    h[1] = ~h[0];
+    st = mpi_status(MPI_Allreduce(h, mx, 2, MPI_UINT64_T, MPI_MAX, c->comm), "MPI_Allreduce");
+    if (!st && mx[0] != ~mx[1]) st = it_error(IT_ERR_INVALID_ARG, "cpu ccl: ranks passed different unique ids");
+    if (st) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return IT_OK;
+}
+
+static it_status ccl_comm_destroy(it_comm *c) {
+    if (!c) return IT_OK;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&c->comm);
+    free(c);
+    return IT_OK;
+}
+
+/* Chunk r of `count` elements: [r*count/N, (r+1)*count/N). */
+static size_t chunk_off(size_t count, int n, int r) {
+    return count / (size_t)n * (size_t)r + (count % (size_t)n < (size_t)r ? count % (size_t)n : (size_t)r);
+}
+
+static it_status ccl_all_reduce(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
+                                it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count, "all_reduce");
+    if (st) return st;
+    size_t es = it_dtype_size(dt);
+    if (op == IT_CCL_MAX)
+        return mpi_status(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_MAX, c->comm),
+                          "MPI_Allreduce");
+    int n = c->size, me = c->rank;
+    if (n == 1) {
+        if (send != recv) memcpy(recv, send, count * es);
+        return IT_OK;
+    }
+    int *cnt = malloc(sizeof(int) * 4 * (size_t)n);
+    size_t mine = chunk_off(count, n, me + 1) - chunk_off(count, n, me);
+    void *tmp = malloc(mine * (size_t)n * es + 1);
+    if (!cnt || !tmp) {
+        free(cnt);
+        free(tmp);
+        return it_error(IT_ERR_OOM, "cpu ccl: all_reduce: out of host memory");
+    }
+    int *scnt = cnt, *sdis = cnt + n, *rcnt = cnt + 2 * n, *rdis = cnt + 3 * n;
+    for (int r = 0; r < n; r++) {
+        scnt[r] = (int)(chunk_off(count, n, r + 1) - chunk_off(count, n, r));
+        sdis[r] = (int)chunk_off(count, n, r);
+        rcnt[r] = (int)mine;
+        rdis[r] = (int)(mine * (size_t)r);
+    }
+    /* 1. every rank sends chunk r to rank r; 2. the owner reduces in rank order; 3. gather */
+    st = mpi_status(MPI_Alltoallv(send, scnt, sdis, t, tmp, rcnt, rdis, t, c->comm), "MPI_Alltoallv");
+    if (!st) st = reduce_ordered(tmp, mine, n, mine, (char *)recv + (size_t)sdis[me] * es, dt, op);
+    if (!st) st = mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, t, recv, scnt, sdis, t, c->comm), "MPI_Allgatherv");
+    free(cnt);
+    free(tmp);
+    return st;
+}
+
+static it_status ccl_all_gather(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
+                                it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count_per_rank, "all_gather");
+    if (st) return st;
+    /* in place when send is this rank's slot of recv (NCCL's convention) */
+    const char *slot = (const char *)recv + count_per_rank * (size_t)c->rank * it_dtype_size(dt);
+    return mpi_status(MPI_Allgather(send == slot ? MPI_IN_PLACE : send, (int)count_per_rank, t, recv,
+                                    (int)count_per_rank, t, c->comm),
+                      "MPI_Allgather");
+}
+
+static it_status ccl_reduce_scatter(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
+                                    it_reduce_kind op, it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count_per_rank, "reduce_scatter");
+    if (st) return st;
+    size_t es = it_dtype_size(dt), n = (size_t)c->size;
+    void *tmp = malloc(count_per_rank * n * es + 1);
+    if (!tmp) return it_error(IT_ERR_OOM, "cpu ccl: reduce_scatter: out of host memory");
+    st = mpi_status(MPI_Alltoall(send, (int)count_per_rank, t, tmp, (int)count_per_rank, t, c->comm), "MPI_Alltoall");
+    if (!st) st = reduce_ordered(tmp, count_per_rank, c->size, count_per_rank, recv, dt, op);
+    free(tmp);
+    return st;
+}
+
+static it_status ccl_broadcast(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count, "broadcast");
+    if (st) return st;
+    return mpi_status(MPI_Bcast(buf, (int)count, t, root, c->comm), "MPI_Bcast");
+}
+
+static it_status ccl_send(it_comm *c, const void *buf, size_t count, it_dtype dt, int peer, it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count, "send");
+    if (st) return st;
+    return mpi_status(MPI_Send(buf, (int)count, t, peer, 0, c->comm), "MPI_Send");
+}
+
+static it_status ccl_recv(it_comm *c, void *buf, size_t count, it_dtype dt, int peer, it_stream *s) {
+    (void)s;
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    it_status st = mpi_type(dt, &t);
+    if (!st) st = check_count(count, "recv");
+    if (st) return st;
+    return mpi_status(MPI_Recv(buf, (int)count, t, peer, 0, c->comm, MPI_STATUS_IGNORE), "MPI_Recv");
+}
+
+const it_ccl it_cpu_ccl = {
+    .get_unique_id = ccl_get_unique_id,
+    .comm_init = ccl_comm_init,
+    .comm_destroy = ccl_comm_destroy,
+    .all_reduce = ccl_all_reduce,
+    .all_gather = ccl_all_gather,
+    .reduce_scatter = ccl_reduce_scatter,
+    .broadcast = ccl_broadcast,
+    .send = ccl_send,
+    .recv = ccl_recv,
+};

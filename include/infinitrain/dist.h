@@ -1,0 +1,82 @@
+/* Data parallelism: a process group over the backend's collectives, and ZeRO-1.
+ *
+ * One process per rank, launched by mpirun. it_dist_new() joins the group only when the
+ * process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment);
+ * otherwise it returns a group of one that never touches MPI, so single-process runs and the
+ * unit tests behave exactly as before.
+ *
+ * Two communicators: a host one (the CPU backend's collectives, over MPI) for control data
+ * (losses, checksums, config hashes), and the device's own when its backend has a `ccl`
+ * table. A device without collectives is served by the host communicator: tensors are staged
+ * through host memory (copy to host, collective, copy back).
+ *
+ * Sums are deterministic when the backend's are (the CPU's sum each element in rank order
+ * 0..N-1): every rank ends with bitwise the same result. */
+#ifndef INFINITRAIN_DIST_H
+#define INFINITRAIN_DIST_H
+
+#include "backend.h"
+#include "optim.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct it_dist it_dist;
+
+/* True when launched by mpirun (the environment names a rank). Reads no MPI state. */
+IT_API bool it_dist_launched(void);
+/* Rank and world size from the launcher's environment (0 and 1 when not launched). */
+IT_API void it_dist_env(int *rank, int *world);
+
+/* Join the group (MPI_Init when launched) and create the communicators for `dev`. */
+IT_API it_status it_dist_new(it_device dev, it_dist **out);
+/* Destroys the communicators; finalizes MPI if it_dist_new initialized it. */
+IT_API void it_dist_free(it_dist *d);
+IT_API int it_dist_rank(const it_dist *d);
+IT_API int it_dist_world(const it_dist *d);
+/* True when device tensors go through host memory (the device's backend has no ccl). */
+IT_API bool it_dist_staged(const it_dist *d);
+/* Stop every rank now (after an error only one rank saw); never returns when world > 1. */
+IT_API void it_dist_abort(it_dist *d, int code);
+
+/* In place on a contiguous tensor: every rank ends with op over all ranks' values. */
+IT_API it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op);
+/* src (world*n) -> dst (n): this rank's chunk of the sum (or avg/max) over ranks. */
+IT_API it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_reduce_kind op);
+/* src (n) -> dst (world*n), rank r's src at [r*n, (r+1)*n). src may be that slice of dst. */
+IT_API it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst);
+IT_API it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root);
+/* Host buffers, over the host communicator (control data). */
+IT_API it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op);
+
+/* All-reduce (SUM) a flat gradient in buckets of bucket_bytes (0: 25 MiB). */
+IT_API it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_bytes);
+/* 64-bit FNV-1a hash of a tensor's bytes (synchronizing host read). */
+IT_API it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out);
+/* For each of n hashes, whether all ranks agree: differs[i] set when some rank's differs. */
+IT_API it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool *differs);
+
+/* ---- ZeRO-1: the optimizer's state sharded over the ranks.
+ * The flat buffers (P elements) are padded to world*S, S = ceil(P/world); rank r owns
+ * [r*S, (r+1)*S) and keeps Adam's m and v for that shard only. A step: reduce-scatter the
+ * gradients (the sum, as DDP's all-reduce computes it), update the owned shard of the
+ * parameters, all-gather the parameters. */
+typedef struct it_zero1 it_zero1;
+IT_API it_status it_zero1_new(it_dist *d, const it_optim_config *cfg, it_tensor *params, it_tensor *grads,
+                              it_zero1 **out);
+IT_API void it_zero1_free(it_zero1 *z);
+/* Reduce-scatter the flat gradients into this rank's shard. */
+IT_API it_status it_zero1_reduce_grads(it_zero1 *z);
+/* Global L2 norm of the reduced gradient: the shards' sums of squares, all-reduced. */
+IT_API it_status it_zero1_grad_norm(it_zero1 *z, double *norm);
+/* Update this rank's shard and all-gather the parameters into the model's flat buffer. */
+IT_API it_status it_zero1_step(it_zero1 *z, float lr, float grad_scale);
+/* Bytes of optimizer state this rank holds. */
+IT_API size_t it_zero1_state_bytes(const it_zero1 *z);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,265 @@
+/* The process group: MPI bootstrap, host and device communicators, collectives on tensors
+ * (native or staged through host memory), hashes for the start-up checks. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "infinitrain/dist.h"
+
+struct it_dist {
+    int rank, world;
+    bool mpi_owned;         /* MPI_Init was ours: finalize in it_dist_free */
+    it_device dev;          /* this rank's device */
+    const it_ccl *host_ccl; /* the CPU backend's collectives */
+    it_comm *host_comm;
+    const it_ccl *dev_ccl; /* the device backend's, or NULL: staged through the host */
+    it_comm *dev_comm;
+};
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+
+bool it_dist_launched(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+
+void it_dist_env(int *rank, int *world) {
+    *rank = 0;
+    *world = 1;
+    if (!it_dist_launched()) return;
+    *rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", 0));
+    *world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+}
+
+/* Make a communicator over `ccl`: rank 0 creates the unique id, MPI carries it to the
+ * others (the bootstrap every vendor library needs), each rank joins. */
+static it_status comm_create(const it_ccl *ccl, int device, int rank, int world, it_comm **out) {
+    it_ccl_unique_id id;
+    memset(&id, 0, sizeof id);
+    it_status st = rank == 0 ? ccl->get_unique_id(&id) : IT_OK;
+    if (st) return it_error_context("ccl get_unique_id: ");
+    if (MPI_Bcast(id.bytes, IT_CCL_UNIQUE_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return it_error(IT_ERR_BACKEND, "dist: broadcasting the communicator id failed");
+    st = ccl->comm_init(device, &id, world, rank, out);
+    return st ? it_error_context("ccl comm_init: ") : IT_OK;
+}
+
+it_status it_dist_new(it_device dev, it_dist **out) {
+    it_dist *d = calloc(1, sizeof *d);
+    if (!d) return it_error(IT_ERR_OOM, "dist: out of host memory");
+    d->rank = 0;
+    d->world = 1;
+    d->dev = dev;
+    *out = d;
+    if (!it_dist_launched()) return IT_OK;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            free(d);
+            *out = NULL;
+            return it_error(IT_ERR_BACKEND, "dist: MPI_Init_thread failed");
+        }
+        d->mpi_owned = true;
+    }
+    /* MPI errors come back as codes (we turn them into messages) rather than aborting */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    d->host_ccl = it_device_cpu().backend->ccl;
+    it_status st = IT_OK;
+    if (!d->host_ccl) st = it_error(IT_ERR_UNSUPPORTED, "dist: the CPU backend has no collectives");
+    if (!st) st = comm_create(d->host_ccl, 0, d->rank, d->world, &d->host_comm);
+    if (!st && dev.backend->ccl && dev.backend != it_device_cpu().backend) {
+        d->dev_ccl = dev.backend->ccl;
+        st = comm_create(d->dev_ccl, dev.index, d->rank, d->world, &d->dev_comm);
+    } else if (!st && dev.backend->ccl) {
+        d->dev_ccl = d->host_ccl; /* the CPU device: the host communicator serves both */
+        d->dev_comm = d->host_comm;
+    }
+    if (st) {
+        it_dist_free(d);
+        *out = NULL;
+    }
+    return st;
+}
+
+void it_dist_free(it_dist *d) {
+    if (!d) return;
+    if (d->dev_comm && d->dev_comm != d->host_comm) d->dev_ccl->comm_destroy(d->dev_comm);
+    if (d->host_comm) d->host_ccl->comm_destroy(d->host_comm);
+    if (d->mpi_owned) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+    free(d);
+}
+
+int it_dist_rank(const it_dist *d) { return d ? d->rank : 0; }
+int it_dist_world(const it_dist *d) { return d ? d->world : 1; }
+bool it_dist_staged(const it_dist *d) { return d && d->world > 1 && !d->dev_ccl; }
+
+void it_dist_abort(it_dist *d, int code) {
+    if (d && d->world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static it_status need_contiguous(it_tensor *t, const char *what) {
+    if (!it_tensor_is_contiguous(t))
+        return it_error(IT_ERR_INVALID_ARG, "dist %s: the tensor must be contiguous", what);
+    return IT_OK;
+}
+
+/* Staging: a host copy of t (malloc'd), or NULL after an error. */
+static void *to_host(it_tensor *t) {
+    size_t n = it_tensor_nbytes(t);
+    void *h = malloc(n ? n : 1);
+    if (!h) {
+        it_error(IT_ERR_OOM, "dist: staging %zu bytes: out of host memory", n);
+        return NULL;
+    }
+    if (it_tensor_copy_to_host(t, h, n)) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
+    if (!d || d->world == 1) return IT_OK;
+    it_status st = need_contiguous(t, "all_reduce");
+    if (st) return st;
+    size_t n = (size_t)it_tensor_numel(t);
+    if (d->dev_ccl) {
+        void *p = it_tensor_desc(t).data;
+        if ((st = it_device_synchronize(d->dev))) return st;
+        return d->dev_ccl->all_reduce(d->dev_comm, p, p, n, it_tensor_dtype(t), op, it__stream(d->dev));
+    }
+    void *h = to_host(t);
+    if (!h) return it_last_status();
+    st = d->host_ccl->all_reduce(d->host_comm, h, h, n, it_tensor_dtype(t), op, NULL);
+    if (!st) st = it_tensor_copy_from_host(t, h, it_tensor_nbytes(t));
+    free(h);
+    return st;
+}
+
+it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_reduce_kind op) {
+    size_t n = (size_t)it_tensor_numel(dst);
+    if (!d || (size_t)it_tensor_numel(src) != n * (size_t)d->world || it_tensor_dtype(src) != it_tensor_dtype(dst))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "dist reduce_scatter: src must hold world*numel(dst) elements of dst's dtype");
+    it_status st = need_contiguous(src, "reduce_scatter");
+    if (!st) st = need_contiguous(dst, "reduce_scatter");
+    if (st) return st;
+    if (d->world == 1) return it_tensor_copy_(dst, src);
+    if (d->dev_ccl) {
+        if ((st = it_device_synchronize(d->dev))) return st;
+        return d->dev_ccl->reduce_scatter(d->dev_comm, it_tensor_desc(src).data, it_tensor_desc(dst).data, n,
+                                          it_tensor_dtype(src), op, it__stream(d->dev));
+    }
+    void *hs = to_host(src), *hd = hs ? malloc(it_tensor_nbytes(dst) + 1) : NULL;
+    if (!hd) {
+        free(hs);
+        return hs ? it_error(IT_ERR_OOM, "dist: staging: out of host memory") : it_last_status();
+    }
+    st = d->host_ccl->reduce_scatter(d->host_comm, hs, hd, n, it_tensor_dtype(src), op, NULL);
+    if (!st) st = it_tensor_copy_from_host(dst, hd, it_tensor_nbytes(dst));
+    free(hs);
+    free(hd);
+    return st;
+}
+
+it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst) {
+    size_t n = (size_t)it_tensor_numel(src);
+    if (!d || (size_t)it_tensor_numel(dst) != n * (size_t)d->world || it_tensor_dtype(src) != it_tensor_dtype(dst))
+        return it_error(IT_ERR_INVALID_ARG, "dist all_gather: dst must hold world*numel(src) elements of src's dtype");
+    it_status st = need_contiguous(src, "all_gather");
+    if (!st) st = need_contiguous(dst, "all_gather");
+    if (st) return st;
+    if (d->world == 1)
+        return it_tensor_shares_storage(src, dst) && it_tensor_offset(src) == it_tensor_offset(dst)
+                   ? IT_OK
+                   : it_tensor_copy_(dst, src);
+    if (d->dev_ccl) {
+        if ((st = it_device_synchronize(d->dev))) return st;
+        return d->dev_ccl->all_gather(d->dev_comm, it_tensor_desc(src).data, it_tensor_desc(dst).data, n,
+                                      it_tensor_dtype(src), it__stream(d->dev));
+    }
+    size_t es = it_dtype_size(it_tensor_dtype(src));
+    void *hd = malloc(n * (size_t)d->world * es + 1);
+    if (!hd) return it_error(IT_ERR_OOM, "dist: staging: out of host memory");
+    void *slot = (char *)hd + n * (size_t)d->rank * es;
+    st = it_tensor_copy_to_host(src, slot, n * es);
+    if (!st) st = d->host_ccl->all_gather(d->host_comm, slot, hd, n, it_tensor_dtype(src), NULL);
+    if (!st) st = it_tensor_copy_from_host(dst, hd, it_tensor_nbytes(dst));
+    free(hd);
+    return st;
+}
+
+it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root) {
+    if (!d || d->world == 1) return IT_OK;
+    it_status st = need_contiguous(t, "broadcast");
+    if (st) return st;
+    size_t n = (size_t)it_tensor_numel(t);
+    if (d->dev_ccl) {
+        if ((st = it_device_synchronize(d->dev))) return st;
+        return d->dev_ccl->broadcast(d->dev_comm, it_tensor_desc(t).data, n, it_tensor_dtype(t), root,
+                                     it__stream(d->dev));
+    }
+    void *h = to_host(t);
+    if (!h) return it_last_status();
+    st = d->host_ccl->broadcast(d->host_comm, h, n, it_tensor_dtype(t), root, NULL);
+    if (!st) st = it_tensor_copy_from_host(t, h, it_tensor_nbytes(t));
+    free(h);
+    return st;
+}
+
+it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op) {
+    if (!d || d->world == 1) return IT_OK;
+    return d->host_ccl->all_reduce(d->host_comm, buf, buf, count, dt, op, NULL);
+}
+
+it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_bytes) {
+    if (!d || d->world == 1) return IT_OK;
+    if (it_tensor_ndim(flat) != 1) return it_error(IT_ERR_INVALID_ARG, "dist: gradient buckets need a flat tensor");
+    if (!bucket_bytes) bucket_bytes = (size_t)25 << 20;
+    int64_t n = it_tensor_numel(flat), per = (int64_t)(bucket_bytes / it_dtype_size(it_tensor_dtype(flat)));
+    if (per < 1) per = 1;
+    it_status st = IT_OK;
+    for (int64_t i = 0; i < n && !st; i += per) {
+        it_scope_begin();
+        it_tensor *b = it_tensor_slice(flat, 0, i, i + per < n ? i + per : n, 1);
+        st = b ? it_dist_all_reduce(d, b, IT_CCL_SUM) : it_last_status();
+        it_scope_end();
+    }
+    return st;
+}
+
+it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out) {
+    void *h = to_host(t);
+    if (!h) return it_last_status();
+    const unsigned char *b = h;
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0, n = it_tensor_nbytes(t); i < n; i++) x = (x ^ b[i]) * 1099511628211ull;
+    free(h);
+    *out = x;
+    return IT_OK;
+}
+
+it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool *differs) {
+    for (size_t i = 0; i < n; i++) differs[i] = false;
+    if (!d || d->world == 1) return IT_OK;
+    /* max(h) == min(h) on every rank, min(h) as ~max(~h) */
+    uint64_t *buf = malloc(sizeof(uint64_t) * 2 * n + 1);
+    if (!buf) return it_error(IT_ERR_OOM, "dist: out of host memory");
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = hashes[i];
+        buf[n + i] = ~hashes[i];
+    }
+    it_status st = it_dist_all_reduce_host(d, buf, 2 * n, IT_DTYPE_U64, IT_CCL_MAX);
+    for (size_t i = 0; i < n && !st; i++) differs[i] = buf[i] != ~buf[n + i];
+    free(buf);
+    return st;
+}

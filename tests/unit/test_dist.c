@@ -1,0 +1,197 @@
+/* The process group and ZeRO-1.
+ *
+ * Run alone (as ctest does) it checks the group of one: no MPI, every collective is the
+ * identity, ZeRO-1 equals the plain optimizer bitwise. Run under mpirun (tests/e2e/ddp.sh
+ * runs it with 3 ranks, so that chunks are uneven) it checks the collectives' values on
+ * every rank: sums bitwise equal to the rank-ordered sum computed here, MAX/AVG, reduce-
+ * scatter, all-gather (in place too), broadcast, the hash check, the staged path through
+ * host memory on the sim device, and ZeRO-1 against all-reduce + a full optimizer step. */
+#include "infinitrain/dist.h"
+#include "infinitrain/ops.h"
+#include "it_test.h"
+
+enum { LEN = 37 }; /* not a multiple of 2, 3 or 4: uneven chunks */
+
+/* Rank r's value i: magnitudes far apart, so that the order of the sum matters in fp32. */
+static float val(int r, int i) { return (float)((r * 7919 + i * 104729) % 1000 + 1) * (r % 2 ? 1e-4f : 37.f); }
+
+static it_tensor *make(it_device dev, int r, int n) {
+    float h[4 * LEN];
+    for (int i = 0; i < n; i++) h[i] = val(r, i);
+    return it_tensor_from_host(dev, IT_DTYPE_FP32, 1, (int64_t[]){n}, h, sizeof(float) * (size_t)n);
+}
+
+static void check_collectives(it_dist *d, it_device dev, const char *what) {
+    int rank = it_dist_rank(d), world = it_dist_world(d);
+    float got[4 * LEN];
+    it_scope_begin();
+    /* SUM: bitwise the rank-ordered sum */
+    it_tensor *t = make(dev, rank, LEN);
+    CHECK_OK(it_dist_all_reduce(d, t, IT_CCL_SUM));
+    CHECK_OK(it_tensor_copy_to_host(t, got, sizeof(float) * LEN));
+    int bad = 0;
+    for (int i = 0; i < LEN; i++) {
+        float acc = val(0, i);
+        for (int r = 1; r < world; r++) acc += val(r, i);
+        bad += memcmp(&acc, &got[i], sizeof acc) != 0;
+    }
+    CHECK_MSG(bad == 0, "%s: all_reduce SUM: %d of %d elements differ from the rank-ordered sum", what, bad, LEN);
+    /* MAX and AVG */
+    t = make(dev, rank, LEN);
+    CHECK_OK(it_dist_all_reduce(d, t, IT_CCL_MAX));
+    CHECK_OK(it_tensor_copy_to_host(t, got, sizeof(float) * LEN));
+    bad = 0;
+    for (int i = 0; i < LEN; i++) {
+        float m = val(0, i);
+        for (int r = 1; r < world; r++) m = val(r, i) > m ? val(r, i) : m;
+        bad += got[i] != m;
+    }
+    CHECK_MSG(bad == 0, "%s: all_reduce MAX: %d elements wrong", what, bad);
+    t = make(dev, rank, LEN);
+    CHECK_OK(it_dist_all_reduce(d, t, IT_CCL_AVG));
+    CHECK_OK(it_tensor_copy_to_host(t, got, sizeof(float) * LEN));
+    bad = 0;
+    for (int i = 0; i < LEN; i++) {
+        float acc = val(0, i);
+        for (int r = 1; r < world; r++) acc += val(r, i);
+        bad += got[i] != acc / (float)world;
+    }
+    CHECK_MSG(bad == 0, "%s: all_reduce AVG: %d elements wrong", what, bad);
+    /* reduce-scatter: rank r gets elements [r*n, (r+1)*n) of the sum */
+    int n = LEN / world;
+    it_tensor *src = make(dev, rank, n * world), *dst = it_tensor_new(dev, IT_DTYPE_FP32, 1, (int64_t[]){n});
+    CHECK_OK(it_dist_reduce_scatter(d, src, dst, IT_CCL_SUM));
+    CHECK_OK(it_tensor_copy_to_host(dst, got, sizeof(float) * (size_t)n));
+    bad = 0;
+    for (int i = 0; i < n; i++) {
+        float acc = val(0, rank * n + i);
+        for (int r = 1; r < world; r++) acc += val(r, rank * n + i);
+        bad += memcmp(&acc, &got[i], sizeof acc) != 0;
+    }
+    CHECK_MSG(bad == 0, "%s: reduce_scatter: %d elements wrong", what, bad);
+    /* all-gather, out of place then in place (src = this rank's slice of dst) */
+    it_tensor *full = it_tensor_zeros(dev, IT_DTYPE_FP32, 1, (int64_t[]){n * world});
+    it_tensor *mine = make(dev, rank, n);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            CHECK_OK(it_tensor_fill(full, it_scalar_f64(0)));
+            mine = it_tensor_slice(full, 0, rank * n, (rank + 1) * n, 1);
+            float h[LEN];
+            for (int i = 0; i < n; i++) h[i] = val(rank, i);
+            CHECK_OK(it_tensor_copy_from_host(mine, h, sizeof(float) * (size_t)n));
+        }
+        CHECK_OK(it_dist_all_gather(d, mine, full));
+        CHECK_OK(it_tensor_copy_to_host(full, got, sizeof(float) * (size_t)(n * world)));
+        bad = 0;
+        for (int r = 0; r < world; r++)
+            for (int i = 0; i < n; i++) bad += got[r * n + i] != val(r, i);
+        CHECK_MSG(bad == 0, "%s: all_gather (%s): %d elements wrong", what, pass ? "in place" : "out of place", bad);
+    }
+    /* broadcast from the last rank */
+    t = make(dev, rank, LEN);
+    CHECK_OK(it_dist_broadcast(d, t, world - 1));
+    CHECK_OK(it_tensor_copy_to_host(t, got, sizeof(float) * LEN));
+    bad = 0;
+    for (int i = 0; i < LEN; i++) bad += got[i] != val(world - 1, i);
+    CHECK_MSG(bad == 0, "%s: broadcast: %d elements wrong", what, bad);
+    /* buckets: any split gives the same sums */
+    t = make(dev, rank, LEN);
+    CHECK_OK(it_dist_all_reduce_buckets(d, t, 5 * sizeof(float)));
+    CHECK_OK(it_tensor_copy_to_host(t, got, sizeof(float) * LEN));
+    bad = 0;
+    for (int i = 0; i < LEN; i++) {
+        float acc = val(0, i);
+        for (int r = 1; r < world; r++) acc += val(r, i);
+        bad += memcmp(&acc, &got[i], sizeof acc) != 0;
+    }
+    CHECK_MSG(bad == 0, "%s: bucketed all_reduce: %d elements wrong", what, bad);
+    it_scope_end();
+}
+
+/* ZeRO-1 against DDP's path: all-reduce the gradient, full AdamW step. Bitwise. */
+static void check_zero1(it_dist *d, it_device dev) {
+    int rank = it_dist_rank(d);
+    it_optim_config cfg = {IT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.1f};
+    it_scope_begin();
+    it_tensor *p_ref = make(dev, 0, LEN), *g_ref = make(dev, rank, LEN);
+    it_tensor *p_z = make(dev, 0, LEN), *g_z = make(dev, rank, LEN);
+    it_optimizer *opt = NULL;
+    it_zero1 *z = NULL;
+    CHECK_OK(it_optimizer_new(&cfg, p_ref, g_ref, &opt));
+    CHECK_OK(it_zero1_new(d, &cfg, p_z, g_z, &z));
+    if (opt && z) {
+        int64_t shard = (LEN + it_dist_world(d) - 1) / it_dist_world(d);
+        CHECK(it_zero1_state_bytes(z) == 2 * sizeof(float) * (size_t)shard);
+        for (int step = 0; step < 3; step++) {
+            CHECK_OK(it_dist_all_reduce(d, g_ref, IT_CCL_SUM));
+            CHECK_OK(it_optimizer_step(opt, 1e-2f, 1.0f));
+            CHECK_OK(it_zero1_reduce_grads(z));
+            CHECK_OK(it_zero1_step(z, 1e-2f, 1.0f));
+            CHECK_OK(it_tensor_copy_(g_ref, g_z)); /* the same raw gradients again next step */
+        }
+        float a[LEN], b[LEN];
+        CHECK_OK(it_tensor_copy_to_host(p_ref, a, sizeof a));
+        CHECK_OK(it_tensor_copy_to_host(p_z, b, sizeof b));
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "ZeRO-1 parameters differ from all-reduce + AdamW");
+        double nz = 0, nr = 0;
+        CHECK_OK(it_zero1_reduce_grads(z));
+        CHECK_OK(it_zero1_grad_norm(z, &nz));
+        CHECK_OK(it_dist_all_reduce(d, g_ref, IT_CCL_SUM));
+        CHECK_OK(it_grad_norm(g_ref, &nr));
+        CHECK_NEAR(nz, nr, 1e-6 * nr); /* shard-by-shard sum of squares: fp32 order */
+    }
+    it_zero1_free(z);
+    it_optimizer_free(opt);
+    it_scope_end();
+}
+
+int main(void) {
+    int rank = -1, world = -1;
+    it_dist_env(&rank, &world);
+    it_dist *d = NULL;
+    CHECK_OK(it_dist_new(it_device_cpu(), &d));
+    if (!d) return it_test_report("test_dist");
+    CHECK(it_dist_rank(d) == rank && it_dist_world(d) == world);
+    CHECK(!it_dist_staged(d));
+    CHECK(it_device_cpu().backend->ccl != NULL); /* the CPU backend has the table */
+    if (world == 1) CHECK(!it_dist_launched());
+
+    check_collectives(d, it_device_cpu(), "cpu");
+    check_zero1(d, it_device_cpu());
+
+    /* hashes: equal tensors hash equal, one changed bit does not */
+    it_scope_begin();
+    it_tensor *t = make(it_device_cpu(), 0, LEN);
+    uint64_t h1 = 0, h2 = 0;
+    CHECK_OK(it_dist_tensor_hash(t, &h1));
+    float one = 1.0f;
+    CHECK_OK(it_tensor_copy_from_host(it_tensor_slice(t, 0, 3, 4, 1), &one, sizeof one));
+    CHECK_OK(it_dist_tensor_hash(t, &h2));
+    CHECK(h1 != h2);
+    it_scope_end();
+    uint64_t hs[2] = {42, (uint64_t)(rank == world - 1 ? 7 : 8)};
+    bool differs[2] = {true, false};
+    CHECK_OK(it_dist_check_equal(d, hs, 2, differs));
+    CHECK(!differs[0]);
+    CHECK(differs[1] == (world > 1));
+    double x = rank + 0.5;
+    CHECK_OK(it_dist_all_reduce_host(d, &x, 1, IT_DTYPE_FP64, IT_CCL_SUM));
+    CHECK(x == world * (world - 1) / 2.0 + 0.5 * world);
+
+    /* a device whose backend has no collectives: staged through host memory */
+    it_device sim;
+    if (world > 1 && it_device_parse("sim", &sim) == IT_OK && !sim.backend->ccl) {
+        it_dist *ds = NULL;
+        CHECK_OK(it_dist_new(sim, &ds));
+        if (ds) {
+            CHECK(it_dist_staged(ds));
+            check_collectives(ds, sim, "sim (staged)");
+            check_zero1(ds, sim);
+            /* the second group must not finalize MPI: the first one owns it */
+            it_dist_free(ds);
+        }
+    }
+    it_dist_free(d);
+    if (world > 1) printf("rank %d of %d: ", rank, world);
+    return it_test_report("test_dist");
+}
