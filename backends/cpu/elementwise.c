@@ -21,126 +21,20 @@
  * Parallel versions (columns of outputs at once, tasks over subtrees of one huge sum) run
  * this same tree, so they give bit-identical results. MAX propagates NaN (as torch.amax);
  * over an empty set SUM/SUMSQ give 0, MEAN NaN and MAX -inf. */
-#include <math.h>
 #include <omp.h>
-#include <string.h>
 
 #include "core/half.h"
-#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_util.h"
 
 #define PAR_MIN 32768   /* elements below which a kernel stays on the calling thread */
 #define CHUNK 8192      /* elements per task of a long row */
 #define HBLOCK 256      /* bf16/fp16 elements converted at once */
 #define COLS 64         /* outputs a column reduction handles together */
 #define TASK_LEAF 65536 /* a sum shorter than this is not split into tasks */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* ---------------------------------------------------------------- descriptor checks */
-
-static it_status check_desc(const char *kernel, const char *name, const it_tdesc *t) {
-    if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
-    if (t->ndim < 0 || t->ndim > IT_MAX_DIMS)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim = %d outside [0, %d]", kernel, name, t->ndim, IT_MAX_DIMS);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->shape[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->shape[d]);
-        if (t->strides[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.strides[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->strides[d]);
-        n *= t->shape[d];
-    }
-    if (n > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
-    return IT_OK;
-}
-
-/* out must not write one element twice: no stride 0 on a dim longer than 1. */
-static it_status check_out(const char *kernel, const it_tdesc *out) {
-    for (int d = 0; d < out->ndim; d++)
-        if (out->strides[d] == 0 && out->shape[d] > 1)
-            return it_error(IT_ERR_INVALID_ARG, "%s: out.strides[%d] is 0 on a dim of size %lld", kernel, d,
-                            (long long)out->shape[d]);
-    return IT_OK;
-}
-
-static it_status check_same_shape(const char *kernel, const char *name, const it_tdesc *t, const it_tdesc *out) {
-    if (t->ndim != out->ndim)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim %d != out.ndim %d", kernel, name, t->ndim, out->ndim);
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] != out->shape[d])
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld != out.shape[%d] = %lld", kernel, name, d,
-                            (long long)t->shape[d], d, (long long)out->shape[d]);
-    if (t->dtype != out->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s != out dtype %s", kernel, name, it_dtype_name(t->dtype),
-                        it_dtype_name(out->dtype));
-    return IT_OK;
-}
-
-static int64_t numel(const it_tdesc *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-    return n;
-}
-
-static int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const int64_t *strides) {
-    int64_t off = 0;
-    for (int d = nd - 1; d >= 0; d--) {
-        off += (idx % shape[d]) * strides[d];
-        idx /= shape[d];
-    }
-    return off;
-}
 
 /* ---------------------------------------------------------------- scalar math
- * fp32 exp and tanh are written out in plain arithmetic so that loops over them vectorize
- * (libm's expf/tanhf are scalar calls): exp within 1 ulp, tanh within 1.5 ulp (checked
- * over the whole float range against fp64 libm). fp64 uses libm: it is the reference the
- * gradient checks run on. vexpf is repeated in softmax.c and crossentropy.c (one file each
- * per kernel family; a shared header would be backends/cpu/ territory outside these files). */
-
-ALWAYS_INLINE float bits_to_f32(int32_t i) {
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-
-/* exp(x): x = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by Cephes' degree-6
- * polynomial, times 2^k as two exponent-field factors (each normal for x in [-104, 89],
- * so overflow gives inf and the subnormal range rounds once). NaN stays NaN. */
-ALWAYS_INLINE float vexpf(float x) {
-    float xc = x > 89.0f ? 89.0f : x;
-    xc = xc < -104.0f ? -104.0f : xc;
-    xc = x == x ? xc : 0.0f;
-    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float e = p * (r * r) + r + 1.0f;
-    int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
-    float y = e * bits_to_f32((k1 + 127) << 23) * bits_to_f32((k2 + 127) << 23);
-    return x == x ? y : x;
-}
-
-/* tanh(x) given s = exp(2|x|): Cephes' odd polynomial below |x| = 0.625, else
- * sign(x) (1 - 2/(s + 1)). */
-ALWAYS_INLINE float vtanhf_s(float x, float s) {
-    float big = 1.0f - 2.0f / (s + 1.0f);
-    big = x < 0.0f ? -big : big;
-    float z = x * x;
-    float small =
-        ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
-         3.33332819422e-1f) *
-            z * x +
-        x;
-    return fabsf(x) < 0.625f ? small : big;
-}
-ALWAYS_INLINE float vtanhf(float x) { return vtanhf_s(x, vexpf(2.0f * fabsf(x))); }
+ * fp32 uses cpu_util.h's vexpf/vtanhf (plain arithmetic, so loops over them vectorize); fp64
+ * uses libm: it is the reference the gradient checks run on. */
 
 /* GELU is GPT-2's tanh form; the backward is llm.c's gelu_backward term for term, with
  * sech^2(u) = 1/cosh^2(u) computed as 4 / (s + 2 + 1/s), s = e^(2|u|) (no cancellation,
@@ -385,8 +279,9 @@ it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc
     (void)s;
     it_status st;
     if ((int)op < 0 || op >= IT_UNARY_COUNT) return it_error(IT_ERR_INVALID_ARG, "unary: op %d out of range", (int)op);
-    if ((st = check_desc("unary", "x", x)) || (st = check_desc("unary", "out", out)) ||
-        (st = check_same_shape("unary", "x", x, out)) || (st = check_out("unary", out)))
+    if ((st = it_cpu_check_desc("unary", "x", x, 0)) || (st = it_cpu_check_desc("unary", "out", out, 0)) ||
+        (st = it_cpu_check_same("unary", "x", x, "out", out, false)) ||
+        (st = it_cpu_check_writable("unary", "out", out)))
         return st;
     if (!float_dtype(out->dtype))
         return it_error(IT_ERR_UNSUPPORTED, "unary: dtype %s not supported", it_dtype_name(out->dtype));
@@ -406,9 +301,11 @@ it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const 
     it_status st;
     if ((int)op < 0 || op >= IT_BINARY_COUNT)
         return it_error(IT_ERR_INVALID_ARG, "binary: op %d out of range", (int)op);
-    if ((st = check_desc("binary", "a", a)) || (st = check_desc("binary", "b", b)) ||
-        (st = check_desc("binary", "out", out)) || (st = check_same_shape("binary", "a", a, out)) ||
-        (st = check_same_shape("binary", "b", b, out)) || (st = check_out("binary", out)))
+    if ((st = it_cpu_check_desc("binary", "a", a, 0)) || (st = it_cpu_check_desc("binary", "b", b, 0)) ||
+        (st = it_cpu_check_desc("binary", "out", out, 0)) ||
+        (st = it_cpu_check_same("binary", "a", a, "out", out, false)) ||
+        (st = it_cpu_check_same("binary", "b", b, "out", out, false)) ||
+        (st = it_cpu_check_writable("binary", "out", out)))
         return st;
     if (!float_dtype(out->dtype))
         return it_error(IT_ERR_UNSUPPORTED, "binary: dtype %s not supported", it_dtype_name(out->dtype));
@@ -612,8 +509,8 @@ it_status it_cpu_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tde
     it_status st;
     if ((int)op < 0 || op >= IT_REDUCE_COUNT)
         return it_error(IT_ERR_INVALID_ARG, "reduce: op %d out of range", (int)op);
-    if ((st = check_desc("reduce", "x", x)) || (st = check_desc("reduce", "out", out)) ||
-        (st = check_out("reduce", out)))
+    if ((st = it_cpu_check_desc("reduce", "x", x, 0)) || (st = it_cpu_check_desc("reduce", "out", out, 0)) ||
+        (st = it_cpu_check_writable("reduce", "out", out)))
         return st;
     if (x->ndim != out->ndim)
         return it_error(IT_ERR_INVALID_ARG, "reduce: out.ndim %d != x.ndim %d", out->ndim, x->ndim);
@@ -621,11 +518,8 @@ it_status it_cpu_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tde
         if (out->shape[d] != x->shape[d] && out->shape[d] != 1)
             return it_error(IT_ERR_INVALID_ARG, "reduce: out.shape[%d] = %lld is neither x's %lld nor 1", d,
                             (long long)out->shape[d], (long long)x->shape[d]);
-    if (x->dtype != out->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "reduce: x dtype %s != out dtype %s", it_dtype_name(x->dtype),
-                        it_dtype_name(out->dtype));
-    if (x->dtype != IT_DTYPE_FP32 && x->dtype != IT_DTYPE_FP64)
-        return it_error(IT_ERR_UNSUPPORTED, "reduce: dtype %s not supported", it_dtype_name(x->dtype));
+    if ((st = it_cpu_check_dtype("reduce", "x", x, "out", out->dtype)) || (st = it_cpu_check_fp32_fp64("reduce", x)))
+        return st;
     rplan p;
     rplan_build(&p, x, out);
     if (p.nout == 0) return IT_OK;

@@ -6,9 +6,7 @@
  * Every index is checked against [0, V) before anything is written. The backward is
  * parallel over blocks of columns: each dweight element is updated by one thread, in
  * increasing n, so the result is the sequential one for any thread count (no atomics). */
-#include <string.h>
-
-#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_util.h"
 
 #define PAR_MIN 32768 /* elements below which the kernel stays on the calling thread */
 #define COL_BLOCK 16  /* columns per backward task (one 64-byte line of fp32) */
@@ -17,18 +15,7 @@ static it_status check_desc(const char *kernel, const char *name, const it_tdesc
     if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
     if (t->ndim != ndim)
         return it_error(IT_ERR_INVALID_ARG, "%s: %s must be %d-D, got ndim %d", kernel, name, ndim, t->ndim);
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (t->shape[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->shape[d]);
-        if (t->strides[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.strides[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->strides[d]);
-        n *= t->shape[d];
-    }
-    if (n > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
-    return IT_OK;
+    return it_cpu_check_layout(kernel, name, t);
 }
 
 static inline int64_t index_at(const it_tdesc *idx, int64_t n) {
@@ -63,10 +50,7 @@ static it_status check_args(const char *kernel, const it_tdesc *idx, const it_td
                         rname, (long long)rows->shape[0], (long long)rows->shape[1], (long long)idx->shape[0],
                         (long long)table->shape[1], (long long)idx->shape[0], tname, (long long)table->shape[0],
                         (long long)table->shape[1]);
-    if (rows->dtype != table->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s != %s dtype %s", kernel, rname, it_dtype_name(rows->dtype),
-                        tname, it_dtype_name(table->dtype));
-    return IT_OK;
+    return it_cpu_check_dtype(kernel, rname, rows, tname, table->dtype);
 }
 
 /* idx (N), weight (V, C) -> out (N, C): a row gather (any element type of 2, 4 or 8 bytes
@@ -129,11 +113,9 @@ it_status it_cpu_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc
     it_dtype dt = dweight->dtype;
     if (dt != IT_DTYPE_FP32 && dt != IT_DTYPE_FP64)
         return it_error(IT_ERR_UNSUPPORTED, "embedding_bwd: dtype %s not supported", it_dtype_name(dt));
-    for (int d = 0; d < 2; d++)
-        if (dweight->strides[d] == 0 && dweight->shape[d] > 1)
-            return it_error(IT_ERR_INVALID_ARG, "embedding_bwd: dweight.strides[%d] is 0 on a dim of size %lld", d,
-                            (long long)dweight->shape[d]);
-    if ((st = check_idx("embedding_bwd", idx, dweight->shape[0]))) return st;
+    if ((st = it_cpu_check_writable("embedding_bwd", "dweight", dweight)) ||
+        (st = check_idx("embedding_bwd", idx, dweight->shape[0])))
+        return st;
     if (dout->shape[0] == 0 || dout->shape[1] == 0) return IT_OK;
     if (dt == IT_DTYPE_FP32)
         bwd_f32(idx, dout, dweight);

@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_util.h"
 
 #define PAR_MIN 32768 /* elements below which the kernel stays on the calling thread */
 
@@ -52,18 +52,13 @@ static it_status check_like(const char *kernel, const char *name, const it_tdesc
     if (m != n)
         return it_error(IT_ERR_INVALID_ARG, "%s: %s has %lld elements, param has %lld", kernel, name, (long long)m,
                         (long long)n);
-    if (t->dtype != p->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s != param dtype %s", kernel, name, it_dtype_name(t->dtype),
-                        it_dtype_name(p->dtype));
-    return IT_OK;
+    return it_cpu_check_dtype(kernel, name, t, "param", p->dtype);
 }
 
 static it_status check_param(const char *kernel, const it_tdesc *p, int64_t *n) {
     it_status st;
     if ((st = check_flat(kernel, "param", p, n))) return st;
-    if (p->dtype != IT_DTYPE_FP32 && p->dtype != IT_DTYPE_FP64)
-        return it_error(IT_ERR_UNSUPPORTED, "%s: dtype %s not supported", kernel, it_dtype_name(p->dtype));
-    return IT_OK;
+    return it_cpu_check_fp32_fp64(kernel, p);
 }
 
 /* The shortest decimal that rounds to f, as a double: 0.9f -> 0.9, 3e-4f -> 3e-4. Python

@@ -26,7 +26,7 @@
  * that cos/sin arrive already rounded to x's dtype). Every element is independent, so
  * results do not depend on the thread count. */
 #include "core/half.h"
-#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_util.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -35,7 +35,6 @@
 #endif
 
 #define PAR_MIN 16384 /* elements below which the kernel stays on the calling thread */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* ---------------------------------------------------------------- descriptor checks */
 
@@ -43,18 +42,7 @@ static it_status check_desc(const char *kernel, const char *name, const it_tdesc
     if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
     if (t->ndim != ndim)
         return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim = %d, expected %d", kernel, name, t->ndim, ndim);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->shape[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->shape[d]);
-        if (t->strides[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.strides[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->strides[d]);
-        n *= t->shape[d];
-    }
-    if (n > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
-    return IT_OK;
+    return it_cpu_check_layout(kernel, name, t);
 }
 
 /* cos or sin: (T, D/2) of x's dtype. */
@@ -65,10 +53,7 @@ static it_status check_table(const char *kernel, const char *name, const it_tdes
         return it_error(IT_ERR_INVALID_ARG, "%s: %s must be (T, D/2) = (%lld, %lld), got (%lld, %lld)", kernel, name,
                         (long long)x->shape[1], (long long)(x->shape[3] / 2), (long long)t->shape[0],
                         (long long)t->shape[1]);
-    if (t->dtype != x->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s != x dtype %s", kernel, name, it_dtype_name(t->dtype),
-                        it_dtype_name(x->dtype));
-    return IT_OK;
+    return it_cpu_check_dtype(kernel, name, t, "x", x->dtype);
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -152,18 +137,7 @@ it_status it_cpu_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, cons
         return it_error(IT_ERR_INVALID_ARG, "%s: head dim D = x.shape[3] = %lld must be even", k,
                         (long long)x->shape[3]);
     if ((st = check_table(k, "cos", cos, x)) || (st = check_table(k, "sin", sin, x))) return st;
-    if ((st = check_desc(k, "y", y, 4))) return st;
-    for (int d = 0; d < 4; d++) {
-        if (y->shape[d] != x->shape[d])
-            return it_error(IT_ERR_INVALID_ARG, "%s: y.shape[%d] = %lld != x.shape[%d] = %lld", k, d,
-                            (long long)y->shape[d], d, (long long)x->shape[d]);
-        if (y->strides[d] == 0 && y->shape[d] > 1)
-            return it_error(IT_ERR_INVALID_ARG, "%s: y.strides[%d] is 0 on a dim of size %lld", k, d,
-                            (long long)y->shape[d]);
-    }
-    if (y->dtype != x->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: y dtype %s != x dtype %s", k, it_dtype_name(y->dtype),
-                        it_dtype_name(x->dtype));
+    if ((st = check_desc(k, "y", y, 4)) || (st = it_cpu_check_same(k, "y", y, "x", x, true))) return st;
 
     rope_geo g;
     g.T = x->shape[1], g.H = x->shape[2], g.P = x->shape[3] / 2;

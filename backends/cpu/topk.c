@@ -15,38 +15,18 @@
  * with insertion (E*k compares at worst, cheap for the router's E <= 64); above, a binary
  * heap with the worst kept element at the root, heap-sorted in place at the end
  * (E log k). Rows are independent, so results do not depend on the thread count. */
-#include <math.h>
-
-#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_util.h"
 
 #define PAR_MIN 16384 /* elements below which the kernel stays on the calling thread */
 #define INSERT_MAX 16 /* k up to which the selection is kept by insertion */
 
 /* ---------------------------------------------------------------- descriptor checks */
 
-static it_status check_desc(const char *kernel, const char *name, const it_tdesc *t) {
-    if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
-    if (t->ndim < 1 || t->ndim > IT_MAX_DIMS)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim = %d outside [1, %d]", kernel, name, t->ndim, IT_MAX_DIMS);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->shape[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.shape[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->shape[d]);
-        if (t->strides[d] < 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: %s.strides[%d] = %lld is negative", kernel, name, d,
-                            (long long)t->strides[d]);
-        n *= t->shape[d];
-    }
-    if (n > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
-    return IT_OK;
-}
-
 /* An output (x's leading shape, last dim k) of dtype dt. */
 static it_status check_out(const char *kernel, const char *name, const it_tdesc *t, const it_tdesc *x, int64_t k,
                            it_dtype dt) {
     it_status st;
-    if ((st = check_desc(kernel, name, t))) return st;
+    if ((st = it_cpu_check_desc(kernel, name, t, 1))) return st;
     if (t->ndim != x->ndim)
         return it_error(IT_ERR_INVALID_ARG, "%s: %s.ndim %d != x.ndim %d", kernel, name, t->ndim, x->ndim);
     for (int d = 0; d < x->ndim; d++) {
@@ -62,15 +42,6 @@ static it_status check_out(const char *kernel, const char *name, const it_tdesc 
         return it_error(IT_ERR_INVALID_ARG, "%s: %s dtype %s, expected %s", kernel, name, it_dtype_name(t->dtype),
                         it_dtype_name(dt));
     return IT_OK;
-}
-
-static int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const int64_t *strides) {
-    int64_t off = 0;
-    for (int d = nd - 1; d >= 0; d--) {
-        off += (idx % shape[d]) * strides[d];
-        idx /= shape[d];
-    }
-    return off;
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -142,9 +113,9 @@ static int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const int64_
         int nl = xd->ndim - 1;                                                                                         \
         int64_t sx = xd->strides[nl], sv = vd->strides[nl], si = id->strides[nl];                                      \
         _Pragma("omp parallel for schedule(static) if (N * E >= PAR_MIN)") for (int64_t n = 0; n < N; n++) {           \
-            const T *x = (const T *)xd->data + offset_of(n, nl, xd->shape, xd->strides);                               \
-            T *v = (T *)vd->data + offset_of(n, nl, vd->shape, vd->strides);                                           \
-            int32_t *ix = (int32_t *)id->data + offset_of(n, nl, id->shape, id->strides);                              \
+            const T *x = ROW_AT(const T, xd, nl, n);                                                                   \
+            T *v = ROW_AT(T, vd, nl, n);                                                                               \
+            int32_t *ix = ROW_AT(int32_t, id, nl, n);                                                                  \
             row_##SFX(x, sx, E, k, v, sv, ix, si);                                                                     \
         }                                                                                                              \
     }
@@ -159,11 +130,8 @@ it_status it_cpu_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *valu
     (void)s;
     const char *kn = "topk";
     it_status st;
-    if ((st = check_desc(kn, "x", x))) return st;
-    if (x->dtype != IT_DTYPE_FP32 && x->dtype != IT_DTYPE_FP64)
-        return it_error(IT_ERR_UNSUPPORTED, "%s: dtype %s not supported", kn, it_dtype_name(x->dtype));
-    int64_t E = x->shape[x->ndim - 1], N = 1;
-    for (int d = 0; d < x->ndim - 1; d++) N *= x->shape[d];
+    if ((st = it_cpu_check_desc(kn, "x", x, 1)) || (st = it_cpu_check_fp32_fp64(kn, x))) return st;
+    int64_t E = x->shape[x->ndim - 1], N = rows_of(x);
     if (k < 1 || k > E)
         return it_error(IT_ERR_INVALID_ARG, "%s: k = %lld outside [1, E = %lld]", kn, (long long)k, (long long)E);
     if (E > INT32_MAX)
