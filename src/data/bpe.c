@@ -223,6 +223,8 @@ static uint32_t unmap_bytes(const uint16_t u2b[324], char *s, size_t *n, size_t 
 
 /* ---- encoder.json: a JSON object of string -> integer ------------------------------------------ */
 
+#define BPE_MAX_VOCAB (1 << 24) /* ids 0 .. 2^24-1, the vocab_size range the models accept */
+
 typedef struct {
     const char *path, *s;
     size_t n, i;
@@ -397,9 +399,11 @@ static it_status load_encoder(it_bpe *b, const char *path, const uint16_t u2b[32
                               path, key_at, bad - 1, bad_at);
                 goto done;
             }
-            if (id < 0 || id >= INT32_MAX) {
+            /* id_sym has max id + 1 entries: bound it as models bound vocab_size (2^24), or one
+             * key with id 2^31-2 would allocate 8 GiB. */
+            if (id < 0 || id >= BPE_MAX_VOCAB) {
                 st = it_error(IT_ERR_FORMAT, "encoder.json %s: key at byte %zu: expected a token id 0..%d, found %lld",
-                              path, key_at, INT32_MAX - 1, (long long)id);
+                              path, key_at, BPE_MAX_VOCAB - 1, (long long)id);
                 goto done;
             }
             if (sym_find(&b->syms, key, klen) >= 0 && b->syms.token[sym_find(&b->syms, key, klen)] >= 0) {

@@ -2,26 +2,36 @@
 #include "data/file_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 it_status it_data_open_regular(const char *path, const char *what, FILE **fp, int64_t *size) {
     *fp = NULL;
     *size = 0;
     if (!path || !*path) return it_error(IT_ERR_INVALID_ARG, "%s: empty path", what);
-    FILE *f = fopen(path, "rb");
-    if (!f) return it_error(IT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it is
+     * refused below like any file that is not regular. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return it_error(IT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
-        fclose(f);
+        close(fd);
         return it_error(IT_ERR_IO, "%s %s: cannot stat: %s", what, path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
-        fclose(f);
+        close(fd);
         return it_error(IT_ERR_IO, "%s %s: not a regular file: %s", what, path,
                         S_ISDIR(st.st_mode) ? strerror(EISDIR) : "special file");
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return it_error(IT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(e));
     }
     *fp = f;
     *size = (int64_t)st.st_size;

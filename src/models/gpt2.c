@@ -6,6 +6,7 @@
  *
  * Checkpoint: magic 20240326, version 3, fp32; see ../shared/design/FORMATS.md. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,7 +289,11 @@ it_status it_gpt2_load(const char *path, it_device dev, it_model **out) {
                         h[1] == 5 ? "; version 5 is llm.c's bf16 format, not supported" : "", h[1]);
     it_gpt2_config cfg = {h[2], h[3], h[7], h[4], h[5], h[6]};
     st = it_gpt2_config_check(&cfg);
-    if (st) return it_error_context("%s: header fields: ", path);
+    if (st) { /* a bad header is a bad file (IT_ERR_FORMAT), not a bad argument */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", it_last_error());
+        return it_error(IT_ERR_FORMAT, "%s: header fields: %s", path, why);
+    }
     int64_t n = num_params(&cfg);
     size_t want = 1024 + (size_t)n * sizeof(float);
     if (file_bytes != want)

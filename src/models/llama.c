@@ -26,6 +26,7 @@ typedef struct llama {
     bool scaled_rope;
     int32_t header[256];
     it_tensor *wte, *lnf, *lm_head, *cos, *sin;
+    int rope_T; /* positions cos/sin hold: built by the first forward for its T, grown on demand */
     /* per layer */
     it_tensor **ln1, **ln2, **qkv, **q, **k, **v, **proj, **fc, **fc2, **fc_proj, **router;
     it_tensor **gate, **up, **down; /* [l * E + e] */
@@ -52,11 +53,14 @@ static int64_t llama3_ffn_hidden(int C, float multiplier, int multiple_of) {
 /* ---------------------------------------------------------------- RoPE tables */
 
 /* cos/sin (T, hd/2) of t * freq_i, freq_i = theta^(-2i/hd) in fp32, optionally with the
- * LLaMA-3.1 scaling (factor 8, low 1, high 4, original context 8192). */
-static it_status rope_tables(llama *g, it_device dev) {
+ * LLaMA-3.1 scaling (factor 8, low 1, high 4, original context 8192). Row t depends on t alone,
+ * so tables for the T a forward uses equal the first T rows of tables for block_size -- which
+ * the loader no longer builds: for a header's block_size of 2^20 they took ~1 GB and 15 s to
+ * make from a 0.8 MB file (found by fuzz_llama3_ckpt). */
+static it_status rope_tables(llama *g, it_device dev, int T) {
     int half = g->hd / 2;
     float *freq = malloc(sizeof(float) * (size_t)half);
-    float *c = malloc(sizeof(float) * (size_t)g->T * (size_t)half), *s = malloc(sizeof(float) * (size_t)g->T * (size_t)half);
+    float *c = malloc(sizeof(float) * (size_t)T * (size_t)half), *s = malloc(sizeof(float) * (size_t)T * (size_t)half);
     if (!freq || !c || !s) {
         free(freq);
         free(c);
@@ -81,20 +85,24 @@ static it_status rope_tables(llama *g, it_device dev) {
         }
         freq[i] = f;
     }
-    for (int t = 0; t < g->T; t++) {
+    for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
             float ang = (float)t * freq[i];
             c[t * half + i] = (float)cos((double)ang);
             s[t * half + i] = (float)sin((double)ang);
         }
     }
-    int64_t shape[2] = {g->T, half};
-    size_t bytes = sizeof(float) * (size_t)g->T * (size_t)half;
+    int64_t shape[2] = {T, half};
+    size_t bytes = sizeof(float) * (size_t)T * (size_t)half;
+    it_tensor_release(g->cos);
+    it_tensor_release(g->sin);
+    g->rope_T = 0;
     g->cos = it__tensor_new_owned(dev, IT_DTYPE_FP32, 2, shape);
     g->sin = it__tensor_new_owned(dev, IT_DTYPE_FP32, 2, shape);
     it_status st = g->cos && g->sin ? IT_OK : it_last_status();
     if (!st) st = it_tensor_copy_from_host(g->cos, c, bytes);
     if (!st) st = it_tensor_copy_from_host(g->sin, s, bytes);
+    if (!st) g->rope_T = T;
     free(freq);
     free(c);
     free(s);
@@ -115,6 +123,10 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         it_error(IT_ERR_INVALID_ARG, "%s: sequence length %lld outside 1..block_size %d", m->info.family, (long long)T,
                  g->T);
         return NULL;
+    }
+    if (T > g->rope_T) { /* grow geometrically: generation asks for T = 1, 2, 3, ... */
+        int64_t want = T > 2 * (int64_t)g->rope_T ? T : 2 * (int64_t)g->rope_T;
+        if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
     it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
     it_tensor *x = it_embedding(idx, g->wte); /* (B, T, C) */
@@ -337,14 +349,15 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         g->eps = f32(h[10]);
         g->theta = f32(h[11]);
         g->scaled_rope = h[12] != 0;
-        if (!(isfinite(mult) && mult > 0 && mult < 64) || multiple_of < 1 || multiple_of > (1 << 20) || g->C < 1 || g->C > (1 << 16)) {
+        if (!(isfinite(mult) && mult > 0 && mult < 64) || multiple_of < 1 || multiple_of > (1 << 20)) {
             free(g);
             return it_error(IT_ERR_FORMAT,
                             "%s: header fields ffn_dim_multiplier/multiple_of: expected a float in (0, 64) and 1..%d, "
                             "found %g and %d",
                             path, 1 << 20, mult, multiple_of);
         }
-        g->H = (int)llama3_ffn_hidden(g->C, mult, multiple_of);
+        /* H only from an n_embd in range (no overflow); check_config names a bad n_embd. */
+        g->H = g->C >= 1 && g->C <= (1 << 16) ? (int)llama3_ffn_hidden(g->C, mult, multiple_of) : 1;
         if (h[12] != 0 && h[12] != 1) {
             free(g);
             return it_error(IT_ERR_FORMAT, "%s: header field use_scaled_rope: expected 0 or 1, found %d", path, h[12]);
@@ -390,7 +403,6 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
         if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
-    if (!st) st = rope_tables(g, dev);
     if (!st) st = it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
