@@ -274,6 +274,19 @@ static bool float_dtype(it_dtype dt) {
     return dt == IT_DTYPE_FP32 || dt == IT_DTYPE_FP64 || dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16;
 }
 
+/* Runs job j over the checked operands t[0..nt) (t[0] = out) after checking out's dtype. */
+static it_status ew_launch(const char *kernel, const ew_job *j, const it_tdesc *const *t, int nt) {
+    const it_tdesc *out = t[0];
+    if (!float_dtype(out->dtype))
+        return it_error(IT_ERR_UNSUPPORTED, "%s: dtype %s not supported", kernel, it_dtype_name(out->dtype));
+    int64_t total = numel(out);
+    if (total == 0) return IT_OK;
+    iter it;
+    iter_build(&it, t, nt);
+    ew_run(j, &it, total);
+    return IT_OK;
+}
+
 /* out (D...) = f(x) elementwise, x with out's shape (stride 0 = broadcast). */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
     (void)s;
@@ -283,16 +296,9 @@ it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc
         (st = it_cpu_check_same("unary", "x", x, "out", out, false)) ||
         (st = it_cpu_check_writable("unary", "out", out)))
         return st;
-    if (!float_dtype(out->dtype))
-        return it_error(IT_ERR_UNSUPPORTED, "unary: dtype %s not supported", it_dtype_name(out->dtype));
-    int64_t total = numel(out);
-    if (total == 0) return IT_OK;
     const it_tdesc *t[2] = {out, x};
-    iter it;
-    iter_build(&it, t, 2);
     ew_job j = {false, (int)op, alpha, out->dtype, {out->data, x->data, NULL}};
-    ew_run(&j, &it, total);
-    return IT_OK;
+    return ew_launch("unary", &j, t, 2);
 }
 
 /* out (D...) = f(a, b) elementwise, a and b with out's shape (stride 0 = broadcast). */
@@ -307,16 +313,9 @@ it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const 
         (st = it_cpu_check_same("binary", "b", b, "out", out, false)) ||
         (st = it_cpu_check_writable("binary", "out", out)))
         return st;
-    if (!float_dtype(out->dtype))
-        return it_error(IT_ERR_UNSUPPORTED, "binary: dtype %s not supported", it_dtype_name(out->dtype));
-    int64_t total = numel(out);
-    if (total == 0) return IT_OK;
     const it_tdesc *t[3] = {out, a, b};
-    iter it;
-    iter_build(&it, t, 3);
     ew_job j = {true, (int)op, 0.0f, out->dtype, {out->data, a->data, b->data}};
-    ew_run(&j, &it, total);
-    return IT_OK;
+    return ew_launch("binary", &j, t, 3);
 }
 
 /* ---------------------------------------------------------------- reduce */
