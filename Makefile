@@ -66,8 +66,7 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j1
 
 bench: build
-	@if [ -x $(BUILD)/bench_train ]; then OMP_NUM_THREADS=$(JOBS) $(BUILD)/bench_train; \
-	 else echo "bench: no benchmarks built yet (bench/ is empty)"; fi
+	bash bench/run.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,429 @@
+/* bench_kernels: the CPU backend's kernels one at a time, through it_cpu_kernels(), on the
+ * shapes of one GPT-2 124M training step (B=4, T=64: B*T = 256 rows, C = 768, 12 heads of
+ * 64, padded vocabulary 50304) and on its 124M-parameter AdamW update.
+ *
+ * Each kernel runs once untimed, then until it has run at least `min_reps` times and
+ * `min_ms` milliseconds; the median and the best call time are reported, each with its
+ * achieved rate (on a busy machine the best is the kernel's own speed, the median what a
+ * step saw):
+ * GFLOP/s for GEMMs (2*M*N*K per matrix, and the share of the large-sgemm peak measured at
+ * the start), GB/s for memory-bound kernels (bytes = each input read once + each output
+ * written once: the least traffic the kernel can do, so the figure is a lower bound on
+ * what the memory system delivered).
+ *
+ * Usage: bench_kernels [--quick]     (--quick: fewer repetitions, for smoke tests) */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "infinitrain/backend.h"
+
+enum kind {
+    K_GEMM,
+    K_LN_FWD,
+    K_LN_BWD,
+    K_RMS_FWD,
+    K_RMS_BWD,
+    K_SM_FWD,
+    K_SM_BWD,
+    K_CE_FWD,
+    K_CE_BWD,
+    K_ADAM,
+    K_GELU,
+    K_GELU_BWD,
+    K_ADD,
+    K_COPY
+};
+
+/* One benchmark: a kernel call with its arguments (descriptors over buffers it owns). */
+typedef struct kbench {
+    enum kind kind;
+    char name[48], shape[96];
+    it_tdesc d[6];
+    it_gemm_args g;
+    it_softmax_args sm;
+    it_adam_args adam;
+    int64_t valid; /* cross entropy */
+    void *buf[6];
+    double flops, bytes; /* per call */
+} kbench;
+
+static it_status kb_call(const it_kernels *k, kbench *b) {
+    it_tdesc *d = b->d;
+    switch (b->kind) {
+    case K_GEMM: return k->gemm(NULL, &b->g);
+    case K_LN_FWD: return k->layernorm_fwd(NULL, &d[0], &d[1], &d[2], 1e-5f, &d[3], &d[4], &d[5]);
+    /* dy x w mean rstd -> dx dw db: dy reuses the y buffer of the forward layout */
+    case K_LN_BWD: {
+        it_tdesc dx = d[3], dw = d[1], db = d[2];
+        dx.data = b->buf[5];
+        dw.data = (float *)b->buf[5] + d[0].shape[0] * d[0].shape[1];
+        db.data = (float *)dw.data + d[0].shape[1];
+        return k->layernorm_bwd(NULL, &d[3], &d[0], &d[1], &d[4], &d[5], &dx, &dw, &db);
+    }
+    case K_RMS_FWD: return k->rmsnorm_fwd(NULL, &d[0], &d[1], 1e-5f, &d[2], &d[3]);
+    case K_RMS_BWD: {
+        it_tdesc dx = d[2], dw = d[1];
+        dx.data = b->buf[5];
+        dw.data = (float *)b->buf[5] + d[0].shape[0] * d[0].shape[1];
+        return k->rmsnorm_bwd(NULL, &d[2], &d[0], &d[1], &d[3], &dx, &dw);
+    }
+    case K_SM_FWD: return k->softmax_fwd(NULL, &b->sm, &d[0], &d[1]);
+    case K_SM_BWD: return k->softmax_bwd(NULL, &b->sm, &d[1], &d[0], &d[2]);
+    case K_CE_FWD: return k->cross_entropy_fwd(NULL, &d[0], &d[1], b->valid, &d[2]);
+    case K_CE_BWD: return k->cross_entropy_bwd(NULL, &d[0], &d[1], b->valid, &d[2], &d[3]);
+    case K_ADAM: return k->adam_step(NULL, &b->adam, &d[0], &d[1], &d[2], &d[3]);
+    case K_GELU: return k->unary(NULL, IT_UNARY_GELU, 0.0f, &d[0], &d[1]);
+    case K_GELU_BWD: return k->binary(NULL, IT_BINARY_GELU_BWD, &d[0], &d[1], &d[2]);
+    case K_ADD: return k->binary(NULL, IT_BINARY_ADD, &d[0], &d[1], &d[2]);
+    case K_COPY: return k->copy_strided(NULL, &d[0], &d[1]);
+    }
+    return IT_ERR_INTERNAL;
+}
+
+static void kb_free(kbench *b) {
+    for (int i = 0; i < 6; i++) free(b->buf[i]);
+    memset(b->buf, 0, sizeof b->buf);
+}
+
+/* Buffer i of b: n floats of scale*U[-1,1). */
+static float *kb_buf(kbench *b, int i, size_t n, float scale) {
+    b->buf[i] = bench_alloc_floats(n, scale, 1000 + (uint64_t)i);
+    return b->buf[i];
+}
+
+static int min_reps = 5;
+static double min_ms = 250.0, peak_gflops = 0.0;
+
+/* Time b and print its line; frees its buffers. Returns 0 on success. */
+static int kb_run(kbench *b) {
+    const it_kernels *k = it_cpu_kernels();
+    if (kb_call(k, b)) { /* untimed: first-call effects (BLAS buffers, page faults) */
+        fprintf(stderr, "%s %s: %s\n", b->name, b->shape, it_last_error());
+        kb_free(b);
+        return 1;
+    }
+    double times[1000];
+    int n = 0;
+    double t_start = bench_now_ms();
+    while (n < 1000 && (n < min_reps || bench_now_ms() - t_start < min_ms)) {
+        if (b->kind == K_ADAM) b->adam.step++;
+        double t0 = bench_now_ms();
+        kb_call(k, b);
+        times[n++] = bench_now_ms() - t0;
+    }
+    double med = bench_median(times, n), best = times[0]; /* sorted by bench_median */
+    if (b->flops > 0) {
+        double gf = b->flops / (med * 1e-3) / 1e9, gfb = b->flops / (best * 1e-3) / 1e9;
+        printf("  %-24s %-30s %9.3f %9.3f %8.1f %8.1f GFLOP/s %4.0f%% %4.0f%%\n", b->name, b->shape, med, best, gf, gfb,
+               100.0 * gf / peak_gflops, 100.0 * gfb / peak_gflops);
+    } else {
+        printf("  %-24s %-30s %9.3f %9.3f %8.2f %8.2f GB/s\n", b->name, b->shape, med, best,
+               b->bytes / (med * 1e-3) / 1e9, b->bytes / (best * 1e-3) / 1e9);
+    }
+    fflush(stdout);
+    kb_free(b);
+    return 0;
+}
+
+/* C (batch, M, N) = op(A) op(B) (+ C when accumulate), with A, B stored as BLAS sees them. */
+static int bench_gemm(const char *name, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
+                      bool accumulate) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = K_GEMM;
+    snprintf(b.name, sizeof b.name, "%s", name);
+    char mnk[48];
+    snprintf(mnk, sizeof mnk, "%lldx%lldx%lld%s%s%s", (long long)M, (long long)N, (long long)K, ta ? " tA" : "",
+             tb ? " tB" : "", accumulate ? " +=" : "");
+    if (batch > 1)
+        snprintf(b.shape, sizeof b.shape, "%lld x [%s]", (long long)batch, mnk);
+    else
+        snprintf(b.shape, sizeof b.shape, "%s", mnk);
+    int64_t sa[3] = {batch, ta ? K : M, ta ? M : K}, sb[3] = {batch, tb ? N : K, tb ? K : N}, sc[3] = {batch, M, N};
+    float *a = kb_buf(&b, 0, (size_t)(batch * M * K), 0.5f), *bb = kb_buf(&b, 1, (size_t)(batch * K * N), 0.5f);
+    float *c = kb_buf(&b, 2, (size_t)(batch * M * N), 0.5f);
+    if (!a || !bb || !c) {
+        kb_free(&b);
+        fprintf(stderr, "%s: out of memory\n", name);
+        return 1;
+    }
+    b.g.a = bench_desc(a, IT_DTYPE_FP32, 3, sa);
+    b.g.b = bench_desc(bb, IT_DTYPE_FP32, 3, sb);
+    b.g.c = bench_desc(c, IT_DTYPE_FP32, 3, sc);
+    b.g.trans_a = ta;
+    b.g.trans_b = tb;
+    b.g.alpha = 1.0f;
+    b.g.beta = accumulate ? 1.0f : 0.0f;
+    b.flops = 2.0 * (double)batch * (double)M * (double)N * (double)K;
+    return kb_run(&b);
+}
+
+/* A linear layer x (R, IC) -> y (R, OC) with weight w (OC, IC), as src/ops/matmul.c issues it:
+ *   forward  y  = x w^T          (R, OC, IC)  trans_b
+ *   backward dx = dy w           (R, IC, OC)
+ *            dw += dy^T x        (OC, IC, R)  trans_a, accumulated into the gradient buffer */
+static int bench_linear(const char *layer, int64_t R, int64_t IC, int64_t OC) {
+    char n[48];
+    int fails = 0;
+    snprintf(n, sizeof n, "%s fwd", layer);
+    fails += bench_gemm(n, 1, R, OC, IC, false, true, false);
+    snprintf(n, sizeof n, "%s bwd dx", layer);
+    fails += bench_gemm(n, 1, R, IC, OC, false, false, false);
+    snprintf(n, sizeof n, "%s bwd dw", layer);
+    fails += bench_gemm(n, 1, OC, IC, R, true, false, true);
+    return fails;
+}
+
+/* Attention's batched GEMMs for (B*nh) heads of T x hd:
+ *   scores = q k^T (T, T, hd) tB; y = att v (T, hd, T); and the backward products
+ *   datt = dy v^T (T, T, hd) tB; dv = att^T dy (T, hd, T) tA; dq = ds k (T, hd, T);
+ *   dk = ds^T q (T, hd, T) tA. */
+static int bench_attention(int64_t BH, int64_t T, int64_t hd) {
+    int fails = 0;
+    char n[48];
+    snprintf(n, sizeof n, "attn q@k^T T=%lld", (long long)T);
+    fails += bench_gemm(n, BH, T, T, hd, false, true, false);
+    snprintf(n, sizeof n, "attn att@v T=%lld", (long long)T);
+    fails += bench_gemm(n, BH, T, hd, T, false, false, false);
+    snprintf(n, sizeof n, "attn bwd ds@k T=%lld", (long long)T);
+    fails += bench_gemm(n, BH, T, hd, T, false, false, false);
+    snprintf(n, sizeof n, "attn bwd att^T@dy T=%lld", (long long)T);
+    fails += bench_gemm(n, BH, T, hd, T, true, false, false);
+    return fails;
+}
+
+static int bench_norm(bool rms, bool bwd, int64_t R, int64_t C) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = rms ? (bwd ? K_RMS_BWD : K_RMS_FWD) : (bwd ? K_LN_BWD : K_LN_FWD);
+    snprintf(b.name, sizeof b.name, "%s %s", rms ? "rmsnorm" : "layernorm", bwd ? "bwd" : "fwd");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld)", (long long)R, (long long)C);
+    int64_t sx[2] = {R, C}, sw[1] = {C}, sr[1] = {R};
+    float *x = kb_buf(&b, 0, (size_t)(R * C), 1.0f), *w = kb_buf(&b, 1, (size_t)C, 1.0f);
+    float *bias = kb_buf(&b, 2, (size_t)C, 0.1f), *y = kb_buf(&b, 3, (size_t)(R * C), 1.0f);
+    float *st = kb_buf(&b, 4, (size_t)(2 * R), 0.5f), *out = kb_buf(&b, 5, (size_t)(R * C + 2 * C), 0.0f);
+    if (!x || !w || !bias || !y || !st || !out) {
+        kb_free(&b);
+        return 1;
+    }
+    for (int64_t r = 0; r < 2 * R; r++) st[r] = 1.0f + 0.5f * st[r]; /* rstd > 0 */
+    b.d[0] = bench_desc(x, IT_DTYPE_FP32, 2, sx);
+    b.d[1] = bench_desc(w, IT_DTYPE_FP32, 1, sw);
+    if (rms) {
+        b.d[2] = bench_desc(y, IT_DTYPE_FP32, 2, sx);
+        b.d[3] = bench_desc(st, IT_DTYPE_FP32, 1, sr);
+    } else {
+        b.d[2] = bench_desc(bias, IT_DTYPE_FP32, 1, sw);
+        b.d[3] = bench_desc(y, IT_DTYPE_FP32, 2, sx);
+        b.d[4] = bench_desc(st, IT_DTYPE_FP32, 1, sr);
+        b.d[5] = bench_desc(st + R, IT_DTYPE_FP32, 1, sr);
+    }
+    double rc = (double)R * (double)C * 4.0;
+    /* fwd: x in, y out; bwd: dy and x in, dx out (the (R) and (C) vectors are noise) */
+    b.bytes = bwd ? 3.0 * rc : 2.0 * rc;
+    return kb_run(&b);
+}
+
+/* Causal softmax over (BH, T, T) attention scores, scaled by 1/sqrt(64). */
+static int bench_softmax(bool bwd, int64_t BH, int64_t T) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = bwd ? K_SM_BWD : K_SM_FWD;
+    snprintf(b.name, sizeof b.name, "softmax causal %s", bwd ? "bwd" : "fwd");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld, %lld)", (long long)BH, (long long)T, (long long)T);
+    int64_t s[3] = {BH, T, T};
+    size_t n = (size_t)(BH * T * T);
+    float *x = kb_buf(&b, 0, n, 2.0f), *y = kb_buf(&b, 1, n, 0.0f), *dx = kb_buf(&b, 2, n, 0.0f);
+    if (!x || !y || !dx) {
+        kb_free(&b);
+        return 1;
+    }
+    b.d[0] = bench_desc(x, IT_DTYPE_FP32, 3, s);
+    b.d[1] = bench_desc(y, IT_DTYPE_FP32, 3, s);
+    b.d[2] = bench_desc(dx, IT_DTYPE_FP32, 3, s);
+    b.sm.scale = 0.125f;
+    b.sm.causal = true;
+    if (bwd && it_cpu_kernels()->softmax_fwd(NULL, &b.sm, &b.d[0], &b.d[1])) { /* y: real probabilities */
+        kb_free(&b);
+        return 1;
+    }
+    b.bytes = (bwd ? 3.0 : 2.0) * (double)n * 4.0;
+    return kb_run(&b);
+}
+
+/* Cross entropy over (N, Vp) logits, the first V columns valid. */
+static int bench_ce(bool bwd, int64_t N, int64_t V, int64_t Vp) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = bwd ? K_CE_BWD : K_CE_FWD;
+    snprintf(b.name, sizeof b.name, "cross_entropy %s", bwd ? "bwd" : "fwd");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld) valid %lld", (long long)N, (long long)Vp, (long long)V);
+    int64_t sl[2] = {N, Vp}, sn[1] = {N};
+    float *logits = kb_buf(&b, 0, (size_t)(N * Vp), 3.0f), *losses = kb_buf(&b, 2, (size_t)N, 1.0f / (float)N);
+    float *dlogits = kb_buf(&b, 3, (size_t)(N * Vp), 0.0f);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
+    b.buf[1] = tg;
+    if (!logits || !losses || !dlogits || !tg) {
+        kb_free(&b);
+        return 1;
+    }
+    uint64_t rs = 7;
+    for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)(bench_rng_next(&rs) % (uint64_t)V);
+    b.d[0] = bench_desc(logits, IT_DTYPE_FP32, 2, sl);
+    b.d[1] = bench_desc(tg, IT_DTYPE_I32, 1, sn);
+    b.d[2] = bench_desc(losses, IT_DTYPE_FP32, 1, sn);
+    b.d[3] = bench_desc(dlogits, IT_DTYPE_FP32, 2, sl);
+    b.valid = V;
+    b.bytes = (bwd ? 2.0 : 1.0) * (double)N * (double)Vp * 4.0;
+    return kb_run(&b);
+}
+
+/* AdamW on n parameters: p, g, m, v read, p, m, v written. */
+static int bench_adam(int64_t n) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = K_ADAM;
+    snprintf(b.name, sizeof b.name, "adam_step (AdamW)");
+    snprintf(b.shape, sizeof b.shape, "%lld params", (long long)n);
+    int64_t s[1] = {n};
+    float *p = kb_buf(&b, 0, (size_t)n, 0.02f), *g = kb_buf(&b, 1, (size_t)n, 1e-3f);
+    float *m = kb_buf(&b, 2, (size_t)n, 0.0f), *v = kb_buf(&b, 3, (size_t)n, 0.0f);
+    if (!p || !g || !m || !v) {
+        kb_free(&b);
+        fprintf(stderr, "adam_step: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < 4; i++) b.d[i] = bench_desc(b.buf[i], IT_DTYPE_FP32, 1, s);
+    b.adam = (it_adam_args){.lr = 1e-4f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .weight_decay = 0.1f,
+                            .grad_scale = 1.0f,
+                            .step = 1,
+                            .decoupled = true};
+    b.bytes = 7.0 * (double)n * 4.0;
+    int save = min_reps;
+    min_reps = 3; /* each call moves ~3.5 GB */
+    int r = kb_run(&b);
+    min_reps = save;
+    return r;
+}
+
+/* Elementwise kernels of the MLP and residual stream: GELU fwd/bwd on (R, 4C), x + y on
+ * (R, C). */
+static int bench_elementwise(enum kind kind, int64_t R, int64_t C) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = kind;
+    snprintf(b.name, sizeof b.name, "%s",
+             kind == K_GELU       ? "gelu fwd (unary)"
+             : kind == K_GELU_BWD ? "gelu bwd (binary)"
+                                  : "add (binary)");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld)", (long long)R, (long long)C);
+    int64_t s[2] = {R, C};
+    size_t n = (size_t)(R * C);
+    float *x = kb_buf(&b, 0, n, 2.0f), *y = kb_buf(&b, 1, n, 1.0f), *z = kb_buf(&b, 2, n, 0.0f);
+    if (!x || !y || !z) {
+        kb_free(&b);
+        return 1;
+    }
+    b.d[0] = bench_desc(x, IT_DTYPE_FP32, 2, s);
+    b.d[1] = bench_desc(kind == K_GELU ? z : y, IT_DTYPE_FP32, 2, s);
+    b.d[2] = bench_desc(z, IT_DTYPE_FP32, 2, s);
+    b.bytes = (kind == K_GELU ? 2.0 : 3.0) * (double)n * 4.0;
+    return kb_run(&b);
+}
+
+/* GPT-2 attention's head split: qkv (B, T, 3, nh, hd) permuted to (3, B, nh, T, hd) and
+ * made contiguous (src/ops/attention.c), and the merge (B, nh, T, hd) -> (B, T, nh, hd). */
+static int bench_copy(bool split, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = K_COPY;
+    snprintf(b.name, sizeof b.name, "copy_strided %s", split ? "qkv split" : "head merge");
+    int64_t parts = split ? 3 : 1;
+    size_t n = (size_t)(parts * B * T * nh * hd);
+    float *src = kb_buf(&b, 0, n, 1.0f), *dst = kb_buf(&b, 1, n, 0.0f);
+    if (!src || !dst) {
+        kb_free(&b);
+        return 1;
+    }
+    if (split) {
+        snprintf(b.shape, sizeof b.shape, "(%lld,%lld,3,%lld,%lld)->(3,B,nh,T,hd)", (long long)B, (long long)T,
+                 (long long)nh, (long long)hd);
+        /* source viewed as (3, B, nh, T, hd) over storage (B, T, 3, nh, hd) */
+        int64_t shape[5] = {3, B, nh, T, hd};
+        b.d[0] = bench_desc(src, IT_DTYPE_FP32, 5, shape);
+        int64_t st[5] = {nh * hd, T * 3 * nh * hd, hd, 3 * nh * hd, 1};
+        memcpy(b.d[0].strides, st, sizeof st);
+        b.d[1] = bench_desc(dst, IT_DTYPE_FP32, 5, shape);
+    } else {
+        snprintf(b.shape, sizeof b.shape, "(%lld,%lld,%lld,%lld)->(B,T,nh,hd)", (long long)B, (long long)nh,
+                 (long long)T, (long long)hd);
+        int64_t shape[4] = {B, T, nh, hd};
+        b.d[0] = bench_desc(src, IT_DTYPE_FP32, 4, shape);
+        int64_t st[4] = {nh * T * hd, hd, T * hd, 1};
+        memcpy(b.d[0].strides, st, sizeof st);
+        b.d[1] = bench_desc(dst, IT_DTYPE_FP32, 4, shape);
+    }
+    b.bytes = 2.0 * (double)n * 4.0;
+    return kb_run(&b);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            min_reps = 2;
+            min_ms = 20.0;
+        } else {
+            fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    const int64_t B = 4, T = 64, R = B * T, C = 768, NH = 12, HD = 64, V = 50257, VP = 50304, L = 12;
+    const int64_t params = VP * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C; /* GPT-2 124M: 124475904 */
+    double one = 0;
+    peak_gflops = bench_gemm_peaks(&one);
+    printf("== CPU kernels, one at a time (it_cpu_kernels(); %d OpenMP threads; load %.2f) ==\n", omp_get_max_threads(),
+           bench_loadavg());
+    printf("fp32 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 sgemm through the gemm slot); one "
+           "thread: %.1f\n",
+           peak_gflops, omp_get_max_threads(), one);
+    if (peak_gflops <= 0) return 1;
+    printf("  %-24s %-30s %9s %9s %8s %8s %-7s %s\n", "kernel", "shape", "ms med", "ms best", "med", "best", "rate",
+           "of peak (med, best)");
+    int fails = 0;
+    printf("-- GPT-2 124M linear layers, B*T = %lld (M x N x K; dw accumulates into the gradient)\n", (long long)R);
+    fails += bench_linear("qkv", R, C, 3 * C);
+    fails += bench_linear("attn proj", R, C, C);
+    fails += bench_linear("fc", R, C, 4 * C);
+    fails += bench_linear("fc proj", R, 4 * C, C);
+    fails += bench_linear("lm_head", R, C, VP);
+    printf("-- attention's batched GEMMs, B*nh = %lld heads of hd = %lld\n", (long long)(B * NH), (long long)HD);
+    fails += bench_attention(B * NH, T, HD);
+    fails += bench_attention(B * NH, 256, HD);
+    printf("-- memory-bound kernels (GB/s = least bytes moved / time)\n");
+    fails += bench_norm(false, false, R, C);
+    fails += bench_norm(false, true, R, C);
+    fails += bench_norm(true, false, R, C);
+    fails += bench_norm(true, true, R, C);
+    fails += bench_softmax(false, B * NH, T);
+    fails += bench_softmax(true, B * NH, T);
+    fails += bench_softmax(false, B * NH, 256);
+    fails += bench_softmax(true, B * NH, 256);
+    fails += bench_ce(false, R, V, VP);
+    fails += bench_ce(true, R, V, VP);
+    fails += bench_elementwise(K_GELU, R, 4 * C);
+    fails += bench_elementwise(K_GELU_BWD, R, 4 * C);
+    fails += bench_elementwise(K_ADD, R, C);
+    fails += bench_copy(true, B, T, NH, HD);
+    fails += bench_copy(false, B, T, NH, HD);
+    fails += bench_adam(params);
+    if (fails) fprintf(stderr, "bench_kernels: %d benchmark(s) failed\n", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# make bench: the kernel microbenchmarks, the training-step benchmarks, and the PyTorch peer
+# on the same GPT-2 124M weights and tokens, then the comparison and the targets, in one run.
+#
+#   bash bench/run.sh [BUILD_DIR]          (make bench runs it with build/)
+#
+# Environment:
+#   OMP_NUM_THREADS        threads for both sides (default 2)
+#   OMP_WAIT_POLICY        for both sides (default PASSIVE: PyTorch's best on this 2-core
+#                          machine, quiet or busy; ours is the same quiet and better busy)
+#   BENCH_CASES            bench_train's --cases (default: all)
+#   BENCH_PEER_VARIANTS    the peer's runs, ';'-separated, the best counts: each is words,
+#                          NAME=VALUE ones go to its environment, the others are its arguments
+#                          ("defaults" = none). Default: PyTorch as installed, then with glibc
+#                          malloc kept from mmap-ing and trimming (its large temporaries are
+#                          otherwise mapped and unmapped every step). "" skips the peer.
+#   BENCH_SKIP_KERNELS=1   skip bench_kernels
+#   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
+#                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
+# Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+variants=${BENCH_PEER_VARIANTS-defaults;MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736}
+peer_python=/usr/bin/python3
+
+for exe in bench_train bench_kernels; do
+    if [ ! -x "$build/$exe" ]; then
+        echo "bench: $build/$exe is not built (cmake --build $build)" >&2
+        exit 1
+    fi
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/it_bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+t_start=$SECONDS
+echo "== make bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS," \
+    "OMP_WAIT_POLICY=$OMP_WAIT_POLICY," \
+    "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "   load: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min); the machine is shared, so figures move with it"
+echo
+
+if [ "${BENCH_SKIP_KERNELS:-0}" != 1 ]; then
+    "$build/bench_kernels"
+    echo
+fi
+
+train_args=()
+[ -n "${BENCH_CASES:-}" ] && train_args=(--cases "$BENCH_CASES")
+read -r -a extra <<<"${BENCH_ARGS:-}"
+train_args+=("${extra[@]}")
+if ! "$build/bench_train" --workdir "$work" "${train_args[@]}" |
+    tee "$work/train.txt"; then
+    echo "bench: bench_train failed (see above); going on with what it measured" >&2
+fi
+
+# ---- the PyTorch peer: GPT-2 124M, B=4 T=64, the weights and tokens bench_train used
+: >"$work/peer.txt"
+if [ -z "$variants" ]; then
+    echo "PEER_SKIPPED reason=BENCH_PEER_VARIANTS is empty" | tee -a "$work/peer.txt"
+elif ! [ -f "$work/gpt2_124m.bin" ] || ! [ -f "$work/tokens_gpt2_124m_t64.bin" ]; then
+    echo "PEER_SKIPPED reason=bench_train did not run gpt2_124m_t64 (BENCH_CASES=${BENCH_CASES:-})" | tee -a "$work/peer.txt"
+elif ! skip=$("$peer_python" -c 'import torch, numpy' 2>&1); then
+    echo "PEER_SKIPPED reason=$peer_python cannot import torch and numpy: $(echo "$skip" | tail -n1)" |
+        tee -a "$work/peer.txt"
+else
+    echo
+    echo "== PyTorch peer: GPT-2 124M, B=4 T=64, same weights and tokens, fp32, AdamW(foreach=True)," \
+        "$OMP_NUM_THREADS threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY; runs: $variants =="
+    read -r -a peer_extra <<<"${BENCH_PEER_ARGS:-}"
+    IFS=';' read -r -a runs <<<"$variants"
+    for v in "${runs[@]}"; do
+        read -r -a words <<<"$v"
+        venv=() vargs=()
+        for w in "${words[@]}"; do
+            if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then venv+=("$w"); elif [ "$w" != defaults ]; then vargs+=("$w"); fi
+        done
+        tag=$(echo "$v" | tr ' ' ',')
+        echo "-- peer run: $v"
+        env OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" "${venv[@]}" "$peer_python" "$root/bench/peer_pytorch.py" \
+            --checkpoint "$work/gpt2_124m.bin" --shard "$work/tokens_gpt2_124m_t64.bin" --case gpt2_124m_t64 \
+            --B 4 --T 64 --threads "$OMP_NUM_THREADS" --tag="$tag" "${vargs[@]}" "${peer_extra[@]}" |
+            tee -a "$work/peer.txt" || echo "bench: the peer failed with: $v" >&2
+    done
+fi
+
+# ---- comparison and targets
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+ours=$(grep '^RESULT case=gpt2_124m_t64 ' "$work/train.txt" || true)
+echo
+echo "== Comparison and targets (GPT-2 124M, B=4 T=64; elapsed $((SECONDS - t_start)) s; load now" \
+    "$(cut -d' ' -f1 /proc/loadavg)) =="
+if [ -z "$ours" ]; then
+    echo "  no gpt2_124m_t64 result in this run: nothing to compare"
+    exit 0
+fi
+our_ms=$(echo "$ours" | field ms_median)
+our_tok=$(echo "$ours" | field tok_s)
+our_mfu=$(echo "$ours" | field mfu_pct)
+our_loss=$(echo "$ours" | field loss_step1)
+verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? "met" : "NOT met" }'; }
+printf '  ours:    %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  (step-1 loss %s)\n' "$our_ms" "$our_tok" \
+    "$(echo "$ours" | field cpu_share_pct)" "$our_loss"
+best=$(grep -s '^PEER ' "$work/peer.txt" | awk '{
+    for (i = 1; i <= NF; i++) if ($i ~ /^ms_median=/) { split($i, kv, "="); ms = kv[2] + 0 }
+    if (best == "" || ms < bestms) { best = $0; bestms = ms } } END { print best }' || true)
+if [ -n "$best" ]; then
+    grep '^PEER ' "$work/peer.txt" | while read -r line; do
+        check=$(echo "$line" | field loss_check)
+        same=$(awk -v a="$check" -v b="$our_loss" 'BEGIN { d = a - b; print (d < 1e-4 && d > -1e-4) ? "= ours" : "DIFFERS from ours" }')
+        printf '  PyTorch: %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  (step-1 loss %s %s; %s)\n' \
+            "$(echo "$line" | field ms_median)" "$(echo "$line" | field tok_s)" "$(echo "$line" | field cpu_share_pct)" \
+            "$check" "$same" "$(echo "$line" | field tag)"
+    done
+    their_ms=$(echo "$best" | field ms_median)
+    ratio=$(awk -v t="$their_ms" -v o="$our_ms" 'BEGIN { printf "%.2f", t / o }')
+    echo "  ours / PyTorch's best (tokens/s): ${ratio}x  [target >= 1.5x: $(verdict "$ratio" 1.5)]"
+else
+    echo "  PyTorch: $(grep -s '^PEER_SKIPPED' "$work/peer.txt" | head -n1 | sed 's/^PEER_SKIPPED reason=/skipped: /' ||
+        true)"
+    echo "  ours / PyTorch: not measured in this run  [target >= 1.5x: unknown]"
+fi
+llmc=$(awk -v t="$our_tok" 'BEGIN { printf "%.2f", t / 37 }')
+echo "  ours / llm.c's ~37 tok/s (InfiniTrain's case 1): ${llmc}x  [target >= 4x: $(verdict "$llmc" 4)]"
+our_ideal=$(echo "$ours" | field mfu_ideal_pct)
+echo "  MFU ${our_mfu}% of this run's measured ${OMP_NUM_THREADS}-thread fp32 GEMM peak  [target >= 70%:" \
+    "$(verdict "$our_mfu" 70)]; ${our_ideal}% of ${OMP_NUM_THREADS} x the one-thread peak (the cores' ceiling)"
