@@ -56,8 +56,12 @@ IT_API void it_mem_stats_reset_peak(it_device dev);
 /* Return every cached (unused) block to the backend (after synchronizing the device, whose
  * pending asynchronous errors are returned). */
 IT_API it_status it_mem_empty_cache(it_device dev);
-/* Limit on reserved bytes for a device (0 = none); an allocation past it fails as OOM. */
+/* Limit on reserved bytes for a device (0 = none); an allocation past it fails as OOM.
+ * Cached (free) blocks are given back when they would keep the device over the new limit. */
 IT_API void it_mem_set_limit(it_device dev, size_t max_bytes);
+/* The limit IT_MAX_MEMORY_MB asks for (0 when unset); an error naming the variable when
+ * its value is not a plain decimal MiB count. Every device's allocator starts with it. */
+IT_API it_status it_mem_env_limit(size_t *max_bytes);
 
 /* ---- tensors */
 typedef struct it_tensor it_tensor;

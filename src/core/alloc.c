@@ -12,6 +12,7 @@
  *
  * When the backend runs out of memory the cache is emptied and the call retried once; a
  * second failure reports the request, the device and its free/total memory. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +32,32 @@ struct it_allocator {
     it_mem_stats stats;
 };
 
-it_allocator *it__allocator_new(void) {
+it_status it__allocator_new(it_allocator **out) {
+    *out = NULL;
+    size_t limit;
+    it_status st = it_mem_env_limit(&limit);
+    if (st) return st;
     it_allocator *a = calloc(1, sizeof *a);
-    if (!a) return NULL;
+    if (!a) return it_error(IT_ERR_OOM, "allocator state: out of host memory");
     pthread_mutex_init(&a->lock, NULL);
+    a->limit = limit;
+    *out = a;
+    return IT_OK;
+}
+
+it_status it_mem_env_limit(size_t *max_bytes) {
+    *max_bytes = 0;
     const char *env = getenv("IT_MAX_MEMORY_MB");
-    if (env && *env) a->limit = (size_t)strtoull(env, NULL, 10) << 20;
-    return a;
+    if (!env || !*env) return IT_OK;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long mb = strtoull(env, &end, 10);
+    /* strtoull accepts a sign and leading blanks; a limit is a plain decimal MiB count. */
+    if (*env < '0' || *env > '9' || *end != '\0' || errno == ERANGE || mb > ((unsigned long long)1 << 40))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "IT_MAX_MEMORY_MB: '%s' is not a whole number of MiB in [0, 2^40] (0 = no limit)", env);
+    *max_bytes = (size_t)mb << 20;
+    return IT_OK;
 }
 
 static size_t round_size(size_t n) {
@@ -74,6 +94,8 @@ static it_status release_cache_locked(it_allocator *a, it_device dev) {
     a->n_cache = 0;
     return st;
 }
+
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 static void bump_peaks(it_allocator *a) {
     if (a->stats.used > a->stats.peak_used) a->stats.peak_used = a->stats.used;
@@ -128,13 +150,13 @@ it_status it__alloc(it_device dev, size_t nbytes, void **ptr, size_t *block_byte
         pthread_mutex_unlock(&a->lock);
         if (limit)
             return it_error(IT_ERR_OOM,
-                            "out of memory on %s: requested %zu bytes with %zu MiB in use and %zu MiB reserved; "
+                            "out of memory on %s: requested %zu bytes with %.1f MiB in use and %.1f MiB reserved; "
                             "the limit is %zu MiB (--max_memory_mb / IT_MAX_MEMORY_MB); device free %zu MiB of %zu MiB",
-                            name, nbytes, used >> 20, reserved >> 20, limit >> 20, fr >> 20, tot >> 20);
+                            name, nbytes, mib(used), mib(reserved), limit >> 20, fr >> 20, tot >> 20);
         return it_error(IT_ERR_OOM,
-                        "out of memory on %s: requested %zu bytes with %zu MiB in use and %zu MiB reserved; "
+                        "out of memory on %s: requested %zu bytes with %.1f MiB in use and %.1f MiB reserved; "
                         "device free %zu MiB of %zu MiB",
-                        name, nbytes, used >> 20, reserved >> 20, fr >> 20, tot >> 20);
+                        name, nbytes, mib(used), mib(reserved), fr >> 20, tot >> 20);
     }
     a->stats.backend_mallocs++;
     a->stats.reserved += want;
@@ -205,6 +227,8 @@ void it_mem_set_limit(it_device dev, size_t max_bytes) {
     if (!a) return;
     pthread_mutex_lock(&a->lock);
     a->limit = max_bytes;
+    /* Cached blocks count against the limit: give them back when they alone exceed it. */
+    if (max_bytes && a->stats.reserved > max_bytes) (void)release_cache_locked(a, dev);
     pthread_mutex_unlock(&a->lock);
 }
 

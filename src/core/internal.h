@@ -41,7 +41,8 @@ it_allocator *it__allocator(it_device dev);
 /* ---- allocator (alloc.c) */
 it_status it__alloc(it_device dev, size_t nbytes, void **ptr, size_t *block_bytes);
 void it__free(it_device dev, void *ptr, size_t block_bytes);
-it_allocator *it__allocator_new(void);
+/* Reads IT_MAX_MEMORY_MB; a malformed value is an error naming it. */
+it_status it__allocator_new(it_allocator **out);
 void it__allocator_destroy(it_allocator *a, it_device dev);
 
 /* ---- tensors (tensor.c) */

@@ -428,8 +428,7 @@ static it_status device_state_locked(it_device dev, reg_entry **out) {
         it_stream *s = NULL;
         st = dev.backend->runtime->default_stream(dev.index, &s);
         if (st) return it_error_context("%s:%d default stream: ", dev.backend->name, dev.index);
-        e->alloc[dev.index] = it__allocator_new();
-        if (!e->alloc[dev.index]) return it_error(IT_ERR_OOM, "allocator state: out of host memory");
+        if ((st = it__allocator_new(&e->alloc[dev.index]))) return st;
         e->stream[dev.index] = s;
     }
     *out = e;

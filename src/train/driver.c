@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/afile.h"
 #include "core/internal.h"
 #include "infinitrain/data.h"
 #include "infinitrain/dist.h"
@@ -239,7 +240,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
     it_optimizer *opt = NULL;
     it_zero1 *zero = NULL;
     it_tensor *acc = NULL;
-    FILE *loss_log = NULL;
+    it_afile *loss_log = NULL; /* written under a temporary name, renamed at the end */
     int32_t *hx = NULL, *hy = NULL;
     int rank = 0, world = 1;
     bool collective = true, *collective_error = &collective;
@@ -309,8 +310,8 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
             goto done;
         }
     }
-    if (c->loss_log && rank == 0 && !(loss_log = fopen(c->loss_log, "w"))) {
-        st = it_error(IT_ERR_IO, "--loss_log: cannot open '%s' for writing", c->loss_log);
+    if (c->loss_log && rank == 0 && (st = it_afile_open(c->loss_log, &loss_log))) {
+        it_error_context("--loss_log: ");
         goto done;
     }
     hx = malloc(sizeof(int32_t) * (size_t)(B * T));
@@ -393,7 +394,16 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
         if ((st = it_device_synchronize(dev))) break;
         double ms = now_ms() - t0;
         double mean_loss = loss_sum / (double)(accum * world);
-        if (loss_log) fprintf(loss_log, "%d %.17g\n", step, mean_loss);
+        if (loss_log) {
+            char line[64];
+            int n = snprintf(line, sizeof line, "%d %.17g\n", step, mean_loss);
+            if ((st = it_afile_write(loss_log, line, (size_t)n))) {
+                it_error_context("--loss_log: ");
+                it_afile_abort(loss_log); /* the previous file under that name stays */
+                loss_log = NULL;
+                break;
+            }
+        }
         it_mem_stats ms_stats;
         it_mem_stats_get(dev, &ms_stats);
         if (result) {
@@ -444,7 +454,11 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
         if (!st && !quiet) printf("wrote %s\n", c->output_checkpoint);
     }
 done:
-    if (loss_log && fclose(loss_log) && !st) st = it_error(IT_ERR_IO, "--loss_log: writing '%s' failed", c->loss_log);
+    /* The steps logged so far are whole lines: they are kept when training stops on an error. */
+    if (loss_log) {
+        it_status cst = it_afile_commit(loss_log);
+        if (cst && !st) st = it_error_context("--loss_log: ");
+    }
     if (st && world > 1) {
         if (!*collective_error) {
             /* this rank alone failed: the others may be waiting in a collective */
@@ -481,7 +495,8 @@ int it_train_main(int argc, char **argv, const char *app) {
     it_train_config c;
     it_train_config_defaults(&c, app);
     bool help = false;
-    if (it_train_parse_args(&c, argc, argv, &help)) {
+    size_t env_limit;
+    if (it_train_parse_args(&c, argc, argv, &help) || it_mem_env_limit(&env_limit)) {
         fprintf(stderr, "%s: %s\n", app, it_last_error());
         return 2;
     }

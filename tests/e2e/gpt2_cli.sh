@@ -65,7 +65,34 @@ head -c 100000 "$fix/tiny_gpt2.bin" >"$tmp/short.bin"
 expect_fail "truncated checkpoint" "found 100000 bytes" --llmc_filepath "$tmp/short.bin" --input_bin "$fix/tiny_shard.bin"
 expect_fail "directory as checkpoint" "not a regular file" --llmc_filepath "$tmp" --input_bin "$fix/tiny_shard.bin"
 
-# 3. --help exits 0 and lists the flags.
+# A malformed allocator limit in the environment is refused, not ignored.
+IT_MAX_MEMORY_MB=abc expect_fail "IT_MAX_MEMORY_MB=abc" "IT_MAX_MEMORY_MB: 'abc' is not a whole number" "${base[@]}"
+IT_MAX_MEMORY_MB=-5 expect_fail "IT_MAX_MEMORY_MB=-5" "IT_MAX_MEMORY_MB: '-5'" "${base[@]}"
+# A valid one too small for the model: the OOM names the size, the device and the limit.
+IT_MAX_MEMORY_MB=1 "$gpt2" "${base[@]}" --num_iteration 2 >"$tmp/o.txt" 2>"$tmp/e.txt"
+rc=$?
+if [[ $rc -ne 0 ]] && grep -q "out of memory on cpu: requested" "$tmp/e.txt" && grep -q "limit is 1 MiB" "$tmp/e.txt"; then ok; else
+  bad "IT_MAX_MEMORY_MB=1: exit $rc, message: $(cat "$tmp/e.txt")"
+fi
+
+# 3. --loss_log is written atomically: a run killed mid-training leaves the previous log
+# byte for byte; a finished run replaces it with one line per step and leaves no temp file.
+printf 'previous log\n' >"$tmp/loss.txt"
+"$gpt2" "${base[@]}" --num_iteration 100000 --loss_log "$tmp/loss.txt" >"$tmp/long.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do grep -q '^step    3/' "$tmp/long.txt" && break; sleep 0.1; done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+grep -q '^step    3/' "$tmp/long.txt" && ok || bad "the long run never reached step 3"
+[[ "$(cat "$tmp/loss.txt")" == "previous log" ]] && ok || bad "killed run: --loss_log file changed: $(head -c 200 "$tmp/loss.txt")"
+rm -f "$tmp"/loss.txt.tmp.*
+"$gpt2" "${base[@]}" --num_iteration 3 --loss_log "$tmp/loss.txt" >/dev/null 2>&1 || bad "loss_log run exited $?"
+if [[ $(wc -l <"$tmp/loss.txt") -eq 3 ]] && awk '$1 != NR || $2 + 0 < 1 {exit 1}' "$tmp/loss.txt"; then ok; else
+  bad "--loss_log: expected 3 lines 'step loss': $(cat "$tmp/loss.txt")"
+fi
+ls "$tmp" | grep -q 'loss.txt.tmp' && bad "--loss_log left a temp file: $(ls "$tmp")" || ok
+
+# 4. --help exits 0 and lists the flags.
 "$gpt2" --help >"$tmp/h.txt" 2>&1 && grep -q -- '--total_batch_size' "$tmp/h.txt" && ok || bad "--help"
 
 echo "gpt2_cli: $pass passed, $fail failed"

@@ -623,6 +623,22 @@ static void test_allocator(it_device dev, const char *dn) {
     it_tensor *now = it_tensor_new(dev, IT_DTYPE_FP32, 1, big);
     CHECK(now != NULL);
     it_tensor_release(now);
+
+    /* lowering the limit below what the cache holds gives the cached blocks back, so the
+     * next allocation under the new limit is not refused because of free memory */
+    CHECK_OK(it_mem_stats_get(dev, &s2));
+    CHECK_MSG(s2.reserved >= s2.used + (16u << 20), "%s: the 16 MiB block should be cached", dn);
+    it_mem_set_limit(dev, s2.used + (8u << 20));
+    CHECK_OK(it_mem_stats_get(dev, &s2));
+    CHECK_MSG(s2.reserved == s2.used, "%s: set_limit kept %zu cached bytes over the limit", dn,
+              s2.reserved - s2.used);
+    fits = it_tensor_new(dev, IT_DTYPE_FP32, 1, ok);
+    CHECK(fits != NULL);
+    it_tensor_release(fits);
+    /* raising it keeps the cache */
+    it_mem_set_limit(dev, 0);
+    CHECK_OK(it_mem_stats_get(dev, &s2));
+    CHECK(s2.reserved >= s2.used + (4u << 20));
     it_mem_empty_cache(dev);
 }
 
