@@ -10,8 +10,9 @@
  * The communicator is a duplicate of MPI_COMM_WORLD; the unique id carries no address (MPI
  * has already wired the processes) but takes the same path as NCCL's or CNCL's: rank 0 makes
  * it, the core broadcasts it, comm_init checks that every rank got the same one.
- * All calls are synchronous: CPU kernels have finished when they return, so `stream` is
- * ignored. */
+ * CPU kernels have finished when a call is made, so `stream` is ignored. All-reduce also comes
+ * non-blocking (MPI_Ialltoallv, then MPI_Iallgatherv: MPI progresses them inside request_test),
+ * and the blocking one is that one waited for. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -23,8 +24,15 @@
 #include "cpu_kernels.h"
 
 struct it_comm {
-    MPI_Comm comm;
+    MPI_Comm comm;  /* every collective, and the first phase of a non-blocking all-reduce */
+    MPI_Comm gcomm; /* the second phase (all-gather) of non-blocking all-reduces */
     int rank, size;
+    /* Non-blocking all-reduces still in their first phase, in the order they started. MPI
+     * matches collectives by the order each rank starts them on a communicator, so every
+     * rank must start them in one order: first phases start in the caller's order (the same
+     * on every rank) on comm, second phases in that same order on gcomm, which is why a
+     * first phase is only ever completed at the head of this queue. */
+    it_ccl_request *head, *tail;
 };
 
 static it_status mpi_status(int rc, const char *what) {
@@ -112,11 +120,17 @@ static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nrank
         free(c);
         return st;
     }
+    if ((st = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &c->gcomm), "MPI_Comm_dup"))) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return st;
+    }
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     if (c->rank != rank || c->size != nranks) {
         int mr = c->rank, ms = c->size;
         MPI_Comm_free(&c->comm);
+        MPI_Comm_free(&c->gcomm);
         free(c);
         return it_error(IT_ERR_INVALID_ARG, "cpu ccl: comm_init as rank %d of %d, but MPI says rank %d of %d", rank,
                         nranks, mr, ms);
@@ -128,6 +142,7 @@ static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nrank
     if (!st && mx[0] != ~mx[1]) st = it_error(IT_ERR_INVALID_ARG, "cpu ccl: ranks passed different unique ids");
     if (st) {
         MPI_Comm_free(&c->comm);
+        MPI_Comm_free(&c->gcomm);
         free(c);
         return st;
     }
@@ -139,7 +154,10 @@ static it_status ccl_comm_destroy(it_comm *c) {
     if (!c) return IT_OK;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Comm_free(&c->comm);
+    if (!fin) {
+        MPI_Comm_free(&c->comm);
+        MPI_Comm_free(&c->gcomm);
+    }
     free(c);
     return IT_OK;
 }
@@ -149,44 +167,156 @@ static size_t chunk_off(size_t count, int n, int r) {
     return count / (size_t)n * (size_t)r + (count % (size_t)n < (size_t)r ? count % (size_t)n : (size_t)r);
 }
 
-static it_status ccl_all_reduce(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
-                                it_stream *s) {
+/* An all-reduce in flight. SUM/AVG: phase 0 the MPI_Ialltoallv that brings every rank's
+ * copy of this rank's chunk here, then the rank-ordered reduction, phase 1 the in-place
+ * MPI_Iallgatherv of the owners' chunks; MAX: one MPI_Iallreduce (phase 1). */
+struct it_ccl_request {
+    it_comm *c;
+    MPI_Datatype t;
+    it_dtype dt;
+    it_reduce_kind op;
+    void *recv;
+    size_t mine; /* this rank's chunk, elements */
+    int *cnt;    /* send counts/displacements, receive counts/displacements (n each) */
+    void *tmp;   /* the n copies of this rank's chunk */
+    MPI_Request mreq;
+    int phase;                   /* 0, 1, 2 = done */
+    struct it_ccl_request *next; /* in c's queue while in phase 0 */
+};
+
+static void request_free(it_ccl_request *r) {
+    if (!r) return;
+    free(r->cnt);
+    free(r->tmp);
+    free(r);
+}
+
+static it_status ccl_all_reduce_start(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt,
+                                      it_reduce_kind op, it_stream *s, it_ccl_request **out) {
     (void)s;
+    *out = NULL;
     MPI_Datatype t = MPI_DATATYPE_NULL;
     it_status st = mpi_type(dt, &t);
     if (!st) st = check_count(count, "all_reduce");
     if (st) return st;
     size_t es = it_dtype_size(dt);
-    if (op == IT_CCL_MAX)
-        return mpi_status(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_MAX, c->comm),
-                          "MPI_Allreduce");
     int n = c->size, me = c->rank;
-    if (n == 1) {
+    it_ccl_request *r = calloc(1, sizeof *r);
+    if (!r) return it_error(IT_ERR_OOM, "cpu ccl: all_reduce: out of host memory");
+    *r = (it_ccl_request){.c = c, .t = t, .dt = dt, .op = op, .recv = recv, .mreq = MPI_REQUEST_NULL, .phase = 2};
+    if (op == IT_CCL_MAX) { /* exact whatever the order */
+        r->phase = 1;
+        st = mpi_status(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_MAX, c->comm,
+                                       &r->mreq),
+                        "MPI_Iallreduce");
+    } else if (n == 1) {
         if (send != recv) memcpy(recv, send, count * es);
-        return IT_OK;
+    } else {
+        r->mine = chunk_off(count, n, me + 1) - chunk_off(count, n, me);
+        r->cnt = malloc(sizeof(int) * 4 * (size_t)n);
+        r->tmp = malloc(r->mine * (size_t)n * es + 1);
+        if (!r->cnt || !r->tmp) {
+            request_free(r);
+            return it_error(IT_ERR_OOM, "cpu ccl: all_reduce: out of host memory");
+        }
+        int *scnt = r->cnt, *sdis = r->cnt + n, *rcnt = r->cnt + 2 * n, *rdis = r->cnt + 3 * n;
+        for (int k = 0; k < n; k++) {
+            scnt[k] = (int)(chunk_off(count, n, k + 1) - chunk_off(count, n, k));
+            sdis[k] = (int)chunk_off(count, n, k);
+            rcnt[k] = (int)r->mine;
+            rdis[k] = (int)(r->mine * (size_t)k);
+        }
+        /* every rank sends chunk k to rank k */
+        r->phase = 0;
+        st = mpi_status(MPI_Ialltoallv(send, scnt, sdis, t, r->tmp, rcnt, rdis, t, c->comm, &r->mreq),
+                        "MPI_Ialltoallv");
+        if (!st) {
+            if (c->tail) c->tail->next = r;
+            else c->head = r;
+            c->tail = r;
+        }
     }
-    int *cnt = malloc(sizeof(int) * 4 * (size_t)n);
-    size_t mine = chunk_off(count, n, me + 1) - chunk_off(count, n, me);
-    void *tmp = malloc(mine * (size_t)n * es + 1);
-    if (!cnt || !tmp) {
-        free(cnt);
-        free(tmp);
-        return it_error(IT_ERR_OOM, "cpu ccl: all_reduce: out of host memory");
+    if (st) {
+        request_free(r);
+        return st;
     }
-    int *scnt = cnt, *sdis = cnt + n, *rcnt = cnt + 2 * n, *rdis = cnt + 3 * n;
-    for (int r = 0; r < n; r++) {
-        scnt[r] = (int)(chunk_off(count, n, r + 1) - chunk_off(count, n, r));
-        sdis[r] = (int)chunk_off(count, n, r);
-        rcnt[r] = (int)mine;
-        rdis[r] = (int)(mine * (size_t)r);
-    }
-    /* 1. every rank sends chunk r to rank r; 2. the owner reduces in rank order; 3. gather */
-    st = mpi_status(MPI_Alltoallv(send, scnt, sdis, t, tmp, rcnt, rdis, t, c->comm), "MPI_Alltoallv");
-    if (!st) st = reduce_ordered(tmp, mine, n, mine, (char *)recv + (size_t)sdis[me] * es, dt, op);
-    if (!st) st = mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, t, recv, scnt, sdis, t, c->comm), "MPI_Allgatherv");
-    free(cnt);
-    free(tmp);
+    *out = r;
+    return IT_OK;
+}
+
+/* The queue's head finished its first phase: the owner reduces its chunk in rank order, then
+ * the second phase gathers the owners' chunks (in place). */
+static it_status head_advance(it_comm *c) {
+    it_ccl_request *r = c->head;
+    c->head = r->next;
+    if (!c->head) c->tail = NULL;
+    r->next = NULL;
+    int n = c->size, *scnt = r->cnt, *sdis = r->cnt + n;
+    size_t es = it_dtype_size(r->dt);
+    r->phase = 1;
+    it_status st =
+        reduce_ordered(r->tmp, r->mine, n, r->mine, (char *)r->recv + (size_t)sdis[c->rank] * es, r->dt, r->op);
+    if (!st)
+        st = mpi_status(MPI_Iallgatherv(MPI_IN_PLACE, 0, r->t, r->recv, scnt, sdis, r->t, c->gcomm, &r->mreq),
+                        "MPI_Iallgatherv");
+    if (st) r->phase = 2; /* failed: nothing of it is in flight any more */
     return st;
+}
+
+/* Moves first phases along in start order: blocking, until r has left the queue; otherwise
+ * as far as they have completed. */
+static it_status queue_progress(it_comm *c, it_ccl_request *r, bool block) {
+    while (c->head && (block ? r->phase == 0 : true)) {
+        int flag = 1;
+        it_status st = block ? mpi_status(MPI_Wait(&c->head->mreq, MPI_STATUS_IGNORE), "MPI_Wait (all_reduce)")
+                             : mpi_status(MPI_Test(&c->head->mreq, &flag, MPI_STATUS_IGNORE), "MPI_Test (all_reduce)");
+        if (st) return st;
+        if (!flag) break;
+        if ((st = head_advance(c))) return st;
+    }
+    return IT_OK;
+}
+
+/* A request that failed is taken out of the queue before it is freed. */
+static void request_drop(it_ccl_request *r) {
+    it_comm *c = r->c;
+    for (it_ccl_request **p = &c->head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            if (c->tail == r) c->tail = prev;
+            break;
+        }
+    request_free(r);
+}
+
+static it_status ccl_request_test(it_ccl_request *r, bool *done) {
+    *done = false;
+    it_status st = r->phase == 0 ? queue_progress(r->c, r, false) : IT_OK;
+    if (!st && r->phase == 1) {
+        int flag = 0;
+        st = mpi_status(MPI_Test(&r->mreq, &flag, MPI_STATUS_IGNORE), "MPI_Test (all_reduce)");
+        if (!st && flag) r->phase = 2;
+    }
+    if (st || r->phase == 2) {
+        *done = true;
+        request_drop(r);
+    }
+    return st;
+}
+
+static it_status ccl_request_wait(it_ccl_request *r) {
+    it_status st = r->phase == 0 ? queue_progress(r->c, r, true) : IT_OK;
+    if (!st && r->phase == 1) st = mpi_status(MPI_Wait(&r->mreq, MPI_STATUS_IGNORE), "MPI_Wait (all_reduce)");
+    request_drop(r);
+    return st;
+}
+
+/* The blocking all-reduce is the non-blocking one waited for: one code path, one result. */
+static it_status ccl_all_reduce(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
+                                it_stream *s) {
+    it_ccl_request *r = NULL;
+    it_status st = ccl_all_reduce_start(c, send, recv, count, dt, op, s, &r);
+    return st ? st : ccl_request_wait(r);
 }
 
 static it_status ccl_all_gather(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
@@ -256,4 +386,7 @@ const it_ccl it_cpu_ccl = {
     .broadcast = ccl_broadcast,
     .send = ccl_send,
     .recv = ccl_recv,
+    .all_reduce_start = ccl_all_reduce_start,
+    .request_test = ccl_request_test,
+    .request_wait = ccl_request_wait,
 };

@@ -28,6 +28,12 @@ IT_API it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad);
 
 /* Backpropagate from a tensor with one element (seeded with 1), then clear the tape. */
 IT_API it_status it_backward(it_tensor *loss);
+/* Called by it_backward_hooked when a leaf's gradient is final for this backward (no node
+ * left would add to it), and with leaf == NULL after every node so that the callee can make
+ * progress on work in flight (gradient all-reduces). An error stops backward. */
+typedef it_status (*it_grad_ready_fn)(void *ctx, it_tensor *leaf);
+/* it_backward, calling fn(ctx, ...) as each leaf's gradient becomes final. */
+IT_API it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx);
 /* Drop every recorded node (e.g. after an evaluation pass with grad mode on). */
 IT_API void it_tape_clear(void);
 IT_API size_t it_tape_size(void);

@@ -35,7 +35,7 @@ extern "C" {
 
 /* Bump on any incompatible change of the structs below; plugins built against another
  * version are refused at load time. */
-#define IT_BACKEND_API_VERSION 2
+#define IT_BACKEND_API_VERSION 3 /* 3: it_ccl gained all_reduce_start / request_test / request_wait */
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -267,7 +267,8 @@ typedef struct it_kernels {
 IT_API const char *it_kernel_slot_name(size_t slot);
 
 /* ---------------------------------------------------------------- collectives (optional) */
-typedef struct it_comm it_comm; /* opaque, owned by the backend */
+typedef struct it_comm it_comm;               /* opaque, owned by the backend */
+typedef struct it_ccl_request it_ccl_request; /* an all-reduce in flight, owned by the backend */
 
 typedef enum it_reduce_kind { IT_CCL_SUM = 0, IT_CCL_AVG = 1, IT_CCL_MAX = 2 } it_reduce_kind;
 
@@ -289,6 +290,17 @@ typedef struct it_ccl {
     it_status (*broadcast)(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s);
     it_status (*send)(it_comm *c, const void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
     it_status (*recv)(it_comm *c, void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
+    /* Optional, all three or none: an all-reduce that returns before it completes, so that
+     * gradient buckets are reduced while backward still runs. The buffers stay in use until
+     * request_test reports it done or request_wait returns; the result is bitwise
+     * all_reduce's. request_test makes progress without blocking (the core calls it between
+     * backward nodes), request_wait blocks; both release the request once it is done, also on
+     * error. NULL: the core calls all_reduce where it would have started one (backends whose
+     * all_reduce only enqueues on `s`, like NCCL's, overlap that way already). */
+    it_status (*all_reduce_start)(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt,
+                                  it_reduce_kind op, it_stream *s, it_ccl_request **req);
+    it_status (*request_test)(it_ccl_request *req, bool *done);
+    it_status (*request_wait)(it_ccl_request *req);
 } it_ccl;
 
 /* ---------------------------------------------------------------- the backend */

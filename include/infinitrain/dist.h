@@ -53,6 +53,26 @@ IT_API it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it
 
 /* All-reduce (SUM) a flat gradient in buckets of bucket_bytes (0: 25 MiB). */
 IT_API it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_bytes);
+/* ---- DDP's gradient all-reduce, overlapped with backward.
+ * The flat gradient is cut into buckets of bucket_bytes (0: 25 MiB). During the backward of a
+ * step's last micro-step (it_backward_hooked with it_grad_sync_ready), a bucket is all-reduced
+ * (SUM) as soon as every gradient in it is final and every bucket after it has started:
+ * buckets start in one fixed order, last first, on every rank (collectives must), whatever
+ * order the gradients become final in. With the CPU backend the all-reduces are MPI
+ * non-blocking ones progressed between backward nodes; a backend whose collectives enqueue on
+ * its stream overlaps by itself; a staged one reduces there and then. Results are bitwise
+ * those of it_dist_all_reduce_buckets. */
+typedef struct it_grad_sync it_grad_sync;
+IT_API it_status it_grad_sync_new(it_dist *d, it_tensor *flat_grads, size_t bucket_bytes, it_grad_sync **out);
+IT_API void it_grad_sync_free(it_grad_sync *g);
+/* Before the step's last backward. `addend` (NULL or flat like the gradient) holds the earlier
+ * micro-steps' sum: each bucket becomes addend + gradient just before it is reduced. */
+IT_API it_status it_grad_sync_begin(it_grad_sync *g, it_tensor *addend);
+/* The it_grad_ready_fn for it_backward_hooked (ctx = the it_grad_sync). */
+IT_API it_status it_grad_sync_ready(void *g, it_tensor *leaf);
+/* After backward: start what has not started, wait for everything. *early (may be NULL): how
+ * many of the *buckets buckets started while backward still ran. */
+IT_API it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets);
 /* 64-bit FNV-1a hash of a tensor's bytes (synchronizing host read). */
 IT_API it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out);
 /* For each of n hashes, whether all ranks agree: differs[i] set when some rank's differs. */

@@ -39,6 +39,7 @@ typedef struct it_train_config {
     float moe_aux_loss_coeff;      /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
     bool backend_report;           /* --backend_report: kernel coverage/time table at the end */
     int zero_stage;                /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
+    int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* no per-step lines (tests) */
 } it_train_config;

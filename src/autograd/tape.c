@@ -135,7 +135,21 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g) {
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &b, &o);
 }
 
-it_status it_backward(it_tensor *loss) {
+static bool hooked_leaf(const it_tensor *t) { return t && t->is_leaf && t->requires_grad; }
+
+/* The leaves of node n whose last pending use this was: report them. */
+static it_status leaves_done(it_node *n, it_grad_ready_fn fn, void *ctx) {
+    it_status st = IT_OK;
+    for (int i = 0; i < n->n_in; i++) {
+        it_tensor *t = n->in[i];
+        if (hooked_leaf(t) && --t->pending_uses == 0 && !st) st = fn(ctx, t);
+    }
+    return st;
+}
+
+it_status it_backward(it_tensor *loss) { return it_backward_hooked(loss, NULL, NULL); }
+
+it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx) {
     if (!loss) return it_last_status() ? it_last_status() : it_error(IT_ERR_INVALID_ARG, "backward: NULL loss");
     if (it_tensor_numel(loss) != 1) {
         return it_error(IT_ERR_INVALID_ARG, "backward: the loss must have one element, it has %lld",
@@ -149,6 +163,10 @@ it_status it_backward(it_tensor *loss) {
         it_tape_clear();
         return st ? st : it_last_status();
     }
+    if (fn) /* every use of a leaf counts, also twice in one node */
+        for (size_t k = 0; k < tape_len; k++)
+            for (int i = 0; i < tape[k]->n_in; i++)
+                if (hooked_leaf(tape[k]->in[i])) tape[k]->in[i]->pending_uses++;
     for (size_t k = tape_len; k-- > 0;) {
         it_node *n = tape[k];
         it_tensor *dy = n->out->grad;
@@ -163,10 +181,20 @@ it_status it_backward(it_tensor *loss) {
                 break;
             }
         }
+        if (fn && ((st = leaves_done(n, fn, ctx)) || (st = fn(ctx, NULL)))) {
+            tape[k] = NULL;
+            tape_len = k;
+            node_free(n);
+            break;
+        }
         tape[k] = NULL;
         tape_len = k;
         node_free(n);
     }
+    if (fn) /* stopped early: the counts of the nodes not run go, for the next backward */
+        for (size_t k = 0; k < tape_len; k++)
+            for (int i = 0; i < tape[k]->n_in; i++)
+                if (hooked_leaf(tape[k]->in[i])) tape[k]->in[i]->pending_uses = 0;
     it_tape_clear();
     return st;
 }

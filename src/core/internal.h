@@ -29,6 +29,7 @@ struct it_tensor {
     bool requires_grad;
     bool is_leaf;         /* created by the user (parameters), not by an op */
     struct it_tensor *grad; /* owned reference; for leaves it persists across steps */
+    int pending_uses;       /* a hooked backward: nodes not yet run that take this leaf */
 };
 
 /* ---- registry (registry.c) */

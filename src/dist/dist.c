@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "infinitrain/autograd.h"
 #include "infinitrain/dist.h"
 
 struct it_dist {
@@ -234,6 +235,146 @@ it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_
         st = b ? it_dist_all_reduce(d, b, IT_CCL_SUM) : it_last_status();
         it_scope_end();
     }
+    return st;
+}
+
+/* ---------------------------------------------------------------- overlapped gradient sync */
+struct it_grad_sync {
+    it_dist *d;
+    it_tensor *flat, *addend;
+    int64_t n, per; /* elements in all, per bucket */
+    int nb;
+    int64_t *ready;       /* per bucket: elements whose gradient is final */
+    bool *started;        /* per bucket */
+    int next;             /* the next bucket to start (nb-1 down to 0); -1: all started */
+    it_ccl_request **req; /* per bucket, in flight (CPU's non-blocking all-reduce) */
+    int early;
+    bool in_backward;
+};
+
+it_status it_grad_sync_new(it_dist *d, it_tensor *flat, size_t bucket_bytes, it_grad_sync **out) {
+    *out = NULL;
+    if (!d || !flat || it_tensor_ndim(flat) != 1 || !it_tensor_is_contiguous(flat))
+        return it_error(IT_ERR_INVALID_ARG, "grad sync: needs the group and a flat contiguous gradient");
+    it_grad_sync *g = calloc(1, sizeof *g);
+    if (!g) return it_error(IT_ERR_OOM, "grad sync: out of host memory");
+    g->d = d;
+    g->flat = it_tensor_retain(flat);
+    g->n = it_tensor_numel(flat);
+    if (!bucket_bytes) bucket_bytes = (size_t)25 << 20;
+    g->per = (int64_t)(bucket_bytes / it_dtype_size(it_tensor_dtype(flat)));
+    if (g->per < 1) g->per = 1;
+    g->nb = (int)((g->n + g->per - 1) / g->per);
+    g->ready = calloc((size_t)g->nb + 1, sizeof *g->ready);
+    g->started = calloc((size_t)g->nb + 1, sizeof *g->started);
+    g->req = calloc((size_t)g->nb + 1, sizeof *g->req);
+    if (!g->ready || !g->started || !g->req) {
+        it_grad_sync_free(g);
+        return it_error(IT_ERR_OOM, "grad sync: out of host memory");
+    }
+    g->next = -1;
+    *out = g;
+    return IT_OK;
+}
+
+void it_grad_sync_free(it_grad_sync *g) {
+    if (!g) return;
+    for (int b = 0; b < g->nb && g->req; b++)
+        if (g->req[b]) (void)g->d->dev_ccl->request_wait(g->req[b]);
+    it_tensor_release(g->flat);
+    free(g->ready);
+    free(g->started);
+    free(g->req);
+    free(g);
+}
+
+it_status it_grad_sync_begin(it_grad_sync *g, it_tensor *addend) {
+    if (addend && (it_tensor_numel(addend) != g->n || it_tensor_dtype(addend) != it_tensor_dtype(g->flat) ||
+                   !it_tensor_is_contiguous(addend)))
+        return it_error(IT_ERR_INVALID_ARG, "grad sync: the addend must be flat like the gradient");
+    g->addend = addend;
+    for (int b = 0; b < g->nb; b++) g->ready[b] = 0, g->started[b] = false;
+    g->next = g->nb - 1;
+    g->early = 0;
+    g->in_backward = true;
+    return IT_OK;
+}
+
+static int64_t bucket_len(const it_grad_sync *g, int b) {
+    return (b + 1) * g->per < g->n ? g->per : g->n - (int64_t)b * g->per;
+}
+
+/* Bucket b: add the earlier micro-steps' sum, then all-reduce (started, or done, here). */
+static it_status bucket_start(it_grad_sync *g, int b) {
+    it_dist *d = g->d;
+    int64_t lo = (int64_t)b * g->per, hi = lo + bucket_len(g, b);
+    it_status st = IT_OK;
+    it_scope_begin();
+    it_tensor *gb = it_tensor_slice(g->flat, 0, lo, hi, 1);
+    if (!gb) st = it_last_status();
+    if (!st && g->addend) { /* addend + grads, the order the unbucketed step used */
+        it_tensor *ab = it_tensor_slice(g->addend, 0, lo, hi, 1);
+        it_tdesc a = ab ? it_tensor_desc(ab) : (it_tdesc){0}, o = it_tensor_desc(gb);
+        st = ab ? KCALL(d->dev, binary, IT_BINARY_ADD, &a, &o, &o) : it_last_status();
+    }
+    if (!st && d->world > 1) {
+        if (d->dev_ccl && d->dev_ccl->all_reduce_start) {
+            void *p = it_tensor_desc(gb).data;
+            st = it_device_synchronize(d->dev);
+            if (!st)
+                st = d->dev_ccl->all_reduce_start(d->dev_comm, p, p, (size_t)(hi - lo), it_tensor_dtype(gb), IT_CCL_SUM,
+                                                  it__stream(d->dev), &g->req[b]);
+        } else {
+            st = it_dist_all_reduce(d, gb, IT_CCL_SUM);
+        }
+    }
+    it_scope_end();
+    g->started[b] = true;
+    if (g->in_backward) g->early++;
+    return st;
+}
+
+/* Start every bucket that may start now (ready, and next in the fixed order), then let the
+ * ones in flight progress. */
+static it_status pump(it_grad_sync *g) {
+    it_status st = IT_OK;
+    while (!st && g->next >= 0 && g->ready[g->next] == bucket_len(g, g->next)) st = bucket_start(g, g->next--);
+    for (int b = 0; b < g->nb && !st; b++) {
+        bool done = false;
+        if (g->req[b] && !(st = g->d->dev_ccl->request_test(g->req[b], &done)) && done) g->req[b] = NULL;
+        if (st) g->req[b] = NULL; /* released on error too */
+    }
+    return st;
+}
+
+it_status it_grad_sync_ready(void *ctx, it_tensor *leaf) {
+    it_grad_sync *g = ctx;
+    if (g->next < 0) return IT_OK;
+    if (leaf) {
+        it_tensor *gr = it_tensor_grad(leaf);
+        if (!gr || !it_tensor_shares_storage(gr, g->flat) || !it_tensor_is_contiguous(gr)) return IT_OK;
+        int64_t a = it_tensor_offset(gr) - it_tensor_offset(g->flat), e = a + it_tensor_numel(gr);
+        if (a < 0 || e > g->n) return IT_OK;
+        for (int64_t b = a / g->per; b < g->nb && b * g->per < e; b++) {
+            int64_t lo = b * g->per, hi = lo + bucket_len(g, (int)b);
+            g->ready[b] += (e < hi ? e : hi) - (a > lo ? a : lo);
+        }
+    }
+    return pump(g);
+}
+
+it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets) {
+    g->in_backward = false;
+    it_status st = IT_OK;
+    while (!st && g->next >= 0) st = bucket_start(g, g->next--);
+    for (int b = 0; b < g->nb; b++) {
+        if (!g->req[b]) continue;
+        it_status w = g->d->dev_ccl->request_wait(g->req[b]);
+        g->req[b] = NULL;
+        if (!st) st = w;
+    }
+    if (early) *early = g->early;
+    if (buckets) *buckets = g->nb;
     return st;
 }
 

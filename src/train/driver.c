@@ -182,6 +182,7 @@ static it_status check_config(it_dist *d, const it_train_config *c, it_device de
         {"dtype", HASH_VAL(c->dtype)},
         {"seed", HASH_VAL(c->seed)},
         {"zero_stage", HASH_VAL(c->zero_stage)},
+        {"ddp_bucket_kb", HASH_VAL(c->ddp_bucket_kb)},
         {"moe_aux_loss_coeff", HASH_VAL(c->moe_aux_loss_coeff)},
     };
     enum { NF = sizeof f / sizeof f[0] };
@@ -239,6 +240,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
     it_tokenizer *tok = NULL;
     it_optimizer *opt = NULL;
     it_zero1 *zero = NULL;
+    it_grad_sync *gsync = NULL; /* DDP without ZeRO: buckets reduced while backward runs */
     it_tensor *acc = NULL;
     it_afile *loss_log = NULL; /* written under a temporary name, renamed at the end */
     int32_t *hx = NULL, *hy = NULL;
@@ -299,6 +301,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
         st = it_zero1_new(dist, &ocfg, it_model_params(model), it_model_grads(model), &zero);
     else
         st = it_optimizer_new(&ocfg, it_model_params(model), it_model_grads(model), &opt);
+    if (!st && world > 1 && !zero) st = it_grad_sync_new(dist, it_model_grads(model), (size_t)c->ddp_bucket_kb << 10, &gsync);
     if (st) goto done;
     if (accum > 1) { /* each micro-step's gradient is computed alone, then added in order */
         it_scope_begin();
@@ -368,21 +371,29 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
             it_tensor *loss = it_model_loss(model, x, y);
             double lv = 0;
             st = loss ? it_tensor_item(loss, NULL, &lv) : it_last_status();
-            if (!st) st = it_backward(accum * world > 1 ? it_scale(loss, loss_scale) : loss);
+            bool last = micro == accum - 1;
+            it_tensor *root = loss && accum * world > 1 ? it_scale(loss, loss_scale) : loss;
+            /* DDP: the last micro-step's backward hands each 25 MB bucket of the gradient to
+             * the all-reduce (deterministic, rank order) as soon as it is final; the bucket
+             * first gets the earlier micro-steps' sum added. */
+            if (!st && last && gsync && !(st = it_grad_sync_begin(gsync, micro > 0 ? acc : NULL)))
+                st = it_backward_hooked(root, it_grad_sync_ready, gsync);
+            else if (!st)
+                st = it_backward(root);
             it_scope_end();
             it_tape_clear();
             loss_sum += lv;
-            if (!st && micro > 0) st = add_into(it_model_grads(model), acc); /* ((g0 + g1) + g2) ... */
+            if (!st && micro > 0 && !(last && gsync))
+                st = add_into(it_model_grads(model), acc); /* ((g0 + g1) + g2) ... */
         }
         if (st) break;
-        /* DDP: the gradient summed over ranks (deterministic, rank order), in 25 MB buckets
-         * once backward has finished; the logged loss is the all-rank mean. */
+        int early = 0, buckets = 0;
+        if (gsync && (st = it_grad_sync_finish(gsync, &early, &buckets))) break;
+        if (gsync && step == 1 && !quiet)
+            printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
+        /* the logged loss is the all-rank mean */
         if (world > 1 && (st = it_dist_all_reduce_host(dist, &loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) break;
-        if (zero)
-            st = it_zero1_reduce_grads(zero);
-        else
-            st = it_dist_all_reduce_buckets(dist, it_model_grads(model), 0);
-        if (st) break;
+        if (zero && (st = it_zero1_reduce_grads(zero))) break;
         float scale = 1.0f;
         if (c->grad_clip > 0) {
             double norm = 0;
@@ -477,6 +488,7 @@ done:
     it_tensor_release(acc);
     free(hx);
     free(hy);
+    it_grad_sync_free(gsync);
     it_zero1_free(zero);
     it_optimizer_free(opt);
     it_tokenizer_free(tok);

@@ -25,6 +25,7 @@ void it_train_config_defaults(it_train_config *c, const char *app) {
     c->text_length = 64;
     c->seed = 42;
     c->log_interval = 10;
+    c->ddp_bucket_kb = 25600;
     /* InfiniTrain's per-app defaults */
     if (strcmp(app, "llama3") == 0) {
         c->optimizer = IT_OPTIM_ADAM;
@@ -96,6 +97,7 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --backend_report          print each kernel slot: native or CPU fallback, calls, time\n"
             "  --moe_aux_loss_coeff C    mixtral: weight of the load-balancing loss (0)\n"
             "  --zero_stage 0|1          data-parallel runs: 1 shards Adam's state over the ranks (0)\n"
+            "  --ddp_bucket_kb N         data-parallel runs: gradient all-reduce bucket size in KiB (25600)\n"
             "  --loss_log PATH           write each step's loss at full precision (%%.17g), rank 0\n"
             "  --help                    this text\n"
             "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
@@ -151,6 +153,8 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
             c->loss_log = v;
         else if (IS("zero_stage"))
             st = parse_int(name, v, 0, 1, &c->zero_stage);
+        else if (IS("ddp_bucket_kb"))
+            st = parse_i64(name, v, 1, (int64_t)1 << 30, &c->ddp_bucket_kb);
         else if (IS("n_layer"))
             st = parse_int(name, v, 1, 1024, &c->n_layer);
         else if (IS("n_head"))

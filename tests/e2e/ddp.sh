@@ -101,6 +101,35 @@ llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" 
 runn 2 "$tmp/ldp2" llama3 "${llama[@]}"
 same "llama3: 2 ranks vs 1 rank with accumulation 2" "$tmp/lone2" "$tmp/ldp2"
 
+# 5b. Mixtral, 2 ranks (experts' token counts differ per rank; the buckets still start in one
+#     order on every rank).
+m=$src/tests/fixtures/mixtral
+mixtral=(--llmc_filepath "$m/tiny_mixtral.bin" --input_bin "$m/tiny_shard.bin" --batch_size 4 --sequence_length 32
+  --num_iteration 10 --learning_rate 0.001 --ddp_bucket_kb 16)
+"$build/mixtral" "${mixtral[@]}" --total_batch_size 256 --loss_log "$tmp/mone2" >"$tmp/mone2.out" 2>&1 ||
+  bad "mixtral 1-rank run exited $?"
+runn 2 "$tmp/mdp2" mixtral "${mixtral[@]}"
+same "mixtral: 2 ranks vs 1 rank with accumulation 2" "$tmp/mone2" "$tmp/mdp2"
+
+# 5c. Buckets all-reduced while backward runs: small buckets (8 KiB, 19 of them for this
+#     model), with and without accumulation on each rank, still bitwise equal to one rank.
+runn 2 "$tmp/ov2" gpt2 "${gpt2[@]}" --ddp_bucket_kb 8
+same "2 ranks, 8 KiB buckets overlapped with backward, vs 1 rank" "$tmp/one2" "$tmp/ov2"
+line=$(grep '^DDP: ' "$tmp/ov2.out")
+early=$(echo "$line" | sed -n 's/^DDP: \([0-9]*\) of \([0-9]*\) gradient buckets.*/\1/p')
+total=$(echo "$line" | sed -n 's/^DDP: \([0-9]*\) of \([0-9]*\) gradient buckets.*/\2/p')
+if [[ -n $early && $total -gt 1 && $early -ge $((total / 2)) ]]; then ok; else
+  bad "expected most of the buckets to start during backward: '$line'"
+fi
+echo "overlap: $line"
+# With accumulation on each rank the sum is (g0 + g2) + (g1 + g3), not one rank's
+# ((g0 + g1) + g2) + g3: equal within rounding, and bitwise whatever the bucket size (the
+# earlier micro-steps' sum is added bucket by bucket as each becomes final).
+runn 2 "$tmp/ova" gpt2 "${gpt2[@]}" --ddp_bucket_kb 8 --total_batch_size 512
+runn 2 "$tmp/ovb" gpt2 "${gpt2[@]}" --total_batch_size 512
+same "2 ranks with accumulation 2 each: 8 KiB buckets vs one bucket" "$tmp/ovb" "$tmp/ova"
+near "2 ranks with accumulation 2 each vs 1 rank with accumulation 4" "$tmp/one4" "$tmp/ova" 1e-6
+
 # 6. The collectives, on 3 ranks (chunks of uneven length).
 timeout 120 "${mpi[@]}" -np 3 "$build/test_dist" >"$tmp/td.out" 2>&1 && ok || bad "test_dist on 3 ranks: $(tail -5 "$tmp/td.out")"
 

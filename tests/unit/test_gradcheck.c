@@ -1280,6 +1280,73 @@ static void test_saved_tensors_freed(void) {
     CHECK(mem_used() == before + block_x + block_w);
 }
 
+/* it_backward_hooked reports each leaf once, when no node left would add to its gradient:
+ * L = sum(tanh(x @ w) * w2 + x @ w)  uses w twice (early in the tape and late), w2 once at the
+ * end, x twice. The hook sees each gradient final: it must already equal the plain backward's. */
+typedef struct {
+    it_tensor *leaf[8];
+    double first[8]; /* the gradient's first element when reported */
+    int n, nulls;
+} hook_log;
+
+static it_status record_hook(void *ctx, it_tensor *leaf) {
+    hook_log *h = ctx;
+    if (!leaf) {
+        h->nulls++;
+        return IT_OK;
+    }
+    if (h->n < 8) {
+        double v = 0;
+        it_tensor_item(it_tensor_grad(leaf), (int64_t[]){0, 0}, &v);
+        h->leaf[h->n] = leaf;
+        h->first[h->n++] = v;
+    }
+    return IT_OK;
+}
+
+static it_status failing_hook(void *ctx, it_tensor *leaf) {
+    (void)ctx;
+    return leaf ? it_error(IT_ERR_BACKEND, "hook refused") : IT_OK;
+}
+
+static it_tensor *hooked_loss(it_tensor *x, it_tensor *w, it_tensor *w2) {
+    it_tensor *xw = it_matmul(x, w, false, false);
+    return it_sum_all(it_add(it_mul(it_tanh(xw), w2), it_matmul(x, w, false, false)));
+}
+
+static void test_backward_hook(void) {
+    it_tensor *x = randt(SHAPE(4, 6), -1, 1), *w = randt(SHAPE(6, 5), -1, 1), *w2 = randt(SHAPE(4, 5), -1, 1);
+    it_tensor *p[3] = {x, w, w2};
+    for (int i = 0; i < 3; i++) CHECK_OK(it_tensor_set_requires_grad(p[i], true));
+    CHECK_OK(it_backward(hooked_loss(x, w, w2)));
+    double ref[3];
+    for (int i = 0; i < 3; i++) CHECK_OK(it_tensor_item(it_tensor_grad(p[i]), (int64_t[]){0, 0}, &ref[i]));
+    CHECK_OK(it_zero_grad(p, 3));
+    hook_log h = {0};
+    CHECK_OK(it_backward_hooked(hooked_loss(x, w, w2), record_hook, &h));
+    CHECK_MSG(h.n == 3, "hook reported %d leaves, expected 3", h.n);
+    for (int i = 0; i < 3; i++) {
+        int seen = 0;
+        for (int j = 0; j < h.n; j++)
+            if (h.leaf[j] == p[i]) {
+                seen++;
+                CHECK_MSG(h.first[j] == ref[i], "leaf %d reported before its gradient was final (%.17g vs %.17g)", i,
+                          h.first[j], ref[i]);
+            }
+        CHECK_MSG(seen == 1, "leaf %d reported %d times", i, seen);
+    }
+    CHECK(h.leaf[0] == w2); /* used by the last node recorded alone: final first */
+    CHECK_MSG(h.nulls >= 5, "progress calls between nodes: %d", h.nulls);
+    /* A hook's error stops backward, and the next backward counts afresh. */
+    CHECK_OK(it_zero_grad(p, 3));
+    CHECK_ERR(it_backward_hooked(hooked_loss(x, w, w2), failing_hook, NULL), IT_ERR_BACKEND, "hook refused");
+    CHECK(it_tape_size() == 0);
+    CHECK_OK(it_zero_grad(p, 3));
+    hook_log h2 = {0};
+    CHECK_OK(it_backward_hooked(hooked_loss(x, w, w2), record_hook, &h2));
+    CHECK_MSG(h2.n == 3, "after a failed backward the hook reported %d leaves, expected 3", h2.n);
+}
+
 /* ------------------------------------------------------------------ runner */
 
 /* Each test in its own scope; afterwards nothing may be left: memory back to its level
@@ -1327,6 +1394,7 @@ int main(void) {
     run("accumulation and zero_grad", test_accumulation_and_zero_grad);
     run("backward needs a scalar", test_backward_needs_scalar);
     run("saved tensors freed", test_saved_tensors_freed);
+    run("backward hook", test_backward_hook);
     CHECK_MSG(mem_used() == start, "memory in use %zu at the end, %zu at the start", mem_used(), start);
     CHECK_MSG(it_tape_size() == 0, "tape holds %zu nodes at the end", it_tape_size());
     printf("gradcheck: worst relative error over all ops %.2e (tolerance %.0e)\n", worst_rel, GC_TOL);
