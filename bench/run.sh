@@ -15,6 +15,7 @@
 #                          malloc kept from mmap-ing and trimming (its large temporaries are
 #                          otherwise mapped and unmapped every step). "" skips the peer.
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
+#   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -27,7 +28,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 variants=${BENCH_PEER_VARIANTS-defaults;MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736}
 peer_python=/usr/bin/python3
 
-for exe in bench_train bench_kernels; do
+for exe in bench_train bench_kernels bench_allreduce; do
     if [ ! -x "$build/$exe" ]; then
         echo "bench: $build/$exe is not built (cmake --build $build)" >&2
         exit 1
@@ -86,6 +87,13 @@ else
             --B 4 --T 64 --threads "$OMP_NUM_THREADS" --tag="$tag" "${vargs[@]}" "${peer_extra[@]}" |
             tee -a "$work/peer.txt" || echo "bench: the peer failed with: $v" >&2
     done
+fi
+
+# ---- data parallel (issue 8): 1 rank x 2 threads vs 2 ranks x 1 thread, same global batch
+if [ "${BENCH_SKIP_DDP:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/ddp_bench.sh" "$build" "${BENCH_DDP_STEPS:-6}" | tee "$work/ddp.txt" ||
+        echo "bench: ddp_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets
