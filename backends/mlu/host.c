@@ -332,6 +332,157 @@ it_status mlu_softmax_dims(const char *fn, const it_tdesc *x, int dims3[3]) {
     return st;
 }
 
+/* ---------------------------------------------------------------- softmax, rope, topk,
+ * embedding_bwd planning */
+
+it_status mlu_softmax_geometry(const char *fn, const it_softmax_args *args, const it_tdesc *x, mlu_softmax_geo *g) {
+    if (!args) return it_error(IT_ERR_INVALID_ARG, "mlu %s: args is NULL", fn);
+    if (x->ndim < 1 || x->ndim > IT_MAX_DIMS)
+        return it_error(IT_ERR_INVALID_ARG, "mlu %s: x has ndim %d (softmax needs >= 1)", fn, x->ndim);
+    if (x->dtype != IT_DTYPE_FP32)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu %s: dtype %s (the MLU softmax kernel takes float32)", fn,
+                        it_dtype_name(x->dtype));
+    g->S = x->shape[x->ndim - 1];
+    g->T = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
+    g->R = 1;
+    for (int i = 0; i + 1 < x->ndim; i++) g->R *= x->shape[i];
+    if (args->causal && g->S < g->T && g->R > 0)
+        return it_error(IT_ERR_INVALID_ARG, "mlu %s: causal mask needs cols >= rows, got rows %lld, cols %lld", fn,
+                        (long long)g->T, (long long)g->S);
+    return IT_OK;
+}
+
+int64_t mlu_softmax_valid_cols(const mlu_softmax_geo *g, bool causal, int64_t r) {
+    return causal ? (r % g->T) + (g->S - g->T) + 1 : g->S;
+}
+
+static bool is_rope_dtype(it_dtype dt) { return dt == IT_DTYPE_FP32 || dt == IT_DTYPE_FP16 || dt == IT_DTYPE_BF16; }
+
+/* |stride| * element bytes fits in int (the strided __memcpy takes int byte strides). */
+static it_status byte_stride(const char *fn, const char *arg, int d, int64_t stride, it_dtype dt) {
+    if (stride < 0 || stride > INT32_MAX / (int64_t)it_dtype_size(dt))
+        return it_error(IT_ERR_UNSUPPORTED, "mlu %s: stride %d of '%s' is %lld elements, beyond int32 bytes", fn, d,
+                        arg, (long long)stride);
+    return IT_OK;
+}
+
+it_status mlu_rope_geometry(const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, const it_tdesc *y,
+                            mlu_rope_geo *g) {
+    const char *fn = "rope";
+    if (x->ndim != 4 || y->ndim != 4 || cos->ndim != 2 || sin->ndim != 2)
+        return it_error(IT_ERR_INVALID_ARG, "mlu rope: x, y must be 4-D and cos, sin 2-D (got %d, %d, %d, %d)", x->ndim,
+                        y->ndim, cos->ndim, sin->ndim);
+    if (!is_rope_dtype(x->dtype))
+        return it_error(IT_ERR_UNSUPPORTED, "mlu rope: dtype %s (the BANG kernel takes float32, float16, bfloat16)",
+                        it_dtype_name(x->dtype));
+    if (y->dtype != x->dtype || cos->dtype != x->dtype || sin->dtype != x->dtype)
+        return it_error(IT_ERR_INVALID_ARG, "mlu rope: y, cos, sin must have x's dtype %s", it_dtype_name(x->dtype));
+    if (x->shape[3] % 2 != 0)
+        return it_error(IT_ERR_INVALID_ARG, "mlu rope: head dim D = x.shape[3] = %lld must be even",
+                        (long long)x->shape[3]);
+    if (x->shape[3] > MLU_ROPE_MAX_D)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu rope: head dim D = %lld above the BANG kernel's %d",
+                        (long long)x->shape[3], MLU_ROPE_MAX_D);
+    for (int d = 0; d < 4; d++)
+        if (y->shape[d] != x->shape[d])
+            return it_error(IT_ERR_INVALID_ARG, "mlu rope: y.shape[%d] = %lld, x.shape[%d] = %lld", d,
+                            (long long)y->shape[d], d, (long long)x->shape[d]);
+    const it_tdesc *tab[2] = {cos, sin};
+    for (int i = 0; i < 2; i++)
+        if (tab[i]->shape[0] != x->shape[1] || tab[i]->shape[1] != x->shape[3] / 2)
+            return it_error(IT_ERR_INVALID_ARG, "mlu rope: %s must be (T, D/2) = (%lld, %lld), got (%lld, %lld)",
+                            i ? "sin" : "cos", (long long)x->shape[1], (long long)(x->shape[3] / 2),
+                            (long long)tab[i]->shape[0], (long long)tab[i]->shape[1]);
+    g->B = x->shape[0], g->T = x->shape[1], g->H = x->shape[2], g->P = x->shape[3] / 2;
+    for (int d = 0; d < 4; d++) {
+        g->sx[d] = x->strides[d], g->sy[d] = y->strides[d];
+        it_status st = byte_stride(fn, "x", d, x->strides[d], x->dtype);
+        if (!st) st = byte_stride(fn, "y", d, y->strides[d], y->dtype);
+        if (st) return st;
+    }
+    for (int d = 0; d < 2; d++) {
+        g->sc[d] = cos->strides[d], g->ss[d] = sin->strides[d];
+        it_status st = byte_stride(fn, "cos", d, cos->strides[d], cos->dtype);
+        if (!st) st = byte_stride(fn, "sin", d, sin->strides[d], sin->dtype);
+        if (st) return st;
+    }
+    return IT_OK;
+}
+
+it_status mlu_topk_geometry(const it_tdesc *x, int64_t k, const it_tdesc *values, const it_tdesc *indices, int64_t *N,
+                            int64_t *E) {
+    if (x->ndim < 1 || x->ndim > IT_MAX_DIMS)
+        return it_error(IT_ERR_INVALID_ARG, "mlu topk: x has ndim %d (topk needs >= 1)", x->ndim);
+    if (x->dtype != IT_DTYPE_FP32)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu topk: dtype %s (the CNNL path takes float32)",
+                        it_dtype_name(x->dtype));
+    *E = x->shape[x->ndim - 1];
+    *N = 1;
+    for (int i = 0; i + 1 < x->ndim; i++) *N *= x->shape[i];
+    if (k < 1 || k > *E)
+        return it_error(IT_ERR_INVALID_ARG, "mlu topk: k = %lld outside [1, E = %lld]", (long long)k, (long long)*E);
+    if (*E > INT32_MAX || *N > INT32_MAX)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu topk: N = %lld, E = %lld beyond int32 (CNNL descriptors)",
+                        (long long)*N, (long long)*E);
+    const it_tdesc *out[2] = {values, indices};
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "indices" : "values";
+        it_dtype want = i ? IT_DTYPE_I32 : x->dtype;
+        if (out[i]->ndim != x->ndim)
+            return it_error(IT_ERR_INVALID_ARG, "mlu topk: %s.ndim %d != x.ndim %d", name, out[i]->ndim, x->ndim);
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t w = d == x->ndim - 1 ? k : x->shape[d];
+            if (out[i]->shape[d] != w)
+                return it_error(IT_ERR_INVALID_ARG, "mlu topk: %s.shape[%d] = %lld, expected %lld", name, d,
+                                (long long)out[i]->shape[d], (long long)w);
+        }
+        if (out[i]->dtype != want)
+            return it_error(IT_ERR_INVALID_ARG, "mlu topk: %s dtype %s, expected %s", name,
+                            it_dtype_name(out[i]->dtype), it_dtype_name(want));
+        if (!mlu_desc_contiguous(out[i]))
+            return it_error(IT_ERR_UNSUPPORTED, "mlu topk: %s is not contiguous (cnnlTopKTensor_v3 writes dense)",
+                            name);
+    }
+    return IT_OK;
+}
+
+it_status mlu_embedding_bwd_geometry(const it_tdesc *idx, const it_tdesc *dout, const it_tdesc *dweight) {
+    const char *fn = "embedding_bwd";
+    if (idx->ndim != 1 || dout->ndim != 2 || dweight->ndim != 2)
+        return it_error(IT_ERR_INVALID_ARG, "mlu embedding_bwd: idx 1-D, dout and dweight 2-D (got %d, %d, %d)",
+                        idx->ndim, dout->ndim, dweight->ndim);
+    if (idx->dtype != IT_DTYPE_I32 && idx->dtype != IT_DTYPE_I64)
+        return it_error(IT_ERR_INVALID_ARG, "mlu embedding_bwd: idx dtype %s is not int32 or int64",
+                        it_dtype_name(idx->dtype));
+    if (dweight->dtype != IT_DTYPE_FP32 || dout->dtype != IT_DTYPE_FP32)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu embedding_bwd: dtype %s (the BANG kernel takes float32)",
+                        it_dtype_name(dweight->dtype));
+    if (dout->shape[0] != idx->shape[0] || dout->shape[1] != dweight->shape[1])
+        return it_error(IT_ERR_INVALID_ARG, "mlu embedding_bwd: dout is (%lld, %lld), expected (%lld, %lld)",
+                        (long long)dout->shape[0], (long long)dout->shape[1], (long long)idx->shape[0],
+                        (long long)dweight->shape[1]);
+    it_status st = byte_stride(fn, "dout", 1, dout->strides[1], dout->dtype);
+    if (!st) st = byte_stride(fn, "dweight", 1, dweight->strides[1], dweight->dtype);
+    return st;
+}
+
+int64_t mlu_col_blocks(int64_t cols, int64_t block) { return cols <= 0 ? 0 : (cols + block - 1) / block; }
+
+int mlu_bang_tasks(int64_t items, int cap) {
+    if (items < 1) return 1;
+    return items < cap ? (int)items : cap;
+}
+
+size_t mlu_ws_layout(const size_t *bytes, int n, size_t *offsets) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (bytes[i]) total = (total + MLU_WS_PART_ALIGN - 1) / MLU_WS_PART_ALIGN * MLU_WS_PART_ALIGN;
+        offsets[i] = total;
+        total += bytes[i];
+    }
+    return total;
+}
+
 /* ---------------------------------------------------------------- workspace, errors */
 
 size_t mlu_workspace_grow(size_t current, size_t need) {

@@ -1,27 +1,22 @@
-/* The MLU kernel table over CNNL (MLU-NOTES C2). Every kernel is asynchronous on its
- * stream's queue, through the CNNL handle bound to that queue. Each states the call it maps
- * to. Scratch comes from the queue's cached device workspace (mlu_workspace): backend.h has
- * no workspace slot yet, so the backend keeps one buffer per queue, grown on demand.
+/* The MLU kernel table over CNNL (MLU-NOTES C2) and, where CNNL has no call that matches
+ * backend.h, BANG C kernels (bang/, built only where cncc is found: IT_MLU_HAVE_BANG). Every
+ * kernel is asynchronous on its stream's queue, through the CNNL handle bound to that queue.
+ * Each states the call it maps to. Scratch comes from the queue's cached device workspace
+ * (mlu_workspace): backend.h has no workspace slot yet, so the backend keeps one buffer per
+ * queue, grown on demand. rmsnorm, topk and the BANG launchers are in kernels_llm.c.
  *
  * Slots left NULL are served by the core's CPU fallback (`--backend_report` shows them):
- * unary, binary, reduce, cross_entropy_*, sgd/adam, rmsnorm_*, rope, topk, and
+ * unary, binary, reduce, cross_entropy_*, sgd/adam, and, in a build without cncc,
  *   softmax_fwd/bwd  cnnlSoftmaxForward/Backward have no input scale and no causal mask in
- *                    the calls seen; mlu_softmax_fwd/bwd below serve scale 1, non-causal
- *                    and are wired once a masked/scaled path (BANG) exists;
- *   embedding_bwd    cnnlEmbeddingBackward overwrites its output; backend.h accumulates. */
+ *                    the calls seen (mlu_softmax_fwd below serves scale 1, non-causal and
+ *                    stays unwired); bang/softmax.mlu serves both with cncc;
+ *   rope             no CNNL call takes interleaved cos/sin tables: bang/rope.mlu;
+ *   embedding_bwd    cnnlEmbeddingBackward overwrites its output (backend.h accumulates,
+ *                    in a fixed order): bang/embedding_bwd.mlu. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "mlu.h"
-
-#define CNNL(call, fmt, ...)                                                                                           \
-    do {                                                                                                               \
-        mlu_cnnlStatus_t s_ = (call);                                                                                  \
-        if (s_ != MLU_CNNL_STATUS_SUCCESS) {                                                                           \
-            st = mlu_cnnl_error(s_, #call, fmt, __VA_ARGS__);                                                          \
-            goto done;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
 
 /* Integer type of the same width: copies are type-agnostic, and avoids CNNL dtypes
  * (UINT16/32/64) whose support is unconfirmed. */
@@ -34,8 +29,8 @@ static int bits_dtype(it_dtype dt) {
     }
 }
 
-static it_status desc_make(const char *fn, const char *arg, const mlu_dims *dims, int dtype,
-                           mlu_cnnlTensorDescriptor_t *out) {
+it_status mlu_desc_make(const char *fn, const char *arg, const mlu_dims *dims, int dtype,
+                        mlu_cnnlTensorDescriptor_t *out) {
     it_status st = IT_OK;
     *out = NULL;
     CNNL(mlu.cnnlCreateTensorDescriptor(out), "%s", arg);
@@ -48,36 +43,35 @@ done:
     }
     return st;
 }
-static it_status desc_of(const char *fn, const char *arg, const it_tdesc *t, int dtype,
-                         mlu_cnnlTensorDescriptor_t *out) {
+it_status mlu_desc_of(const char *fn, const char *arg, const it_tdesc *t, int dtype, mlu_cnnlTensorDescriptor_t *out) {
     mlu_dims d;
     it_status st = mlu_dims_from_desc(fn, arg, t, &d);
-    return st ? st : desc_make(fn, arg, &d, dtype, out);
+    return st ? st : mlu_desc_make(fn, arg, &d, dtype, out);
 }
-static it_status desc_flat(const char *fn, const char *arg, int64_t n, int64_t stride, int dtype,
-                           mlu_cnnlTensorDescriptor_t *out) {
+static it_status mlu_desc_flat(const char *fn, const char *arg, int64_t n, int64_t stride, int dtype,
+                               mlu_cnnlTensorDescriptor_t *out) {
     it_tdesc t;
     memset(&t, 0, sizeof t);
     t.ndim = 1;
     t.shape[0] = n;
     t.strides[0] = stride;
-    return desc_of(fn, arg, &t, dtype, out);
+    return mlu_desc_of(fn, arg, &t, dtype, out);
 }
-static void desc_free(mlu_cnnlTensorDescriptor_t d) {
+void mlu_desc_free(mlu_cnnlTensorDescriptor_t d) {
     if (d) mlu.cnnlDestroyTensorDescriptor(d);
 }
 
 /* ---------------------------------------------------------------- copy_strided: cnnlCopy */
-static it_status copy_desc(it_stream *s, const it_tdesc *src, const it_tdesc *dst) {
+it_status mlu_copy_desc(it_stream *s, const it_tdesc *src, const it_tdesc *dst) {
     mlu_cnnlTensorDescriptor_t a = NULL, b = NULL;
-    it_status st = desc_of("copy_strided", "src", src, bits_dtype(src->dtype), &a);
-    if (!st) st = desc_of("copy_strided", "dst", dst, bits_dtype(dst->dtype), &b);
+    it_status st = mlu_desc_of("copy_strided", "src", src, bits_dtype(src->dtype), &a);
+    if (!st) st = mlu_desc_of("copy_strided", "dst", dst, bits_dtype(dst->dtype), &b);
     if (st) goto done;
     CNNL(mlu.cnnlCopy(s->cnnl, a, src->data, b, dst->data), "src=%p, dst=%p, %s", src->data, dst->data,
          it_dtype_name(src->dtype));
 done:
-    desc_free(a);
-    desc_free(b);
+    mlu_desc_free(a);
+    mlu_desc_free(b);
     return st;
 }
 
@@ -89,11 +83,11 @@ static it_status mlu_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *d
         MLU_CNRT(mlu.cnrtMemcpyAsync(dst->data, src->data, n, s->queue, MLU_cnrtMemcpyDevToDev), "n=%zu", n);
         return IT_OK;
     }
-    return copy_desc(s, src, dst);
+    return mlu_copy_desc(s, src, dst);
 }
 
 /* A contiguous view of d's elements at `data`. */
-static it_tdesc contiguous_like(const it_tdesc *d, void *data, it_dtype dt) {
+it_tdesc mlu_contiguous_like(const it_tdesc *d, void *data, it_dtype dt) {
     it_tdesc c = *d;
     c.data = data;
     c.dtype = dt;
@@ -123,16 +117,16 @@ static it_status run_step(it_stream *s, const mlu_cast_step *p, int64_t n, const
                           mlu_cast_enum_name(p->from, p->to, name, sizeof name));
             goto done;
         }
-        st = desc_flat("cast", "src", n, 1, mlu_cnnl_dtype(p->from), &a);
-        if (!st) st = desc_flat("cast", "dst", n, 1, mlu_cnnl_dtype(p->to), &b);
+        st = mlu_desc_flat("cast", "src", n, 1, mlu_cnnl_dtype(p->from), &a);
+        if (!st) st = mlu_desc_flat("cast", "dst", n, 1, mlu_cnnl_dtype(p->to), &b);
         if (st) goto done;
         CNNL(mlu.cnnlCastDataType(s->cnnl, a, in, value, b, out), "%s, n=%lld",
              mlu_cast_enum_name(p->from, p->to, name, sizeof name), (long long)n);
         break;
     }
     case MLU_STEP_LOW: /* the low wo bytes of each wi-byte element (little-endian) */
-        st = desc_flat("cast", "src", n, (int64_t)(wi / wo), bits_dtype(p->to), &a);
-        if (!st) st = desc_flat("cast", "dst", n, 1, bits_dtype(p->to), &b);
+        st = mlu_desc_flat("cast", "src", n, (int64_t)(wi / wo), bits_dtype(p->to), &a);
+        if (!st) st = mlu_desc_flat("cast", "dst", n, 1, bits_dtype(p->to), &b);
         if (st) goto done;
         CNNL(mlu.cnnlCopy(s->cnnl, a, in, b, out), "low %zu of %zu bytes, n=%lld", wo, wi, (long long)n);
         break;
@@ -141,15 +135,15 @@ static it_status run_step(it_stream *s, const mlu_cast_step *p, int64_t n, const
             st = it_error(IT_ERR_BACKEND, "mlu cast: cnrtMemsetAsync(%p, 0, %zu) failed", out, (size_t)n * wo);
             goto done;
         }
-        st = desc_flat("cast", "src", n, 1, bits_dtype(p->from), &a);
-        if (!st) st = desc_flat("cast", "dst", n, (int64_t)(wo / wi), bits_dtype(p->from), &b);
+        st = mlu_desc_flat("cast", "src", n, 1, bits_dtype(p->from), &a);
+        if (!st) st = mlu_desc_flat("cast", "dst", n, (int64_t)(wo / wi), bits_dtype(p->from), &b);
         if (st) goto done;
         CNNL(mlu.cnnlCopy(s->cnnl, a, in, b, out), "zero-extend %zu to %zu bytes, n=%lld", wi, wo, (long long)n);
         break;
     }
 done:
-    desc_free(a);
-    desc_free(b);
+    mlu_desc_free(a);
+    mlu_desc_free(b);
     return st;
 }
 
@@ -176,8 +170,8 @@ static it_status mlu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
         if (it_dtype_size(plan.steps[i].to) > widest) widest = it_dtype_size(plan.steps[i].to);
     const void *cur = src->data;
     if (!sc) {
-        it_tdesc g = contiguous_like(src, ws, src->dtype);
-        if ((st = copy_desc(s, src, &g))) return st;
+        it_tdesc g = mlu_contiguous_like(src, ws, src->dtype);
+        if ((st = mlu_copy_desc(s, src, &g))) return st;
         cur = ws;
         off += un * it_dtype_size(src->dtype);
     }
@@ -192,8 +186,8 @@ static it_status mlu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
         cur = out;
     }
     if (!dc) {
-        it_tdesc c = contiguous_like(dst, out_final, dst->dtype);
-        st = copy_desc(s, &c, dst);
+        it_tdesc c = mlu_contiguous_like(dst, out_final, dst->dtype);
+        st = mlu_copy_desc(s, &c, dst);
     }
     return st;
 }
@@ -225,8 +219,8 @@ static it_status mlu_fill(it_stream *s, it_tdesc *dst, it_scalar value) {
         have += k;
     }
     if (!dc) {
-        it_tdesc c = contiguous_like(dst, base, dst->dtype);
-        st = copy_desc(s, &c, dst);
+        it_tdesc c = mlu_contiguous_like(dst, base, dst->dtype);
+        st = mlu_copy_desc(s, &c, dst);
     }
     return st;
 }
@@ -246,8 +240,8 @@ static it_status gemm_operand(const char *arg, const it_tdesc *t, bool trans, ch
     it_tdesc v = *t;
     bool tr = false;
     if (!matrix_dense(&v, &tr)) {
-        it_tdesc c = contiguous_like(&v, *ws, v.dtype);
-        it_status st = copy_desc(s, &v, &c);
+        it_tdesc c = mlu_contiguous_like(&v, *ws, v.dtype);
+        it_status st = mlu_copy_desc(s, &v, &c);
         if (st) return st;
         *ws += (size_t)mlu_desc_numel(&v) * it_dtype_size(v.dtype);
         v = c;
@@ -257,7 +251,7 @@ static it_status gemm_operand(const char *arg, const it_tdesc *t, bool trans, ch
     int64_t shape[3] = {v.strides[0] == 0 ? 1 : v.shape[0], tr ? v.shape[2] : v.shape[1], tr ? v.shape[1] : v.shape[2]};
     mlu_dims dims;
     it_status st = mlu_dims_contiguous("gemm", arg, 3, shape, &dims);
-    if (!st) st = desc_make("gemm", arg, &dims, dtype, d);
+    if (!st) st = mlu_desc_make("gemm", arg, &dims, dtype, d);
     *ptr = v.data;
     *flag = (int)(trans != tr);
     return st;
@@ -290,7 +284,7 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
     char *cursor = ws;
     if ((st = gemm_operand("a", &g->a, g->trans_a, &cursor, dtype, &ad, &pa, &ta, s))) goto done;
     if ((st = gemm_operand("b", &g->b, g->trans_b, &cursor, dtype, &bd, &pb, &tb, s))) goto done;
-    if ((st = desc_of("gemm", "c", &g->c, dtype, &cd))) goto done;
+    if ((st = mlu_desc_of("gemm", "c", &g->c, dtype, &cd))) goto done;
     CNNL(mlu.cnnlMatMulDescCreate(&md), "%s", "");
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa=%d", ta);
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb=%d", tb);
@@ -305,7 +299,7 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
         if (ws_size && (st = mlu_workspace(s, gather + ws_size, &mm_ws))) goto done;
         if (gather && mm_ws != ws) { /* grown: the gathered copies moved; gather again */
             cursor = mm_ws;
-            desc_free(ad), desc_free(bd), ad = bd = NULL;
+            mlu_desc_free(ad), mlu_desc_free(bd), ad = bd = NULL;
             if ((st = gemm_operand("a", &g->a, g->trans_a, &cursor, dtype, &ad, &pa, &ta, s))) goto done;
             if ((st = gemm_operand("b", &g->b, g->trans_b, &cursor, dtype, &bd, &pb, &tb, s))) goto done;
         }
@@ -319,9 +313,9 @@ done:
     if (res) mlu.cnnlDestroyMatMulHeuristicResult(res);
     if (algo) mlu.cnnlMatMulAlgoDestroy(algo);
     if (md) mlu.cnnlMatMulDescDestroy(md);
-    desc_free(ad);
-    desc_free(bd);
-    desc_free(cd);
+    mlu_desc_free(ad);
+    mlu_desc_free(bd);
+    mlu_desc_free(cd);
     return st;
 }
 
@@ -341,14 +335,14 @@ it_status mlu_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_td
     int64_t shape[3] = {d3[0], d3[1], d3[2]};
     mlu_dims dims;
     if ((st = mlu_dims_contiguous("softmax_fwd", "x", 3, shape, &dims))) return st;
-    if ((st = desc_make("softmax_fwd", "x", &dims, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
-    if ((st = desc_make("softmax_fwd", "y", &dims, mlu_cnnl_dtype(y->dtype), &yd))) goto done;
+    if ((st = mlu_desc_make("softmax_fwd", "x", &dims, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
+    if ((st = mlu_desc_make("softmax_fwd", "y", &dims, mlu_cnnl_dtype(y->dtype), &yd))) goto done;
     CNNL(mlu.cnnlSoftmaxForward(s->cnnl, MLU_CNNL_SOFTMAX_ACCURATE, MLU_CNNL_SOFTMAX_MODE_LOW_DIMENSION, NULL, xd,
                                 x->data, NULL, yd, y->data),
          "dims={1,%d,%d}", d3[1], d3[2]);
 done:
-    desc_free(xd);
-    desc_free(yd);
+    mlu_desc_free(xd);
+    mlu_desc_free(yd);
     return st;
 }
 
@@ -379,18 +373,18 @@ static it_status mlu_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tde
     size_t ws_size = 0;
     void *ws = NULL;
     if ((st = rows_cols("layernorm_fwd", x, &xc, &c, &r))) return st;
-    if ((st = desc_make("layernorm_fwd", "x", &xc, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
-    if ((st = desc_make("layernorm_fwd", "w", &c, mlu_cnnl_dtype(w->dtype), &wd))) goto done;
-    if ((st = desc_make("layernorm_fwd", "mean", &r, MLU_CNNL_DTYPE_FLOAT, &md))) goto done;
+    if ((st = mlu_desc_make("layernorm_fwd", "x", &xc, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
+    if ((st = mlu_desc_make("layernorm_fwd", "w", &c, mlu_cnnl_dtype(w->dtype), &wd))) goto done;
+    if ((st = mlu_desc_make("layernorm_fwd", "mean", &r, MLU_CNNL_DTYPE_FLOAT, &md))) goto done;
     CNNL(mlu.cnnlGetLayerNormOpWorkspaceSize(s->cnnl, 1, xd, &ws_size), "axis=%d", 1);
     if (ws_size && (st = mlu_workspace(s, ws_size, &ws))) goto done;
     CNNL(mlu.cnnlLayerNormForward(s->cnnl, xd, x->data, 1, wd, w->data, b->data, eps, ws, ws_size, xd, y->data, md,
                                   mean->data, rstd->data),
          "R=%d, C=%d, eps=%g", xc.dims[0], xc.dims[1], (double)eps);
 done:
-    desc_free(xd);
-    desc_free(wd);
-    desc_free(md);
+    mlu_desc_free(xd);
+    mlu_desc_free(wd);
+    mlu_desc_free(md);
     return st;
 }
 
@@ -409,18 +403,18 @@ static it_status mlu_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_td
     size_t ws_size = 0;
     void *ws = NULL;
     if ((st = rows_cols("layernorm_bwd", x, &xc, &c, &r))) return st;
-    if ((st = desc_make("layernorm_bwd", "x", &xc, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
-    if ((st = desc_make("layernorm_bwd", "w", &c, mlu_cnnl_dtype(w->dtype), &wd))) goto done;
-    if ((st = desc_make("layernorm_bwd", "mean", &r, MLU_CNNL_DTYPE_FLOAT, &md))) goto done;
+    if ((st = mlu_desc_make("layernorm_bwd", "x", &xc, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
+    if ((st = mlu_desc_make("layernorm_bwd", "w", &c, mlu_cnnl_dtype(w->dtype), &wd))) goto done;
+    if ((st = mlu_desc_make("layernorm_bwd", "mean", &r, MLU_CNNL_DTYPE_FLOAT, &md))) goto done;
     CNNL(mlu.cnnlGetLayerNormBackwardWorkspaceSize(s->cnnl, xd, 1, &ws_size), "axis=%d", 1);
     if (ws_size && (st = mlu_workspace(s, ws_size, &ws))) goto done;
     CNNL(mlu.cnnlLayerNormBackward_v2(s->cnnl, xd, x->data, 1, xd, dy->data, wd, w->data, md, mean->data, rstd->data,
                                       ws, ws_size, xd, dx->data, dw->data, db->data),
          "R=%d, C=%d", xc.dims[0], xc.dims[1]);
 done:
-    desc_free(xd);
-    desc_free(wd);
-    desc_free(md);
+    mlu_desc_free(xd);
+    mlu_desc_free(wd);
+    mlu_desc_free(md);
     return st;
 }
 
@@ -433,16 +427,16 @@ static it_status mlu_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_t
         return it_error(IT_ERR_UNSUPPORTED, "mlu embedding_fwd: no cnnlEmbeddingForward_v2");
     if (mlu_desc_numel(out) == 0) return IT_OK;
     mlu_cnnlTensorDescriptor_t wd = NULL, id = NULL, od = NULL;
-    if ((st = desc_of("embedding_fwd", "weight", weight, mlu_cnnl_dtype(weight->dtype), &wd))) goto done;
-    if ((st = desc_of("embedding_fwd", "idx", idx, mlu_cnnl_dtype(idx->dtype), &id))) goto done;
-    if ((st = desc_of("embedding_fwd", "out", out, mlu_cnnl_dtype(out->dtype), &od))) goto done;
+    if ((st = mlu_desc_of("embedding_fwd", "weight", weight, mlu_cnnl_dtype(weight->dtype), &wd))) goto done;
+    if ((st = mlu_desc_of("embedding_fwd", "idx", idx, mlu_cnnl_dtype(idx->dtype), &id))) goto done;
+    if ((st = mlu_desc_of("embedding_fwd", "out", out, mlu_cnnl_dtype(out->dtype), &od))) goto done;
     CNNL(mlu.cnnlEmbeddingForward_v2(s->cnnl, wd, weight->data, id, idx->data, -1, NULL, NULL, od, out->data),
          "N=%lld, V=%lld, C=%lld, idx %s", (long long)idx->shape[0], (long long)weight->shape[0],
          (long long)weight->shape[1], it_dtype_name(idx->dtype));
 done:
-    desc_free(wd);
-    desc_free(id);
-    desc_free(od);
+    mlu_desc_free(wd);
+    mlu_desc_free(id);
+    mlu_desc_free(od);
     return st;
 }
 
@@ -454,5 +448,14 @@ const it_kernels mlu_kernels = {
     .embedding_fwd = mlu_embedding_fwd,
     .layernorm_fwd = mlu_layernorm_fwd,
     .layernorm_bwd = mlu_layernorm_bwd,
+    .rmsnorm_fwd = mlu_rmsnorm_fwd, /* cnnlRmsNormForward (kernels_llm.c) */
+    .rmsnorm_bwd = mlu_rmsnorm_bwd, /* cnnlRmsNormBackward */
+    .topk = mlu_topk,               /* cnnlTopKTensor_v3, lower_index_first */
+#ifdef IT_MLU_HAVE_BANG
+    .softmax_fwd = mlu_bang_softmax_fwd,     /* bang/softmax.mlu */
+    .softmax_bwd = mlu_bang_softmax_bwd,     /* bang/softmax.mlu */
+    .rope = mlu_bang_rope,                   /* bang/rope.mlu */
+    .embedding_bwd = mlu_bang_embedding_bwd, /* bang/embedding_bwd.mlu */
+#endif
     /* everything else: NULL, the core's CPU fallback */
 };

@@ -7,7 +7,8 @@
  *   runtime.c  init, devices, queues (streams), notifiers (events), CNNL handle per queue
  *   memory.c   cnrtMalloc/cnrtFree, copies (pinned staging for async H2D), mem info, tracker,
  *              per-queue device scratch
- *   kernels.c  the kernel table over CNNL
+ *   kernels.c  the kernel table over CNNL (cast, fill, copy, gemm, layernorm, embedding)
+ *   kernels_llm.c  rmsnorm, topk over CNNL; host sides of the BANG kernels in bang/
  *   ccl.c      it_ccl over CNCL
  *   backend.c  the it_backend struct and the plugin entry point
  * Nothing here is seen by the core; the core sees only backend.h. */
@@ -84,6 +85,51 @@ int64_t mlu_desc_numel(const it_tdesc *d);
  * 1-D tensor). Fails when R or C does not fit in int32. */
 it_status mlu_softmax_dims(const char *fn, const it_tdesc *x, int dims3[3]);
 
+/* ---- planning for softmax (scale, causal), rmsnorm, rope, topk, embedding_bwd. Pure checks
+ * and arithmetic, shared by kernels_llm.c and the BANG kernels' launchers. */
+/* Rows R (product of all dims but the last), mask rows T (second-to-last dim, 1 for 1-D)
+ * and columns S of a softmax input; fails when causal and S < T with R > 0 (as the CPU
+ * backend), or when x is not float32 (the MLU path; fp64 has no BANG/CNNL kernel here). */
+typedef struct mlu_softmax_geo {
+    int64_t R, T, S;
+} mlu_softmax_geo;
+it_status mlu_softmax_geometry(const char *fn, const it_softmax_args *args, const it_tdesc *x, mlu_softmax_geo *g);
+/* Unmasked columns of row r: S, or with causal (r % T) + (S - T) + 1 (backend.h: scores with
+ * s > t + (S - T) are masked). bang/softmax.mlu computes the same expression. */
+int64_t mlu_softmax_valid_cols(const mlu_softmax_geo *g, bool causal, int64_t r);
+
+/* RoPE on x, y (B, T, H, D), cos, sin (T, D/2): shapes, dtypes (fp32, fp16, bf16) and every
+ * element stride, checked to fit the BANG kernel (D <= MLU_ROPE_MAX_D, byte strides of the
+ * last dims within int32 for __memcpy's strided form). */
+#define MLU_ROPE_MAX_D 4096
+typedef struct mlu_rope_geo {
+    int64_t B, T, H, P; /* P = D/2 pairs */
+    int64_t sx[4], sy[4], sc[2], ss[2];
+} mlu_rope_geo;
+it_status mlu_rope_geometry(const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, const it_tdesc *y,
+                            mlu_rope_geo *g);
+
+/* Top-k: x (N, E) float32, 1 <= k <= E <= INT32_MAX, values (N, k) of x's dtype and indices
+ * (N, k) int32, both contiguous (cnnlTopKTensor_v3 writes dense outputs). */
+it_status mlu_topk_geometry(const it_tdesc *x, int64_t k, const it_tdesc *values, const it_tdesc *indices, int64_t *N,
+                            int64_t *E);
+
+/* embedding_bwd: idx (N) int32/int64, dout (N, C), dweight (V, C) float32; every stride
+ * within int32 bytes. The BANG kernel works on column blocks of MLU_EMB_BLOCK columns. */
+#define MLU_EMB_BLOCK 256
+it_status mlu_embedding_bwd_geometry(const it_tdesc *idx, const it_tdesc *dout, const it_tdesc *dweight);
+int64_t mlu_col_blocks(int64_t cols, int64_t block);
+
+/* Tasks of a cnrtFuncTypeBlock launch: one per work item up to `cap`, at least 1. */
+int mlu_bang_tasks(int64_t items, int cap);
+#define MLU_BANG_MAX_TASKS 256
+
+/* Workspace carved into n parts, each starting at a multiple of MLU_WS_PART_ALIGN; writes
+ * offsets[i] and returns the total bytes (0 for no bytes at all). A part of 0 bytes takes no
+ * room. */
+#define MLU_WS_PART_ALIGN ((size_t)256)
+size_t mlu_ws_layout(const size_t *bytes, int n, size_t *offsets);
+
 /* ---- workspace: one cached device buffer per queue, grown (never shrunk) to
  * max(need, 2 * current) rounded up to 1 MiB, so a steady step allocates nothing. */
 size_t mlu_workspace_grow(size_t current, size_t need);
@@ -135,6 +181,42 @@ it_status mlu_cnnl_error(mlu_cnnlStatus_t st, const char *call, const char *fmt,
         mlu_cnrtRet_t ret_ = (call);                                                                                   \
         if (ret_ != MLU_cnrtSuccess) return mlu_cnrt_error(ret_, #call, args_fmt, __VA_ARGS__);                        \
     } while (0)
+
+/* CNNL status check inside a function with `it_status st` and a `done:` label. */
+#define CNNL(call, fmt, ...)                                                                                           \
+    do {                                                                                                               \
+        mlu_cnnlStatus_t s_ = (call);                                                                                  \
+        if (s_ != MLU_CNNL_STATUS_SUCCESS) {                                                                           \
+            st = mlu_cnnl_error(s_, #call, fmt, __VA_ARGS__);                                                          \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+/* ================================================================ kernels.c helpers, shared with
+ * kernels_llm.c: CNNL tensor descriptors over mlu_dims (cnnlSetTensorDescriptorEx, LAYOUT_ARRAY) */
+it_status mlu_desc_make(const char *fn, const char *arg, const mlu_dims *dims, int dtype,
+                        mlu_cnnlTensorDescriptor_t *out);
+it_status mlu_desc_of(const char *fn, const char *arg, const it_tdesc *t, int dtype, mlu_cnnlTensorDescriptor_t *out);
+void mlu_desc_free(mlu_cnnlTensorDescriptor_t d);
+/* dst = src (same dtype and shape, any strides) with cnnlCopy. */
+it_status mlu_copy_desc(it_stream *s, const it_tdesc *src, const it_tdesc *dst);
+/* A contiguous view of d's shape at `data`. */
+it_tdesc mlu_contiguous_like(const it_tdesc *d, void *data, it_dtype dt);
+
+/* kernels_llm.c: rmsnorm (cnnlRmsNormForward/Backward), topk (cnnlTopKTensor_v3), and the
+ * host sides of the BANG kernels in bang/ (softmax, rope, embedding_bwd) when built with cncc. */
+it_status mlu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y, it_tdesc *rstd);
+it_status mlu_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w, const it_tdesc *rstd,
+                          it_tdesc *dx, it_tdesc *dw);
+it_status mlu_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
+#ifdef IT_MLU_HAVE_BANG
+it_status mlu_bang_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
+it_status mlu_bang_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
+                               it_tdesc *dx);
+it_status mlu_bang_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
+                        it_tdesc *y);
+it_status mlu_bang_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dweight);
+#endif
 
 /* ================================================================ memory.c */
 it_status mlu_malloc(int device, size_t nbytes, void **ptr);

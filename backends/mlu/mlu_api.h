@@ -15,6 +15,7 @@
 #ifndef IT_MLU_API_H
 #define IT_MLU_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -187,6 +188,32 @@ typedef struct mlu_cnclCliqueId {
       (mlu_cnnlHandle_t h, int padding_idx, int scale_by_freq, mlu_cnnlTensorDescriptor_t id, const void *idx,         \
        mlu_cnnlTensorDescriptor_t gd, const void *grad, void *ws, size_t ws_size, mlu_cnnlTensorDescriptor_t od,       \
        void *out),                                                                                                     \
+      0)                                                                                                               \
+    /* RMSNorm and top-k: signatures as DIOPI impl/camb (functions_ext/rms_norm.cpp, topk.cpp) and OneFlow, */         \
+    /* MegEngine, Paddle call them; bool arguments are C++ bool (one byte, same ABI as C11 _Bool). */                  \
+    X(cnnl, mlu_cnnlStatus_t, cnnlGetRmsNormOpWorkspaceSize,                                                           \
+      (mlu_cnnlHandle_t h, int axis, mlu_cnnlTensorDescriptor_t xd, size_t *ws), 0)                                    \
+    X(cnnl, mlu_cnnlStatus_t, cnnlRmsNormForward,                                                                      \
+      (mlu_cnnlHandle_t h, int axis, mlu_cnnlTensorDescriptor_t xd, const void *x, mlu_cnnlTensorDescriptor_t wbd,     \
+       const void *w, const void *b, float eps, void *ws, size_t ws_size, mlu_cnnlTensorDescriptor_t yd, void *y,      \
+       mlu_cnnlTensorDescriptor_t rd, void *rstd),                                                                     \
+      0)                                                                                                               \
+    X(cnnl, mlu_cnnlStatus_t, cnnlGetRmsNormBackwardWorkspaceSize,                                                     \
+      (mlu_cnnlHandle_t h, mlu_cnnlTensorDescriptor_t xd, int axis, size_t *ws), 0)                                    \
+    X(cnnl, mlu_cnnlStatus_t, cnnlRmsNormBackward,                                                                     \
+      (mlu_cnnlHandle_t h, int axis, mlu_cnnlTensorDescriptor_t xd, const void *x, mlu_cnnlTensorDescriptor_t dyd,     \
+       const void *dy, mlu_cnnlTensorDescriptor_t wd, const void *w, mlu_cnnlTensorDescriptor_t rd, const void *rstd,  \
+       void *ws, size_t ws_size, mlu_cnnlTensorDescriptor_t dxd, void *dx, mlu_cnnlTensorDescriptor_t dwd, void *dw,   \
+       void *db),                                                                                                      \
+      0)                                                                                                               \
+    X(cnnl, mlu_cnnlStatus_t, cnnlGetTopKTensorWorkspaceSize,                                                          \
+      (mlu_cnnlHandle_t h, mlu_cnnlTensorDescriptor_t xd, int k, int dim, bool largest, mlu_cnnlTensorDescriptor_t vd, \
+       mlu_cnnlTensorDescriptor_t id, size_t *ws),                                                                     \
+      0)                                                                                                               \
+    X(cnnl, mlu_cnnlStatus_t, cnnlTopKTensor_v3,                                                                       \
+      (mlu_cnnlHandle_t h, mlu_cnnlTensorDescriptor_t xd, const void *x, int k, int dim, bool largest, bool sorted,    \
+       bool lower_index_first, void *ws, size_t ws_size, mlu_cnnlTensorDescriptor_t vd, void *values,                  \
+       mlu_cnnlTensorDescriptor_t id, void *indices),                                                                  \
       0)
 
 #define MLU_CNCL_CALLS(X)                                                                                              \

@@ -2,7 +2,8 @@
  * the dtype map, the 13x13 cast plan (every pair has a chain of known CNNL casts and byte
  * moves, never HALF <-> BFLOAT16, and each plan marked exact reproduces the CPU cast bit for
  * bit when its steps are emulated with CPU semantics), descriptor narrowing, softmax's 3-D
- * rule, workspace sizing, error text, the library search, and loading the plugin here:
+ * rule, the planning of softmax (scale, causal), rope, topk and embedding_bwd, workspace
+ * layout and sizing, error text, the library search, and loading the plugin here:
  * it_device_parse("mlu") must fail with one message naming the libraries and paths.
  *
  * The backend's source files are compiled into this test directly. */
@@ -245,6 +246,149 @@ static void test_workspace(void) {
     CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 2 * 10 * 8); /* ping + pong at 8 bytes */
 }
 
+/* softmax planning: rows, mask rows, columns; the causal valid-column rule equals the CPU
+ * backend's mask (checked against the CPU kernel: exactly the masked entries are 0). */
+static void test_softmax_geometry(void) {
+    it_softmax_args a = {1.0f, true};
+    mlu_softmax_geo g;
+    it_tdesc x = {0};
+    x.dtype = IT_DTYPE_FP32, x.ndim = 4, x.shape[0] = 2, x.shape[1] = 3, x.shape[2] = 4, x.shape[3] = 6;
+    CHECK_OK(mlu_softmax_geometry("softmax_fwd", &a, &x, &g));
+    CHECK(g.R == 24 && g.T == 4 && g.S == 6);
+    /* row r is query t = r % T; key s is kept iff s <= t + (S - T) */
+    CHECK(mlu_softmax_valid_cols(&g, true, 0) == 3 && mlu_softmax_valid_cols(&g, true, 3) == 6);
+    CHECK(mlu_softmax_valid_cols(&g, true, 5) == 4 && mlu_softmax_valid_cols(&g, false, 5) == 6);
+    x.shape[3] = 3; /* S < T */
+    CHECK_ERR(mlu_softmax_geometry("softmax_fwd", &a, &x, &g), IT_ERR_INVALID_ARG, "causal mask needs cols >= rows");
+    a.causal = false;
+    CHECK_OK(mlu_softmax_geometry("softmax_fwd", &a, &x, &g));
+    x.shape[0] = 0, a.causal = true; /* no rows: the geometry is not checked, as the CPU */
+    CHECK_OK(mlu_softmax_geometry("softmax_fwd", &a, &x, &g));
+    CHECK(g.R == 0);
+    x.ndim = 1, x.shape[0] = 7;
+    CHECK_OK(mlu_softmax_geometry("softmax_bwd", &a, &x, &g));
+    CHECK(g.R == 1 && g.T == 1 && g.S == 7 && mlu_softmax_valid_cols(&g, true, 0) == 7);
+    x.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_softmax_geometry("softmax_fwd", &a, &x, &g), IT_ERR_UNSUPPORTED, "float32");
+    CHECK_ERR(mlu_softmax_geometry("softmax_fwd", NULL, &x, &g), IT_ERR_INVALID_ARG, "args is NULL");
+
+    /* the CPU kernel's mask is the rule above */
+    enum { B = 2, T = 3, S = 5 };
+    float xv[B * T * S], yv[B * T * S];
+    for (int i = 0; i < B * T * S; i++) xv[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+    it_tdesc xd = {0}, yd;
+    xd.data = xv, xd.dtype = IT_DTYPE_FP32, xd.ndim = 3, xd.shape[0] = B, xd.shape[1] = T, xd.shape[2] = S;
+    xd.strides[0] = T * S, xd.strides[1] = S, xd.strides[2] = 1;
+    yd = xd, yd.data = yv;
+    it_softmax_args ca = {0.5f, true};
+    CHECK_OK(it_cpu_kernels()->softmax_fwd(NULL, &ca, &xd, &yd));
+    CHECK_OK(mlu_softmax_geometry("softmax_fwd", &ca, &xd, &g));
+    for (int64_t r = 0; r < g.R; r++) {
+        int64_t n = mlu_softmax_valid_cols(&g, true, r);
+        for (int64_t c = 0; c < S; c++)
+            CHECK_MSG(c < n ? yv[r * S + c] > 0.0f : yv[r * S + c] == 0.0f, "row %lld col %lld: y %g, valid %lld",
+                      (long long)r, (long long)c, (double)yv[r * S + c], (long long)n);
+    }
+}
+
+static it_tdesc dense4(it_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
+    it_tdesc t = {0};
+    t.dtype = dt, t.ndim = 4, t.shape[0] = a, t.shape[1] = b, t.shape[2] = c, t.shape[3] = d;
+    t.strides[3] = 1, t.strides[2] = d, t.strides[1] = c * d, t.strides[0] = b * c * d;
+    return t;
+}
+static it_tdesc dense2(it_dtype dt, int64_t a, int64_t b) {
+    it_tdesc t = {0};
+    t.dtype = dt, t.ndim = 2, t.shape[0] = a, t.shape[1] = b, t.strides[0] = b, t.strides[1] = 1;
+    return t;
+}
+
+static void test_rope_geometry(void) {
+    /* q as a slice of a fused qkv (B, T, 3C) with C = H * D: strides (T*3C, 3C, D, 1) */
+    it_tdesc x = dense4(IT_DTYPE_BF16, 2, 5, 4, 8), y = dense4(IT_DTYPE_BF16, 2, 5, 4, 8);
+    x.strides[0] = 5 * 96, x.strides[1] = 96, x.strides[2] = 8;
+    it_tdesc c = dense2(IT_DTYPE_BF16, 5, 4), s = dense2(IT_DTYPE_BF16, 5, 4);
+    mlu_rope_geo g;
+    CHECK_OK(mlu_rope_geometry(&x, &c, &s, &y, &g));
+    CHECK(g.B == 2 && g.T == 5 && g.H == 4 && g.P == 4);
+    CHECK(g.sx[0] == 480 && g.sx[1] == 96 && g.sx[2] == 8 && g.sx[3] == 1 && g.sy[1] == 32 && g.sc[0] == 4);
+    CHECK_OK(mlu_rope_geometry(&x, &c, &s, &x, &g)); /* in place */
+    it_tdesc bad = c;
+    bad.shape[1] = 3;
+    CHECK_ERR(mlu_rope_geometry(&x, &bad, &s, &y, &g), IT_ERR_INVALID_ARG, "cos must be (T, D/2) = (5, 4)");
+    bad = s, bad.dtype = IT_DTYPE_FP32;
+    CHECK_ERR(mlu_rope_geometry(&x, &c, &bad, &y, &g), IT_ERR_INVALID_ARG, "x's dtype");
+    it_tdesc odd = dense4(IT_DTYPE_FP32, 1, 5, 1, 7), oc = dense2(IT_DTYPE_FP32, 5, 3);
+    CHECK_ERR(mlu_rope_geometry(&odd, &oc, &oc, &odd, &g), IT_ERR_INVALID_ARG, "must be even");
+    it_tdesc big = dense4(IT_DTYPE_FP32, 1, 1, 1, MLU_ROPE_MAX_D + 2),
+             bc = dense2(IT_DTYPE_FP32, 1, MLU_ROPE_MAX_D / 2 + 1);
+    CHECK_ERR(mlu_rope_geometry(&big, &bc, &bc, &big, &g), IT_ERR_UNSUPPORTED, "above the BANG kernel's 4096");
+    it_tdesc d64 = dense4(IT_DTYPE_FP64, 1, 5, 1, 8), c64 = dense2(IT_DTYPE_FP64, 5, 4);
+    CHECK_ERR(mlu_rope_geometry(&d64, &c64, &c64, &d64, &g), IT_ERR_UNSUPPORTED, "float32, float16, bfloat16");
+    it_tdesc far = x;
+    far.strides[3] = (int64_t)1 << 30; /* 2^30 bf16 elements = 2^31 bytes: beyond int32 */
+    CHECK_ERR(mlu_rope_geometry(&far, &c, &s, &y, &g), IT_ERR_UNSUPPORTED, "stride 3 of 'x'");
+    far.strides[3] = ((int64_t)1 << 30) - 1;
+    CHECK_OK(mlu_rope_geometry(&far, &c, &s, &y, &g));
+}
+
+static void test_topk_geometry(void) {
+    it_tdesc x = {0}, v, ix;
+    x.dtype = IT_DTYPE_FP32, x.ndim = 3, x.shape[0] = 2, x.shape[1] = 3, x.shape[2] = 8;
+    x.strides[0] = 0, x.strides[1] = 8, x.strides[2] = 1; /* inputs may broadcast */
+    v = x, v.shape[2] = 2, v.strides[0] = 6, v.strides[1] = 2;
+    ix = v, ix.dtype = IT_DTYPE_I32;
+    int64_t N, E;
+    CHECK_OK(mlu_topk_geometry(&x, 2, &v, &ix, &N, &E));
+    CHECK(N == 6 && E == 8);
+    CHECK_ERR(mlu_topk_geometry(&x, 0, &v, &ix, &N, &E), IT_ERR_INVALID_ARG, "k = 0 outside [1, E = 8]");
+    CHECK_ERR(mlu_topk_geometry(&x, 9, &v, &ix, &N, &E), IT_ERR_INVALID_ARG, "k = 9 outside");
+    CHECK_ERR(mlu_topk_geometry(&x, 3, &v, &ix, &N, &E), IT_ERR_INVALID_ARG, "values.shape[2] = 2, expected 3");
+    it_tdesc i64 = ix;
+    i64.dtype = IT_DTYPE_I64;
+    CHECK_ERR(mlu_topk_geometry(&x, 2, &v, &i64, &N, &E), IT_ERR_INVALID_ARG, "indices dtype int64, expected int32");
+    it_tdesc vs = v;
+    vs.strides[1] = 4; /* rows of 2 values padded to 4 */
+    CHECK_ERR(mlu_topk_geometry(&x, 2, &vs, &ix, &N, &E), IT_ERR_UNSUPPORTED, "values is not contiguous");
+    it_tdesc x64 = x, v64 = v;
+    x64.dtype = v64.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_topk_geometry(&x64, 2, &v64, &ix, &N, &E), IT_ERR_UNSUPPORTED, "float32");
+}
+
+static void test_embedding_bwd_geometry(void) {
+    it_tdesc idx = {0};
+    idx.dtype = IT_DTYPE_I64, idx.ndim = 1, idx.shape[0] = 5, idx.strides[0] = 1;
+    it_tdesc g = dense2(IT_DTYPE_FP32, 5, 300), w = dense2(IT_DTYPE_FP32, 50, 300);
+    CHECK_OK(mlu_embedding_bwd_geometry(&idx, &g, &w));
+    idx.dtype = IT_DTYPE_I16;
+    CHECK_ERR(mlu_embedding_bwd_geometry(&idx, &g, &w), IT_ERR_INVALID_ARG, "not int32 or int64");
+    idx.dtype = IT_DTYPE_I32;
+    it_tdesc g2 = dense2(IT_DTYPE_FP32, 4, 300);
+    CHECK_ERR(mlu_embedding_bwd_geometry(&idx, &g2, &w), IT_ERR_INVALID_ARG, "dout is (4, 300), expected (5, 300)");
+    it_tdesc w64 = dense2(IT_DTYPE_FP64, 50, 300);
+    CHECK_ERR(mlu_embedding_bwd_geometry(&idx, &g, &w64), IT_ERR_UNSUPPORTED, "float32");
+    /* column blocks and tasks: 300 columns = blocks of 256 + 44 */
+    CHECK(mlu_col_blocks(300, MLU_EMB_BLOCK) == 2 && mlu_col_blocks(256, 256) == 1 && mlu_col_blocks(0, 256) == 0);
+    CHECK(mlu_col_blocks(257, 256) == 2);
+    CHECK(mlu_bang_tasks(0, MLU_BANG_MAX_TASKS) == 1 && mlu_bang_tasks(2, MLU_BANG_MAX_TASKS) == 2);
+    CHECK(mlu_bang_tasks((int64_t)1 << 40, MLU_BANG_MAX_TASKS) == MLU_BANG_MAX_TASKS);
+}
+
+static void test_ws_layout(void) {
+    size_t off[5];
+    size_t a[4] = {10, 0, 300, 1};
+    size_t total = mlu_ws_layout(a, 4, off);
+    CHECK(off[0] == 0 && off[1] == 10 && off[2] == 256 && off[3] == 768 && total == 769);
+    for (int i = 0; i < 4; i++) CHECK(a[i] == 0 || off[i] % MLU_WS_PART_ALIGN == 0);
+    size_t z[2] = {0, 0};
+    CHECK(mlu_ws_layout(z, 2, off) == 0 && off[0] == 0 && off[1] == 0);
+    size_t one[2] = {0, 512};
+    CHECK(mlu_ws_layout(one, 2, off) == 512 && off[1] == 0);
+    /* rmsnorm_bwd with a strided x (R = 3, C = 100 fp32) and 1000 bytes of CNNL scratch */
+    size_t r[5] = {0, 1200, 0, 0, 1000};
+    CHECK(mlu_ws_layout(r, 5, off) == 1280 + 1000 && off[1] == 0 && off[4] == 1280);
+}
+
 static void test_errors_and_loader(void) {
     char buf[256];
     mlu_format_error(buf, sizeof buf, "cnrtMalloc", "nbytes=64, dev=0", "out of memory", 13);
@@ -281,6 +425,11 @@ static void test_plugin_here(void) {
     CHECK(strcmp(b->name, "mlu") == 0 && b->default_autocast_dtype == IT_DTYPE_BF16 && !b->host_memory);
     CHECK(b->kernels->cast && b->kernels->fill && b->kernels->copy_strided && b->kernels->gemm && b->ccl);
     CHECK(!b->runtime->malloc_async); /* no async allocator */
+    /* CNNL slots always; the BANG slots all together (a build with cncc) or none */
+    CHECK(b->kernels->rmsnorm_fwd && b->kernels->rmsnorm_bwd && b->kernels->topk && b->kernels->embedding_fwd);
+    bool bang = b->kernels->softmax_fwd != NULL;
+    CHECK(!!b->kernels->softmax_bwd == bang && !!b->kernels->rope == bang && !!b->kernels->embedding_bwd == bang);
+    CHECK(!b->kernels->unary && !b->kernels->cross_entropy_fwd && !b->kernels->adam_step);
     void *real = dlopen("libcnrt.so", RTLD_NOW | RTLD_LOCAL);
     if (real) {
         dlclose(real);
@@ -298,6 +447,11 @@ int main(void) {
     test_cast_plans();
     test_descriptors();
     test_workspace();
+    test_softmax_geometry();
+    test_rope_geometry();
+    test_topk_geometry();
+    test_embedding_bwd_geometry();
+    test_ws_layout();
     test_errors_and_loader();
     test_plugin_here();
     return it_test_report("test_mlu_host");
