@@ -177,7 +177,13 @@ typedef struct it_adam_args {
 
 /* ---------------------------------------------------------------- the kernel table
  * Shapes are documented per slot. Unless stated, inputs may be any strided view and
- * outputs are contiguous; dtypes of inputs and outputs match. */
+ * outputs are contiguous; dtypes of inputs and outputs match.
+ *
+ * A slot left NULL is served by the core's CPU fallback (inputs staged to the host, the CPU
+ * kernel, outputs copied back). A native kernel may also decline one call: returning
+ * IT_ERR_UNSUPPORTED before it has written any output (a dtype or layout it does not
+ * handle, say fp64 on a bf16 accelerator) makes the core run that call on the CPU fallback
+ * instead; the coverage report counts such calls per slot. */
 typedef struct it_kernels {
     /* Required (registration fails without them). */
     /* dst = (dst.dtype) src, same shape, any strides. Semantics: x -> bool is x != 0;
@@ -343,9 +349,10 @@ IT_API it_status it_backend_discover(char names[][40], int max, int *count);
 typedef struct it_kernel_stat {
     const char *slot;
     bool native;
-    uint64_t calls;
+    uint64_t calls;          /* all calls, whichever path served them */
     double ms;
-    uint64_t bytes_moved;
+    uint64_t bytes_moved;    /* by the CPU fallback */
+    uint64_t fallback_calls; /* calls the CPU fallback served (all of them when !native) */
 } it_kernel_stat;
 /* out has IT_KERNEL_SLOT_COUNT entries. */
 IT_API it_status it_backend_kernel_stats(const it_backend *backend, it_kernel_stat *out);

@@ -19,11 +19,12 @@ _Thread_local it__kcall_ctx it__kc;
 typedef void (*it_fnptr)(void);
 
 typedef struct slot_stats {
-    atomic_ullong calls, ns, bytes;
+    atomic_ullong calls, ns, bytes, fb_calls;
 } slot_stats;
 
 struct it__dispatch {
     it_kernels effective;
+    bool is_cpu; /* the reference: never falls back */
     bool native[IT_KERNEL_SLOT_COUNT];
     slot_stats stats[IT_KERNEL_SLOT_COUNT];
 };
@@ -319,6 +320,7 @@ it__dispatch *it__dispatch_new(const it_backend *b) {
     memcpy(fb, &fallback_kernels, sizeof fb);
     /* The CPU backend is the reference: its table is used as is. */
     bool is_cpu = b->kernels == it_cpu_kernels();
+    d->is_cpu = is_cpu;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         d->native[i] = mine[i] != NULL;
         if (!mine[i] && !is_cpu) mine[i] = fb[i];
@@ -342,13 +344,26 @@ bool it__kpre(it_device dev, size_t slot) {
     it__kc.k = &d->effective;
     it__kc.d = d;
     it__kc.slot = slot;
+    it__kc.retried = false;
     it__kc.t0 = now_ns();
+    return true;
+}
+
+const it_kernels *it__fallback_kernels(void) { return &fallback_kernels; }
+
+bool it__kretry(it_status st) {
+    it__kc.st = st;
+    it__dispatch *d = it__kc.d;
+    if (st != IT_ERR_UNSUPPORTED || d->is_cpu || !d->native[it__kc.slot]) return false;
+    it_error_clear();
+    it__kc.retried = true;
     return true;
 }
 
 it_status it__kpost(it_status st) {
     slot_stats *s = &it__kc.d->stats[it__kc.slot];
     atomic_fetch_add(&s->calls, 1);
+    if (!it__kc.d->native[it__kc.slot] || it__kc.retried) atomic_fetch_add(&s->fb_calls, 1);
     atomic_fetch_add(&s->ns, now_ns() - it__kc.t0);
     if (st && it_last_status() != st)
         it_error(st, "kernel '%s' on backend '%s' failed", it_kernel_slot_name(it__kc.slot), it__kc.dev.backend->name);
@@ -364,6 +379,7 @@ it_status it_backend_kernel_stats(const it_backend *b, it_kernel_stat *out) {
         out[i].calls = atomic_load(&d->stats[i].calls);
         out[i].ms = (double)atomic_load(&d->stats[i].ns) * 1e-6;
         out[i].bytes_moved = atomic_load(&d->stats[i].bytes);
+        out[i].fallback_calls = atomic_load(&d->stats[i].fb_calls);
     }
     return IT_OK;
 }
@@ -375,6 +391,7 @@ void it_backend_stats_reset(const it_backend *b) {
         atomic_store(&d->stats[i].calls, 0);
         atomic_store(&d->stats[i].ns, 0);
         atomic_store(&d->stats[i].bytes, 0);
+        atomic_store(&d->stats[i].fb_calls, 0);
     }
 }
 
@@ -393,11 +410,14 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
     }
     fprintf(f, "backend '%s': %d of %zu kernel slots native, %zu served by the CPU fallback\n", b->name, native,
             (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native);
-    fprintf(f, "  %-18s %-8s %10s %12s %7s %14s\n", "kernel", "path", "calls", "time ms", "time%", "fallback MB");
+    fprintf(f, "  %-18s %-8s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
+            "fallback MB");
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
-        fprintf(f, "  %-18s %-8s %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, st[i].native ? "native" : "fallback",
-                (unsigned long long)st[i].calls, st[i].ms, total > 0 ? 100.0 * st[i].ms / total : 0.0,
-                (double)st[i].bytes_moved / (1024.0 * 1024.0));
+        /* "native+cpu": a native slot that declined some calls (IT_ERR_UNSUPPORTED) */
+        const char *path = !st[i].native ? "fallback" : st[i].fallback_calls ? "native+cpu" : "native";
+        fprintf(f, "  %-18s %-8s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
+                (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
+                total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
     }
     fprintf(f, "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
                "fallbacks, %.2f MB moved by fallbacks\n",

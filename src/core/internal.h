@@ -76,12 +76,23 @@ typedef struct it__kcall_ctx {
     it__dispatch *d;
     size_t slot;
     uint64_t t0;
+    it_status st; /* the native call's status, when it is not retried */
+    bool retried; /* the native kernel declined: the fallback ran */
 } it__kcall_ctx;
 extern _Thread_local it__kcall_ctx it__kc;
 bool it__kpre(it_device dev, size_t slot);
 it_status it__kpost(it_status st);
+/* True when a native kernel declined the call (IT_ERR_UNSUPPORTED on a backend other than the
+ * CPU): KCALL then runs it on the CPU fallback. Otherwise keeps st in it__kc.st. */
+bool it__kretry(it_status st);
+const it_kernels *it__fallback_kernels(void);
 #define IT_SLOT(slot) (offsetof(it_kernels, slot) / sizeof(void (*)(void)))
+/* The arguments are evaluated again for a retried call: pass no expression with side effects. */
 #define KCALL(dev, slot, ...)                                                                          \
-    (it__kpre((dev), IT_SLOT(slot)) ? it__kpost(it__kc.k->slot(it__kc.stream, __VA_ARGS__)) : it_last_status())
+    (it__kpre((dev), IT_SLOT(slot))                                                                    \
+         ? it__kpost(it__kretry(it__kc.k->slot(it__kc.stream, __VA_ARGS__))                            \
+                         ? it__fallback_kernels()->slot(it__kc.stream, __VA_ARGS__)                    \
+                         : it__kc.st)                                                                  \
+         : it_last_status())
 
 #endif

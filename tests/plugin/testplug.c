@@ -421,6 +421,9 @@ static it_status tp_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
 static it_status tp_fill(it_stream *s, it_tdesc *dst, it_scalar value) {
     it_status st = check_desc("fill", "dst", s, dst);
     if (st) return st;
+    /* Declines bool (as an accelerator might decline a dtype): the core's per-call fallback
+     * must then serve it, and the coverage report count it. */
+    if (dst->dtype == IT_DTYPE_BOOL) return it_error(IT_ERR_UNSUPPORTED, "testplug: fill: bool not supported");
     count_kernel(s);
     return cpu->fill(s, dst, value);
 }

@@ -387,6 +387,39 @@ static void test_to_dtype(void) {
     }
 }
 
+/* testplug's fill declines bool (IT_ERR_UNSUPPORTED): the core runs that call on the CPU
+ * fallback, the result is right, and the coverage report counts it as a CPU call of a
+ * native slot. Other dtypes stay native. */
+static void test_declined_call(void) {
+    const it_backend *tp = devs[1].backend;
+    it_backend_stats_reset(tp);
+    it_tensor *b = it_tensor_new(devs[1], IT_DTYPE_BOOL, 1, (int64_t[]){5});
+    CHECK_OK(it_tensor_fill(b, it_scalar_f64(2.0)));
+    uint8_t v[5] = {0};
+    CHECK_OK(it_tensor_copy_to_host(b, v, sizeof v));
+    for (int i = 0; i < 5; i++) CHECK_MSG(v[i] == 1, "declined fill of bool: [%d] = %u", i, v[i]);
+    it_tensor *f = it_tensor_new(devs[1], IT_DTYPE_FP32, 1, (int64_t[]){5});
+    CHECK_OK(it_tensor_fill(f, it_scalar_f64(2.0)));
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    CHECK_OK(it_backend_kernel_stats(tp, st));
+    size_t fill = 1; /* slot order: cast, fill, ... */
+    CHECK(strcmp(st[fill].slot, "fill") == 0);
+    CHECK(st[fill].native);
+    CHECK_MSG(st[fill].calls == 2 && st[fill].fallback_calls == 1, "fill: %llu calls, %llu on the CPU",
+              (unsigned long long)st[fill].calls, (unsigned long long)st[fill].fallback_calls);
+    CHECK_MSG(st[fill].bytes_moved == 5, "fill: the fallback moved %llu bytes, expected 5 (the bool span back)",
+              (unsigned long long)st[fill].bytes_moved);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    CHECK_OK(it_backend_report(tp, mf));
+    fclose(mf);
+    CHECK_MSG(buf && strstr(buf, "native+cpu"), "report should mark fill native+cpu:\n%s", buf ? buf : "");
+    free(buf);
+    it_tensor_release(b);
+    it_tensor_release(f);
+}
+
 static void test_fill(void) {
     int64_t s[2] = {2, 3};
     for (int d = 0; d < 3; d++) {
@@ -771,6 +804,7 @@ int main(void) {
     test_to_device();
     test_to_dtype();
     test_fill();
+    test_declined_call();
     test_copy();
     test_item_and_print();
     test_scopes();
