@@ -252,7 +252,7 @@ static it_status trainer_init(trainer *t, const bench_case *bc, const char *work
 
 /* One training step exactly as src/train/driver.c runs it (accumulation 1, no clipping). */
 static it_status train_step(trainer *t, double *loss) {
-    it_status st = it_tensor_fill(it_model_grads(t->model), it_scalar_f64(0.0));
+    it_status st = it_model_zero_grad(t->model);
     if (st || (st = it_loader_next(t->loader, t->hx, t->hy))) return st;
     size_t nb = sizeof(int32_t) * (size_t)(t->B * t->T);
     int64_t shape[2] = {t->B, t->T};
@@ -264,6 +264,7 @@ static it_status train_step(trainer *t, double *loss) {
     if (!st) st = it_backward(l);
     it_scope_end();
     it_tape_clear();
+    if (!st) st = it_model_grads_final(t->model);
     if (!st) st = it_optimizer_step(t->opt, 1e-4f, 1.0f);
     if (!st) st = it_device_synchronize(t->dev);
     return st;

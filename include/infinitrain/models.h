@@ -31,6 +31,14 @@ IT_API const it_model_info *it_model_get_info(const it_model *m);
 IT_API it_device it_model_device(const it_model *m);
 IT_API it_tensor *it_model_params(it_model *m); /* flat (num_params) */
 IT_API it_tensor *it_model_grads(it_model *m);  /* flat (num_params) */
+/* Zero the gradients lazily: nothing is written now; the next backward writes each gradient
+ * instead of adding to it (its GEMMs run with beta 0), and it_model_grads_final fills the
+ * ones no node wrote. Same values as filling it_model_grads with zeros, without a pass over
+ * all the gradient memory and without reading it back in the first GEMMs. */
+IT_API it_status it_model_zero_grad(it_model *m);
+/* After backward: the gradients still lazily zero are filled; it_model_grads is whole again
+ * (call it before reading the flat gradient: optimizer, all-reduce, norm). */
+IT_API it_status it_model_grads_final(it_model *m);
 /* idx (B, T) int32 -> logits (B, T, padded_vocab). */
 IT_API it_tensor *it_model_forward(it_model *m, it_tensor *idx);
 /* Mean cross entropy of the forward pass over the valid vocabulary (0-D). */

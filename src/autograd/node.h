@@ -38,5 +38,9 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g);
  * to write into, with *beta = 1 if it already holds a gradient to add to, 0 if fresh.
  * NULL when t needs no gradient (or on error: check it_last_status()). */
 it_tensor *it__grad_buffer(it_tensor *t, float *beta);
+/* Lazy zeroing of a leaf's gradient buffer: flagged now, written by the next backward's first
+ * contribution (which overwrites instead of adding) or filled by it__grad_materialize. */
+it_status it__grad_zero_lazy(it_tensor *t);
+it_status it__grad_materialize(it_tensor *t);
 
 #endif

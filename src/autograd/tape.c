@@ -23,7 +23,25 @@ it_status it_tensor_set_requires_grad(it_tensor *t, bool requires_grad) {
 }
 
 bool it_tensor_requires_grad(const it_tensor *t) { return t && t->requires_grad; }
-it_tensor *it_tensor_grad(const it_tensor *t) { return t ? t->grad : NULL; }
+/* A lazily zeroed gradient gets its zeros when someone looks at it. */
+static it_status grad_materialize(it_tensor *t) {
+    if (!t->grad_zero) return IT_OK;
+    t->grad_zero = false;
+    return it_tensor_fill(t->grad, it_scalar_f64(0.0));
+}
+
+it_tensor *it_tensor_grad(const it_tensor *t) {
+    if (!t) return NULL;
+    if (t->grad_zero && grad_materialize((it_tensor *)t)) return NULL;
+    return t->grad;
+}
+
+it_status it__grad_zero_lazy(it_tensor *t) {
+    if (t && t->grad) t->grad_zero = true;
+    return IT_OK;
+}
+
+it_status it__grad_materialize(it_tensor *t) { return t && t->grad ? grad_materialize(t) : IT_OK; }
 
 it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad) {
     if (!t || !grad) return it_error(IT_ERR_INVALID_ARG, "set_grad: NULL tensor");
@@ -34,6 +52,7 @@ it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad) {
     it_tensor_retain(grad);
     it_tensor_release(t->grad);
     t->grad = grad;
+    t->grad_zero = false;
     return IT_OK;
 }
 
@@ -106,7 +125,9 @@ static bool same_shape(const it_tensor *a, const it_tensor *b) {
 it_tensor *it__grad_buffer(it_tensor *t, float *beta) {
     if (!t || !t->requires_grad) return NULL;
     if (t->grad) {
-        *beta = 1.0f;
+        /* lazily zeroed: the first write overwrites (beta 0: nothing read) */
+        *beta = t->grad_zero ? 0.0f : 1.0f;
+        t->grad_zero = false;
         return t->grad;
     }
     t->grad = it__tensor_new_owned(it_tensor_device(t), t->dtype, t->ndim, t->shape);
@@ -131,6 +152,10 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g) {
         t->grad = it__clone_owned(g);
         return t->grad ? IT_OK : it_last_status();
     }
+    if (t->grad_zero) { /* lazily zeroed: 0 + g is g */
+        t->grad_zero = false;
+        return it_tensor_copy_(t->grad, g);
+    }
     it_tdesc a = it_tensor_desc(t->grad), b = it_tensor_desc(g), o = it_tensor_desc(t->grad);
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &b, &o);
 }
@@ -142,7 +167,8 @@ static it_status leaves_done(it_node *n, it_grad_ready_fn fn, void *ctx) {
     it_status st = IT_OK;
     for (int i = 0; i < n->n_in; i++) {
         it_tensor *t = n->in[i];
-        if (hooked_leaf(t) && --t->pending_uses == 0 && !st) st = fn(ctx, t);
+        /* (a node that skipped its backward leaves a lazily zeroed gradient unwritten) */
+        if (hooked_leaf(t) && --t->pending_uses == 0 && !st && !(st = it__grad_materialize(t))) st = fn(ctx, t);
     }
     return st;
 }
@@ -202,6 +228,7 @@ it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx) {
 it_status it_zero_grad(it_tensor *const *params, int n) {
     for (int i = 0; i < n; i++) {
         if (params[i] && params[i]->grad) {
+            params[i]->grad_zero = false;
             it_status st = it_tensor_fill(params[i]->grad, it_scalar_f64(0.0));
             if (st) return st;
         }

@@ -30,6 +30,7 @@ struct it_tensor {
     bool is_leaf;         /* created by the user (parameters), not by an op */
     struct it_tensor *grad; /* owned reference; for leaves it persists across steps */
     int pending_uses;       /* a hooked backward: nodes not yet run that take this leaf */
+    bool grad_zero;         /* a leaf whose grad buffer is logically zero, not yet written */
 };
 
 /* ---- registry (registry.c) */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "autograd/node.h"
 #include "core/afile.h"
 #include "models/model_impl.h"
 
@@ -31,12 +32,36 @@ it_tensor *it__model_param(it_model *m, int64_t offset, int ndim, const int64_t 
         return NULL;
     }
     it_tensor_release(g); /* p holds it */
+    if (m->n_leaves == m->cap_leaves) {
+        int cap = m->cap_leaves ? 2 * m->cap_leaves : 64;
+        it_tensor **l = realloc(m->leaves, sizeof *l * (size_t)cap);
+        if (!l) {
+            it_tensor_release(p);
+            it_error(IT_ERR_OOM, "model: parameter list: out of host memory");
+            return NULL;
+        }
+        m->leaves = l;
+        m->cap_leaves = cap;
+    }
+    m->leaves[m->n_leaves++] = p;
     return p;
+}
+
+it_status it_model_zero_grad(it_model *m) {
+    for (int i = 0; i < m->n_leaves; i++) it__grad_zero_lazy(m->leaves[i]);
+    return IT_OK;
+}
+
+it_status it_model_grads_final(it_model *m) {
+    it_status st = IT_OK;
+    for (int i = 0; i < m->n_leaves && !st; i++) st = it__grad_materialize(m->leaves[i]);
+    return st;
 }
 
 void it_model_free(it_model *m) {
     if (!m) return;
     if (m->vt && m->vt->free_impl) m->vt->free_impl(m->impl);
+    free(m->leaves);
     it_tensor_release(m->params);
     it_tensor_release(m->grads);
     free(m);

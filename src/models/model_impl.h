@@ -17,6 +17,8 @@ struct it_model {
     it_model_info info;
     it_device dev;
     it_tensor *params, *grads; /* flat, owned */
+    it_tensor **leaves;        /* every parameter view it__model_param made (borrowed) */
+    int n_leaves, cap_leaves;
     /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;

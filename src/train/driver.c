@@ -354,14 +354,13 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
     for (int step = 1; step <= c->num_iteration; step++) {
         double t0 = now_ms();
         it_mem_stats_reset_peak(dev);
-        if ((st = it_tensor_fill(it_model_grads(model), it_scalar_f64(0.0)))) break;
+        if ((st = it_model_zero_grad(model))) break; /* lazily: the first backward writes them */
         double loss_sum = 0.0;
         /* 1/(accum*world) is a power of two when both are: then the rank-ordered sums below
          * reproduce a 1-rank run with accumulation accum*world bitwise (README). */
         float loss_scale = 1.0f / (float)(accum * world);
         for (int64_t micro = 0; micro < accum && !st; micro++) {
-            if (micro > 0 && ((st = it_tensor_copy_(acc, it_model_grads(model))) ||
-                              (st = it_tensor_fill(it_model_grads(model), it_scalar_f64(0.0)))))
+            if (micro > 0 && ((st = it_tensor_copy_(acc, it_model_grads(model))) || (st = it_model_zero_grad(model))))
                 break;
             if ((st = it_loader_next(loader, hx, hy))) break;
             it_scope_begin();
@@ -382,6 +381,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
                 st = it_backward(root);
             it_scope_end();
             it_tape_clear();
+            if (!st) st = it_model_grads_final(model); /* zeros where no node wrote */
             loss_sum += lv;
             if (!st && micro > 0 && !(last && gsync))
                 st = add_into(it_model_grads(model), acc); /* ((g0 + g1) + g2) ... */
