@@ -95,9 +95,8 @@ static it_status prep(const char *fn, it_comm *c, it_dtype dt, it_stream **s, in
     return IT_OK;
 }
 
-/* AVG = SUM then x / nranks. The scale is a cnnlCastDataType-free elementwise op CNNL offers
- * (cnnlTransform / cnnlScale, not in MLU-NOTES): until it is declared, AVG returns
- * IT_ERR_UNSUPPORTED and the core (dist/) divides after a SUM. */
+/* AVG: CNCL has no average, so it is declined (IT_ERR_UNSUPPORTED, nothing written) and the
+ * core runs SUM, then divides by the rank count with the binary kernel (backend.h). */
 static it_status all_reduce(it_comm *c, const void *send, void *recv, size_t n, it_dtype dt, it_reduce_kind op,
                             it_stream *s) {
     int cdt;

@@ -287,6 +287,8 @@ typedef struct it_ccl {
     it_status (*get_unique_id)(it_ccl_unique_id *id);
     it_status (*comm_init)(int device, const it_ccl_unique_id *id, int nranks, int rank, it_comm **comm);
     it_status (*comm_destroy)(it_comm *comm);
+    /* AVG may be declined (IT_ERR_UNSUPPORTED, nothing written): the core then runs SUM and
+     * divides by the rank count with the binary kernel. Same for reduce_scatter. */
     it_status (*all_reduce)(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
                             it_stream *s);
     it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,

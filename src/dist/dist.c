@@ -128,6 +128,30 @@ static void *to_host(it_tensor *t) {
     return h;
 }
 
+/* t /= world on the device (binary DIV by a broadcast scalar: exactly sum / N, as an AVG). */
+static it_status divide_by_world(it_dist *d, it_tensor *t) {
+    it_scope_begin();
+    float n = (float)d->world;
+    it_tensor *w = it_tensor_from_host(d->dev, IT_DTYPE_FP32, 0, NULL, &n, sizeof n);
+    if (w && it_tensor_dtype(t) != IT_DTYPE_FP32) w = it_tensor_to_dtype(w, it_tensor_dtype(t));
+    it_status st = w ? IT_OK : it_last_status();
+    if (!st) {
+        it_tdesc td = it_tensor_desc(t), wd = it_tensor_desc(w);
+        wd.ndim = td.ndim;
+        for (int i = 0; i < td.ndim; i++) wd.shape[i] = td.shape[i], wd.strides[i] = 0;
+        st = KCALL(d->dev, binary, IT_BINARY_DIV, &td, &wd, &td);
+    }
+    it_scope_end();
+    return st;
+}
+
+/* A device library without an average (CNCL) declines AVG: SUM, then divide on the device. */
+static bool avg_declined(it_status st, it_reduce_kind op) {
+    if (st != IT_ERR_UNSUPPORTED || op != IT_CCL_AVG) return false;
+    it_error_clear();
+    return true;
+}
+
 it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
     if (!d || d->world == 1) return IT_OK;
     it_status st = need_contiguous(t, "all_reduce");
@@ -136,7 +160,11 @@ it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
     if (d->dev_ccl) {
         void *p = it_tensor_desc(t).data;
         if ((st = it_device_synchronize(d->dev))) return st;
-        return d->dev_ccl->all_reduce(d->dev_comm, p, p, n, it_tensor_dtype(t), op, it__stream(d->dev));
+        st = d->dev_ccl->all_reduce(d->dev_comm, p, p, n, it_tensor_dtype(t), op, it__stream(d->dev));
+        if (avg_declined(st, op) &&
+            !(st = d->dev_ccl->all_reduce(d->dev_comm, p, p, n, it_tensor_dtype(t), IT_CCL_SUM, it__stream(d->dev))))
+            st = divide_by_world(d, t);
+        return st;
     }
     void *h = to_host(t);
     if (!h) return it_last_status();
@@ -157,8 +185,13 @@ it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_
     if (d->world == 1) return it_tensor_copy_(dst, src);
     if (d->dev_ccl) {
         if ((st = it_device_synchronize(d->dev))) return st;
-        return d->dev_ccl->reduce_scatter(d->dev_comm, it_tensor_desc(src).data, it_tensor_desc(dst).data, n,
-                                          it_tensor_dtype(src), op, it__stream(d->dev));
+        void *ps = it_tensor_desc(src).data, *pd = it_tensor_desc(dst).data;
+        st = d->dev_ccl->reduce_scatter(d->dev_comm, ps, pd, n, it_tensor_dtype(src), op, it__stream(d->dev));
+        if (avg_declined(st, op) &&
+            !(st = d->dev_ccl->reduce_scatter(d->dev_comm, ps, pd, n, it_tensor_dtype(src), IT_CCL_SUM,
+                                              it__stream(d->dev))))
+            st = divide_by_world(d, dst);
+        return st;
     }
     void *hs = to_host(src), *hd = hs ? malloc(it_tensor_nbytes(dst) + 1) : NULL;
     if (!hd) {

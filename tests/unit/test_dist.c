@@ -145,6 +145,57 @@ static void check_zero1(it_dist *d, it_device dev) {
     it_scope_end();
 }
 
+/* "avgless": the CPU's runtime and kernels with collectives that decline AVG, as CNCL has no
+ * average: the core must run SUM and divide (bitwise sum / N). */
+static const it_ccl *cpu_ccl;
+static it_status avgless_all_reduce(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt,
+                                    it_reduce_kind op, it_stream *s) {
+    if (op == IT_CCL_AVG) return it_error(IT_ERR_UNSUPPORTED, "avgless: no average");
+    return cpu_ccl->all_reduce(c, send, recv, count, dt, op, s);
+}
+static it_status avgless_reduce_scatter(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt,
+                                        it_reduce_kind op, it_stream *s) {
+    if (op == IT_CCL_AVG) return it_error(IT_ERR_UNSUPPORTED, "avgless: no average");
+    return cpu_ccl->reduce_scatter(c, send, recv, count, dt, op, s);
+}
+static it_ccl avgless_ccl;
+static it_backend avgless;
+
+static void check_avg_declined(void) {
+    cpu_ccl = it_device_cpu().backend->ccl;
+    avgless_ccl = *cpu_ccl;
+    avgless_ccl.all_reduce = avgless_all_reduce;
+    avgless_ccl.reduce_scatter = avgless_reduce_scatter;
+    avgless_ccl.all_reduce_start = NULL, avgless_ccl.request_test = NULL, avgless_ccl.request_wait = NULL;
+    avgless = *it_device_cpu().backend;
+    avgless.name = "avgless";
+    avgless.ccl = &avgless_ccl;
+    CHECK_OK(it_backend_register(&avgless));
+    it_device dev;
+    CHECK_OK(it_device_parse("avgless", &dev));
+    it_dist *d = NULL;
+    CHECK_OK(it_dist_new(dev, &d));
+    if (!d) return;
+    CHECK(!it_dist_staged(d));
+    check_collectives(d, dev, "avgless (AVG = SUM then divide)");
+    /* reduce-scatter AVG: this rank's chunk of sum / N */
+    int rank = it_dist_rank(d), world = it_dist_world(d), n = LEN / world;
+    float got[LEN];
+    it_scope_begin();
+    it_tensor *src = make(dev, rank, n * world), *dst = it_tensor_new(dev, IT_DTYPE_FP32, 1, (int64_t[]){n});
+    CHECK_OK(it_dist_reduce_scatter(d, src, dst, IT_CCL_AVG));
+    CHECK_OK(it_tensor_copy_to_host(dst, got, sizeof(float) * (size_t)n));
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        float acc = val(0, rank * n + i);
+        for (int r = 1; r < world; r++) acc += val(r, rank * n + i);
+        bad += got[i] != acc / (float)world;
+    }
+    CHECK_MSG(bad == 0, "avgless: reduce_scatter AVG: %d elements wrong", bad);
+    it_scope_end();
+    it_dist_free(d);
+}
+
 int main(void) {
     int rank = -1, world = -1;
     it_dist_env(&rank, &world);
@@ -191,6 +242,7 @@ int main(void) {
             it_dist_free(ds);
         }
     }
+    check_avg_declined();
     it_dist_free(d);
     if (world > 1) printf("rank %d of %d: ", rank, world);
     return it_test_report("test_dist");
