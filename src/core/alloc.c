@@ -97,6 +97,18 @@ static it_status release_cache_locked(it_allocator *a, it_device dev) {
 
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
+/* The largest cached block that may serve a request of `want` bytes (best fit: the smallest
+ * block >= want is taken if it is <= this). Requests whose size changes from step to step (a
+ * MoE expert's rows are the tokens routed to it) must find a block among those the earlier
+ * steps left, or every step calls the backend's malloc: small blocks serve any small request,
+ * mid-sized ones up to twice their size. Big blocks keep a tight 25%, so that a large
+ * buffer is not tied up by a request half its size. */
+static size_t reuse_limit(size_t want) {
+    if (want < ((size_t)1 << 20)) return (size_t)2 << 20;
+    if (want < ((size_t)64 << 20)) return 2 * want;
+    return want + want / 4;
+}
+
 static void bump_peaks(it_allocator *a) {
     if (a->stats.used > a->stats.peak_used) a->stats.peak_used = a->stats.used;
     if (a->stats.reserved > a->stats.peak_reserved) a->stats.peak_reserved = a->stats.reserved;
@@ -113,7 +125,7 @@ it_status it__alloc(it_device dev, size_t nbytes, void **ptr, size_t *block_byte
         return it_error(IT_ERR_OOM, "%s: cannot allocate %zu bytes (impossible size)", name, nbytes);
     pthread_mutex_lock(&a->lock);
     size_t i = lower_bound(a, want);
-    if (i < a->n_cache && a->cache[i].size <= want + want / 4) {
+    if (i < a->n_cache && a->cache[i].size <= reuse_limit(want)) {
         *ptr = a->cache[i].ptr;
         *block_bytes = a->cache[i].size;
         memmove(&a->cache[i], &a->cache[i + 1], (a->n_cache - i - 1) * sizeof *a->cache);
