@@ -7,7 +7,7 @@
 #   1. the conformance suite: it-conformance --backend NAME, and --grad;
 #   2. GPT-2, LLaMA-3 and Mixtral training from the tiny fixtures in tests/fixtures/ on NAME
 #      and on cpu, N steps (10), comparing the loss of every step: fp32 within 1e-5;
-#      bf16 within 1e-2 when the apps accept --dtype bfloat16 (they do not yet: reported);
+#      bf16 (--dtype bfloat16, autocast) within 1e-2;
 #   3. the coverage report of the GPT-2 run (--backend_report);
 #   4. a throughput table (tok/s per model from the step lines, step 1 excluded);
 #   5. N-card DDP (mpirun -np N) when NAME has N > 1 devices and the apps support it

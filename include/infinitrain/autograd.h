@@ -28,6 +28,19 @@ IT_API it_status it_tensor_set_grad(it_tensor *t, it_tensor *grad);
 
 /* Backpropagate from a tensor with one element (seeded with 1), then clear the tape. */
 IT_API it_status it_backward(it_tensor *loss);
+/* Autocast (mixed precision) on this thread: while enabled, it_matmul and it_linear with
+ * float32 operands compute in `dtype` (bfloat16 or float16): the operands (and a linear's bias)
+ * are cast to it, rounded once; the gemm kernel accumulates in float32 and rounds its result
+ * to `dtype`; the result is cast back to float32 for what follows. Everything else (norms,
+ * softmax, the loss, the optimizer and the parameters themselves) stays float32. Gradients
+ * flow back through the casts. */
+IT_API void it_autocast_set(bool enabled, it_dtype dtype);
+/* Whether autocast is on; *dtype (may be NULL) gets its dtype. */
+IT_API bool it_autocast_enabled(it_dtype *dtype);
+/* x converted to `dtype` as the cast kernel converts, differentiable (the gradient is
+ * converted back to x's dtype). x itself when it already has that dtype. */
+IT_API it_tensor *it_cast(it_tensor *x, it_dtype dtype);
+
 /* Called by it_backward_hooked when a leaf's gradient is final for this backward (no node
  * left would add to it), and with leaf == NULL after every node so that the callee can make
  * progress on work in flight (gradient all-reduces). An error stops backward. */

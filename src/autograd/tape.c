@@ -10,6 +10,19 @@ static _Thread_local it_node **tape;
 static _Thread_local size_t tape_len, tape_cap;
 
 void it_grad_set_enabled(bool enabled) { grad_disabled = !enabled; }
+
+static _Thread_local bool autocast_on;
+static _Thread_local it_dtype autocast_dtype = IT_DTYPE_BF16;
+
+void it_autocast_set(bool enabled, it_dtype dtype) {
+    autocast_on = enabled && (dtype == IT_DTYPE_BF16 || dtype == IT_DTYPE_FP16);
+    if (autocast_on) autocast_dtype = dtype;
+}
+
+bool it_autocast_enabled(it_dtype *dtype) {
+    if (dtype) *dtype = autocast_dtype;
+    return autocast_on;
+}
 bool it_grad_enabled(void) { return !grad_disabled; }
 
 it_status it_tensor_set_requires_grad(it_tensor *t, bool requires_grad) {

@@ -58,6 +58,39 @@ static it_status gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb
     return KCALL(it_tensor_device(c), gemm, &g);
 }
 
+/* ---------------------------------------------------------------- cast, autocast */
+
+static it_status cast_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0];
+    it_tensor *g = it_tensor_to_dtype(dy, x->dtype);
+    return g ? it__accum_grad(x, g) : it_last_status();
+}
+
+it_tensor *it_cast(it_tensor *x, it_dtype dtype) {
+    OP_REQUIRE(x);
+    if (x->dtype == dtype) return x;
+    if (!it_dtype_valid((int)dtype)) {
+        it_error(IT_ERR_INVALID_ARG, "cast: invalid dtype %d", (int)dtype);
+        return NULL;
+    }
+    it_tensor *y = it_tensor_to_dtype(x, dtype);
+    OP_REQUIRE(y);
+    if (it__needs_grad(1, &x)) {
+        if (!it_dtype_is_float(dtype)) {
+            it_error(IT_ERR_INVALID_ARG, "cast: a tensor that requires grad cannot be cast to %s",
+                     it_dtype_name(dtype));
+            return NULL;
+        }
+        OP_REQUIRE(it__node_record("cast", cast_backward, y, 1, &x));
+    }
+    return y;
+}
+
+/* The autocast dtype when a product of these float32 operands should run in it. */
+static bool autocast_for(const it_tensor *a, const it_tensor *b, it_dtype *dt) {
+    return it_autocast_enabled(dt) && a && b && a->dtype == IT_DTYPE_FP32 && b->dtype == IT_DTYPE_FP32;
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 static it_tensor *matmul_new(it_tensor *a, it_tensor *b, bool ta, bool tb) {
@@ -107,6 +140,13 @@ static it_status matmul_backward(it_node *n, it_tensor *dy) {
 
 it_tensor *it_matmul(it_tensor *a, it_tensor *b, bool ta, bool tb) {
     OP_REQUIRE(a && b);
+    it_dtype ac;
+    if (autocast_for(a, b, &ac)) { /* in ac, then back to float32 */
+        it_autocast_set(false, ac);
+        it_tensor *r = it_matmul(it_cast(a, ac), it_cast(b, ac), ta, tb);
+        it_autocast_set(true, ac);
+        return r ? it_cast(r, IT_DTYPE_FP32) : NULL;
+    }
     it_tensor *ab[2] = {a, b};
     if (it__check_same("matmul", 2, ab)) return NULL;
     if (a->ndim < 2 || b->ndim < 2) {
@@ -167,13 +207,24 @@ static it_status linear_backward(it_node *n, it_tensor *dy) {
     }
     if (bias && bias->requires_grad) {
         int d0 = 0;
-        it_tensor *gb = it_sum(dy2, 1, &d0, false);
+        /* a half-precision dy (autocast) is summed in float32, rounded once */
+        bool half = dy2->dtype == IT_DTYPE_BF16 || dy2->dtype == IT_DTYPE_FP16;
+        it_tensor *gb = it_sum(half ? it_tensor_to_dtype(dy2, IT_DTYPE_FP32) : dy2, 1, &d0, false);
+        if (half && gb) gb = it_tensor_to_dtype(gb, dy2->dtype);
         return it__accum_grad(bias, gb);
     }
     return IT_OK;
 }
 
 it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
+    it_dtype ac;
+    if (autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32)) { /* in ac, then back to float32 */
+        it_autocast_set(false, ac);
+        it_tensor *xc = it_cast(x, ac), *wc = it_cast(w, ac), *bc = bias ? it_cast(bias, ac) : NULL;
+        it_tensor *y = xc && wc && (!bias || bc) ? it_linear(xc, wc, bc) : NULL;
+        it_autocast_set(true, ac);
+        return y ? it_cast(y, IT_DTYPE_FP32) : NULL;
+    }
     OP_REQUIRE(x && w);
     it_tensor *in[3] = {x, w, bias};
     if (it__check_same("linear", 3, in)) return NULL;

@@ -328,14 +328,15 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
     char devname[64];
     if (!quiet) {
         printf("%s: %s on %s, %lld parameters (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
-               "B=%lld T=%lld accumulation %lld, %s lr %g\n",
+               "B=%lld T=%lld accumulation %lld, %s lr %g%s\n",
                c->app,
                c->llmc_filepath                                                         ? c->llmc_filepath
                : c->n_layer || c->n_head || c->n_embd || c->block_size || c->vocab_size ? "custom GPT-2"
                                                                                         : c->model,
                it_device_str(dev, devname, sizeof devname), (long long)info->num_params, info->n_layer, info->n_head,
                info->n_embd, (long long)info->vocab_size, (long long)info->padded_vocab, (long long)info->block_size,
-               (long long)B, (long long)T, (long long)accum, it_optim_kind_name(c->optimizer), c->learning_rate);
+               (long long)B, (long long)T, (long long)accum, it_optim_kind_name(c->optimizer), c->learning_rate,
+               c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
         if (world > 1) {
             size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(model));
             size_t mine = zero ? it_zero1_state_bytes(zero) : it_optimizer_state_bytes(opt);
@@ -349,6 +350,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
     }
     if (c->freq_generate_txt > 0 && !quiet && (st = generate(model, c, tok, &rng))) goto done;
     it_backend_stats_reset(dev.backend); /* the report covers training steps only */
+    it_autocast_set(c->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
 
     double t_start = now_ms();
     for (int step = 1; step <= c->num_iteration; step++) {
@@ -465,6 +467,7 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
         if (!st && !quiet) printf("wrote %s\n", c->output_checkpoint);
     }
 done:
+    it_autocast_set(false, IT_DTYPE_BF16);
     /* The steps logged so far are whole lines: they are kept when training stops on an error. */
     if (loss_log) {
         it_status cst = it_afile_commit(loss_log);

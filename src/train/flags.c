@@ -86,7 +86,7 @@ void it_train_print_help(const char *app, FILE *f) {
             "  --lr_warmup_iters N       linear warmup steps (0)\n"
             "  --min_lr LR               learning rate at the end of decay (0)\n"
             "  --grad_clip G             clip the global gradient norm to G, 0 = off (0)\n"
-            "  --dtype float32           training dtype (float32)\n"
+            "  --dtype float32|bfloat16  training dtype: bfloat16 = autocast, matmuls in bf16 (float32)\n"
             "  --tokenizer_bin PATH      llm.c tokenizer file, to print generated text\n"
             "  --freq_generate_txt N     sample text every N steps, 0 = never (0)\n"
             "  --text_length N           tokens per sample (64)\n"
@@ -206,10 +206,12 @@ it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *h
             if (strcmp(v, "float32") == 0 || strcmp(v, "fp32") == 0)
                 c->dtype = IT_DTYPE_FP32;
             else if (strcmp(v, "bfloat16") == 0 || strcmp(v, "bf16") == 0)
+                c->dtype = IT_DTYPE_BF16; /* autocast: matmuls in bf16, the rest and the weights fp32 */
+            else if (strcmp(v, "float16") == 0 || strcmp(v, "fp16") == 0)
                 st = it_error(IT_ERR_UNSUPPORTED,
-                              "--dtype: bfloat16 training (autocast) is not implemented yet; use float32");
+                              "--dtype: float16 training needs loss scaling, not implemented; use bfloat16 or float32");
             else
-                st = it_error(IT_ERR_INVALID_ARG, "--dtype: '%s' is not a training dtype (float32)", v);
+                st = it_error(IT_ERR_INVALID_ARG, "--dtype: '%s' is not a training dtype (float32, bfloat16)", v);
         } else {
             return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (see --help)", name);
         }
