@@ -111,7 +111,7 @@ mixtral=(--llmc_filepath "$m/tiny_mixtral.bin" --input_bin "$m/tiny_shard.bin" -
 runn 2 "$tmp/mdp2" mixtral "${mixtral[@]}"
 same "mixtral: 2 ranks vs 1 rank with accumulation 2" "$tmp/mone2" "$tmp/mdp2"
 
-# 5c. Buckets all-reduced while backward runs: small buckets (8 KiB, 19 of them for this
+# 5c. Buckets all-reduced while backward runs: small buckets (8 KiB, 18 of them for this
 #     model), with and without accumulation on each rank, still bitwise equal to one rank.
 runn 2 "$tmp/ov2" gpt2 "${gpt2[@]}" --ddp_bucket_kb 8
 same "2 ranks, 8 KiB buckets overlapped with backward, vs 1 rank" "$tmp/one2" "$tmp/ov2"
