@@ -452,10 +452,17 @@ const it_kernels mlu_kernels = {
     .rmsnorm_bwd = mlu_rmsnorm_bwd, /* cnnlRmsNormBackward */
     .topk = mlu_topk,               /* cnnlTopKTensor_v3, lower_index_first */
 #ifdef IT_MLU_HAVE_BANG
-    .softmax_fwd = mlu_bang_softmax_fwd,     /* bang/softmax.mlu */
-    .softmax_bwd = mlu_bang_softmax_bwd,     /* bang/softmax.mlu */
-    .rope = mlu_bang_rope,                   /* bang/rope.mlu */
-    .embedding_bwd = mlu_bang_embedding_bwd, /* bang/embedding_bwd.mlu */
+    .softmax_fwd = mlu_bang_softmax_fwd,             /* bang/softmax.mlu */
+    .softmax_bwd = mlu_bang_softmax_bwd,             /* bang/softmax.mlu */
+    .rope = mlu_bang_rope,                           /* bang/rope.mlu */
+    .embedding_bwd = mlu_bang_embedding_bwd,         /* bang/embedding_bwd.mlu */
+    .unary = mlu_bang_unary,                         /* bang/elementwise.mlu (kernels_ew.c) */
+    .binary = mlu_bang_binary,                       /* bang/elementwise.mlu */
+    .reduce = mlu_bang_reduce,                       /* bang/reduce.mlu */
+    .cross_entropy_fwd = mlu_bang_cross_entropy_fwd, /* bang/crossentropy.mlu */
+    .cross_entropy_bwd = mlu_bang_cross_entropy_bwd, /* bang/crossentropy.mlu */
+    .sgd_step = mlu_bang_sgd_step,                   /* bang/optim.mlu */
+    .adam_step = mlu_bang_adam_step,                 /* bang/optim.mlu */
 #endif
     /* everything else: NULL, the core's CPU fallback */
 };

@@ -1,5 +1,7 @@
 /* The MLU backend's private header, shared by its files:
  *
+ *   host_ew.c  pure host planning of the elementwise / reduce / cross-entropy / optimizer
+ *              BANG kernels (unit-tested with host.c)
  *   host.c     pure host logic, no driver: dtype map, the 13x13 cast plan, descriptor
  *              narrowing (int64 -> int32, checked), softmax's 3-D reshape, workspace sizing,
  *              error formatting. Unit-tested everywhere (tests/unit/test_mlu_host.c).
@@ -9,6 +11,7 @@
  *              per-queue device scratch
  *   kernels.c  the kernel table over CNNL (cast, fill, copy, gemm, layernorm, embedding)
  *   kernels_llm.c  rmsnorm, topk over CNNL; host sides of the BANG kernels in bang/
+ *   kernels_ew.c  launch sides of bang/elementwise, reduce, crossentropy, optim .mlu
  *   ccl.c      it_ccl over CNCL
  *   backend.c  the it_backend struct and the plugin entry point
  * Nothing here is seen by the core; the core sees only backend.h. */
@@ -130,6 +133,33 @@ int mlu_bang_tasks(int64_t items, int cap);
 #define MLU_WS_PART_ALIGN ((size_t)256)
 size_t mlu_ws_layout(const size_t *bytes, int n, size_t *offsets);
 
+/* ---- host_ew.c: planning of the elementwise, reduce, cross-entropy and optimizer BANG
+ * kernels (bang/it_bang.h's argument structs; see host_ew.c for what is declined). */
+struct it_bang_ew_args;
+struct it_bang_reduce_args;
+struct it_bang_adam_coef;
+/* t's n elements sit at i * stride (dims collapse into one stride); false otherwise */
+bool mlu_flat_stride(const it_tdesc *t, int64_t *n, int64_t *stride);
+/* unary (b NULL) / binary: float32, dense out, operands coalesced as the CPU's iterator */
+it_status mlu_ew_plan(const char *fn, const it_tdesc *out, const it_tdesc *a, const it_tdesc *b,
+                      struct it_bang_ew_args *g);
+int64_t mlu_ew_pieces(const struct it_bang_ew_args *g);
+int64_t mlu_ew_row_offset(const struct it_bang_ew_args *g, const int64_t *st, int64_t row);
+/* reduce: x as (O, R, I), out dense (O, I) */
+it_status mlu_reduce_plan(int op, const it_tdesc *x, const it_tdesc *out, struct it_bang_reduce_args *g);
+int64_t mlu_reduce_items(const struct it_bang_reduce_args *g);
+/* cross entropy: N rows, Vp columns, element strides of targets (ts) and of the per-row
+ * vector (rs: losses, dense, or dlosses); dlogits NULL for the forward */
+it_status mlu_ce_plan(const char *fn, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                      const it_tdesc *rowvec, const char *rowvec_name, bool rowvec_dense, const it_tdesc *dlogits,
+                      int64_t *N, int64_t *Vp, int64_t *ts, int64_t *rs);
+/* param, grad (and m, v unless NULL): dense float32 of one length */
+it_status mlu_optim_plan(const char *fn, const it_tdesc *param, const it_tdesc *grad, const it_tdesc *m,
+                         const it_tdesc *v, int64_t *n);
+double mlu_as_decimal(float f);
+float mlu_sgd_neg_lr(float lr);
+it_status mlu_adam_coef(const it_adam_args *a, struct it_bang_adam_coef *c);
+
 /* ---- workspace: one cached device buffer per queue, grown (never shrunk) to
  * max(need, 2 * current) rounded up to 1 MiB, so a steady step allocates nothing. */
 size_t mlu_workspace_grow(size_t current, size_t need);
@@ -216,6 +246,17 @@ it_status mlu_bang_softmax_bwd(it_stream *s, const it_softmax_args *args, const 
 it_status mlu_bang_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
                         it_tdesc *y);
 it_status mlu_bang_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dweight);
+/* kernels_ew.c: unary, binary, reduce, cross entropy, sgd, adam over bang/ (float32) */
+it_status mlu_bang_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
+it_status mlu_bang_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
+it_status mlu_bang_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out);
+it_status mlu_bang_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                     it_tdesc *losses);
+it_status mlu_bang_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                     const it_tdesc *dlosses, it_tdesc *dlogits);
+it_status mlu_bang_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
+it_status mlu_bang_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
+                             it_tdesc *v);
 #endif
 
 /* ================================================================ memory.c */

@@ -3,7 +3,9 @@
  * moves, never HALF <-> BFLOAT16, and each plan marked exact reproduces the CPU cast bit for
  * bit when its steps are emulated with CPU semantics), descriptor narrowing, softmax's 3-D
  * rule, the planning of softmax (scale, causal), rope, topk and embedding_bwd, workspace
- * layout and sizing, error text, the library search, and loading the plugin here:
+ * layout and sizing, the elementwise / reduce / cross-entropy / optimizer planning (host_ew.c)
+ * and the BANG kernels' scalar math (bang/it_bang_math.h) checked bit for bit against the CPU
+ * backend, error text, the library search, and loading the plugin here:
  * it_device_parse("mlu") must fail with one message naming the libraries and paths.
  *
  * The backend's source files are compiled into this test directly. */
@@ -13,6 +15,7 @@
 #include "infinitrain/tensor.h"
 #include "it_test.h"
 #include "mlu/host.c"
+#include "mlu/host_ew.c"
 #include "mlu/loader.c"
 #include "mlu/nosdk.c"
 
@@ -442,6 +445,314 @@ static void test_plugin_here(void) {
     CHECK(strstr(it_last_error(), "/usr/local/neuware/lib64") && strstr(it_last_error(), "library path"));
 }
 
+/* ---------------------------------------------------------------- host_ew.c, it_bang_math.h */
+
+static it_tdesc flat_f32(float *p, int64_t n) {
+    it_tdesc t = {0};
+    t.data = p, t.dtype = IT_DTYPE_FP32, t.ndim = 1, t.shape[0] = n, t.strides[0] = 1;
+    return t;
+}
+static bool same_f32(float a, float b) { return memcmp(&a, &b, 4) == 0 || (a != a && b != b); }
+
+/* Values over the float range: specials, small, around GELU/tanh/exp break points, large. */
+static int ew_values(float *v, int max) {
+    static const float sp[] = {0.0f,    -0.0f,    1.0f,        -1.0f,        0.5f,       0.625f, -0.625f,
+                               88.7f,   89.5f,    -103.9f,     -104.5f,      1e-30f,     1e-40f, -1e-40f,
+                               3.0e38f, -3.0e38f, 1.0f / 0.0f, -1.0f / 0.0f, 0.0f / 0.0f};
+    int n = 0;
+    for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) v[n++] = sp[i];
+    uint32_t r = 12345;
+    while (n < max) {
+        r = r * 1664525u + 1013904223u;
+        float x = ((float)(r >> 8) / 16777216.0f - 0.5f) * (n % 3 == 0 ? 40.0f : n % 3 == 1 ? 4.0f : 400.0f);
+        v[n++] = x;
+    }
+    return n;
+}
+
+static void test_bang_math(void) {
+    enum { NVAL = 4000 };
+    static float x[NVAL], y[NVAL], ref[NVAL], z[NVAL];
+    int n = ew_values(x, NVAL);
+    it_tdesc xd = flat_f32(x, n), rd = flat_f32(ref, n);
+    CHECK(IT_BANG_GELU_K == sqrtf((float)(2.0 / M_PI)));
+    for (int op = 0; op < IT_UNARY_COUNT; op++) {
+        CHECK_OK(it_cpu_kernels()->unary(NULL, (it_unary_op)op, 0.75f, &xd, &rd));
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            float in = (op == IT_UNARY_SQRT || op == IT_UNARY_RSQRT) ? sqrtf(x[i]) : x[i]; /* __bang_sqrt's part */
+            float got = it_bang_unary(op, 0.75f, in);
+            if (op == IT_UNARY_LOG) { /* Cephes logf: within 1 ulp of libm */
+                if (same_f32(got, ref[i])) continue;
+                float lo = nextafterf(ref[i], -INFINITY), hi = nextafterf(ref[i], INFINITY);
+                if (!(got >= lo && got <= hi) && bad++ < 3)
+                    CHECK_MSG(false, "log(%a): %a, cpu %a", (double)x[i], (double)got, (double)ref[i]);
+            } else if (!same_f32(got, ref[i]) && bad++ < 3) {
+                CHECK_MSG(false, "unary op %d at %a: %a, cpu %a", op, (double)x[i], (double)got, (double)ref[i]);
+            }
+        }
+    }
+    /* log over positive subnormals, normals and the [0.5, 2] range around the split point */
+    for (int i = 0; i < 20000; i++) {
+        float v = i < 10000 ? ldexpf(1.0f + (float)i / 10000.0f, i % 300 - 149) : 0.5f + (float)(i - 10000) / 6666.0f;
+        float got = it_bang_logf(v), want = logf(v);
+        CHECK_MSG(got == want || got == nextafterf(want, -INFINITY) || got == nextafterf(want, INFINITY),
+                  "log(%a): %a, libm %a", (double)v, (double)got, (double)want);
+    }
+    CHECK(isnan(it_bang_logf(-1.0f)) && it_bang_logf(0.0f) == -INFINITY && it_bang_logf(INFINITY) == INFINITY);
+    for (int i = 0; i < n; i++) y[i] = x[(i * 7 + 3) % n] * 0.5f;
+    it_tdesc yd = flat_f32(y, n);
+    for (int op = 0; op < IT_BINARY_COUNT; op++) {
+        CHECK_OK(it_cpu_kernels()->binary(NULL, (it_binary_op)op, &xd, &yd, &rd));
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            z[i] = it_bang_binary(op, x[i], y[i]);
+            if (!same_f32(z[i], ref[i]) && bad++ < 3)
+                CHECK_MSG(false, "binary op %d at (%a, %a): %a, cpu %a", op, (double)x[i], (double)y[i], (double)z[i],
+                          (double)ref[i]);
+        }
+    }
+}
+
+static it_tdesc dense_f32(int nd, const int64_t *shape, float *p) {
+    it_tdesc t = {0};
+    t.data = p, t.dtype = IT_DTYPE_FP32, t.ndim = nd;
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) t.shape[d] = shape[d], t.strides[d] = st, st *= shape[d];
+    return t;
+}
+
+static void test_ew_plan(void) {
+    it_bang_ew_args g;
+    int64_t s3[3] = {4, 5, 6};
+    it_tdesc out = dense_f32(3, s3, NULL), a = out, b = out;
+    CHECK_OK(mlu_ew_plan("binary", &out, &a, &b, &g));
+    CHECK(g.nd == 1 && g.shape[0] == 120 && g.sa[0] == 1 && g.sb[0] == 1 && g.total == 120 && g.binary);
+    CHECK(mlu_ew_pieces(&g) == 1);
+    /* bias add: b (1 -> stride 0, 1 -> 0, 6) */
+    b.strides[0] = 0, b.strides[1] = 0;
+    CHECK_OK(mlu_ew_plan("binary", &out, &a, &b, &g));
+    CHECK(g.nd == 2 && g.shape[0] == 20 && g.shape[1] == 6 && g.sa[0] == 6 && g.sb[0] == 0 && g.sb[1] == 1);
+    CHECK(mlu_ew_row_offset(&g, g.sa, 7) == 42 && mlu_ew_row_offset(&g, g.sb, 7) == 0);
+    /* a transposed view (6 x 5 stored, read as 5 x 6 in the last two dims): inner stride 5 */
+    a.strides[1] = 1, a.strides[2] = 5;
+    b = out;
+    CHECK_OK(mlu_ew_plan("binary", &out, &a, &b, &g));
+    CHECK(g.nd == 3 && g.sa[2] == 5 && g.sb[2] == 1 && g.sa[1] == 1 && g.sb[1] == 6);
+    for (int64_t row = 0; row < 20; row++) /* row (i, j) of (4, 5): a at i*30 + j, b at i*30 + j*6 */
+        CHECK(mlu_ew_row_offset(&g, g.sa, row) == (row / 5) * 30 + row % 5 &&
+              mlu_ew_row_offset(&g, g.sb, row) == (row / 5) * 30 + (row % 5) * 6);
+    /* long rows are cut into pieces of IT_BANG_EW_CHUNK */
+    int64_t s2[2] = {3, IT_BANG_EW_CHUNK + 1};
+    it_tdesc o2 = dense_f32(2, s2, NULL), x2 = o2;
+    x2.strides[0] = 0; /* broadcast rows */
+    CHECK_OK(mlu_ew_plan("unary", &o2, &x2, NULL, &g));
+    CHECK(g.nd == 2 && mlu_ew_pieces(&g) == 6 && !g.binary);
+    /* a scalar */
+    it_tdesc o0 = dense_f32(0, NULL, NULL);
+    CHECK_OK(mlu_ew_plan("unary", &o0, &o0, NULL, &g));
+    CHECK(g.nd == 1 && g.shape[0] == 1 && g.total == 1 && mlu_ew_pieces(&g) == 1);
+    /* declined: non-dense out, other dtypes, strides beyond int32 bytes; refused: shapes */
+    it_tdesc bad = out;
+    bad.strides[0] = 31;
+    CHECK_ERR(mlu_ew_plan("unary", &bad, &out, NULL, &g), IT_ERR_UNSUPPORTED, "not contiguous");
+    it_tdesc f64 = out, f64b = out;
+    f64.dtype = f64b.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_ew_plan("unary", &f64, &f64b, NULL, &g), IT_ERR_UNSUPPORTED, "float32");
+    CHECK_ERR(mlu_ew_plan("unary", &out, &f64b, NULL, &g), IT_ERR_INVALID_ARG, "float64");
+    it_tdesc wide = out;
+    wide.strides[2] = (int64_t)1 << 40;
+    CHECK_ERR(mlu_ew_plan("unary", &out, &wide, NULL, &g), IT_ERR_UNSUPPORTED, "int32 byte stride");
+    it_tdesc other = out;
+    other.shape[1] = 7;
+    CHECK_ERR(mlu_ew_plan("binary", &out, &a, &other, &g), IT_ERR_INVALID_ARG, "b.shape[1] = 7");
+}
+
+/* reduce.mlu's two loops, on the host: the tree over leaves of x as (O, R, I) */
+static void emulate_reduce(const float *x, float *out, const it_bang_reduce_args *g) {
+    int op = g->op == IT_REDUCE_MEAN ? IT_REDUCE_SUM : g->op;
+    static float slot[IT_BANG_TREE_DEPTH][IT_BANG_RED_COLS], leaf[IT_BANG_LEAF * IT_BANG_RED_COLS];
+    for (int64_t o = 0; o < g->O; o++)
+        for (int64_t c0 = 0; c0 < g->I; c0 += IT_BANG_RED_COLS) {
+            int w = (int)(g->I - c0 < IT_BANG_RED_COLS ? g->I - c0 : IT_BANG_RED_COLS);
+            it_bang_tree t;
+            int d, act;
+            int64_t lo, cnt;
+            it_bang_tree_init(&t, g->R);
+            while ((act = it_bang_tree_step(&t, &d, &lo, &cnt)) != IT_BANG_TREE_DONE) {
+                if (act == IT_BANG_TREE_LEAF) {
+                    for (int64_t r = 0; r < cnt; r++)
+                        for (int c = 0; c < w; c++)
+                            leaf[r * w + c] = x[o * g->xo + (lo + r) * g->xr + (c0 + c) * g->xi];
+                    for (int c = 0; c < w; c++) slot[d][c] = it_bang_leaf(leaf + c, cnt, w, op);
+                } else {
+                    for (int c = 0; c < w; c++)
+                        slot[d][c] =
+                            act == IT_BANG_TREE_MOVE ? slot[d + 1][c] : it_bang_join(slot[d][c], slot[d + 1][c], op);
+                }
+            }
+            for (int c = 0; c < w; c++)
+                out[o * g->I + c0 + c] = g->op == IT_REDUCE_MEAN ? slot[0][c] / (float)g->R : slot[0][c];
+        }
+}
+
+static void test_reduce_plan_and_tree(void) {
+    enum { MAXN = 70000 };
+    static float x[MAXN], ref[MAXN], got[MAXN];
+    for (int i = 0; i < MAXN; i++) x[i] = (float)((i * 2654435761u) % 1000003u) / 1000003.0f - 0.3f;
+    x[4321] = 0.0f / 0.0f; /* seen by the MAX cases that cover it */
+    /* (shape, reduced mask) cases: whole tensor, rows, columns, middle dim, nothing, empty */
+    struct {
+        int nd;
+        int64_t shape[3];
+        int red[3];
+    } cs[] = {{1, {1}, {1}},
+              {1, {7}, {1}},
+              {1, {129}, {1}},
+              {1, {5000}, {1}},
+              {1, {65537}, {1}},
+              {2, {3, 1000}, {0, 1}},
+              {2, {1000, 70}, {1, 0}},
+              {2, {300, 200}, {1, 0}},
+              {3, {4, 300, 9}, {0, 1, 0}},
+              {3, {2, 3, 5}, {1, 1, 0}},
+              {2, {6, 5}, {0, 0}},
+              {2, {0, 5}, {1, 0}},
+              {2, {4, 0}, {0, 1}}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++)
+        for (int op = 0; op < IT_REDUCE_COUNT; op++) {
+            it_tdesc xd = dense_f32(cs[k].nd, cs[k].shape, x + (op == IT_REDUCE_MAX && k == 3 ? 4000 : 0));
+            int64_t os[3];
+            for (int d = 0; d < cs[k].nd; d++) os[d] = cs[k].red[d] ? 1 : cs[k].shape[d];
+            it_tdesc rd = dense_f32(cs[k].nd, os, ref), od = dense_f32(cs[k].nd, os, got);
+            it_bang_reduce_args g;
+            CHECK_OK(mlu_reduce_plan(op, &xd, &od, &g));
+            int64_t nout = mlu_desc_numel(&od);
+            CHECK_OK(it_cpu_kernels()->reduce(NULL, (it_reduce_op)op, &xd, &rd));
+            CHECK_MSG(g.O * g.I == nout, "case %zu: O %lld * I %lld != %lld outputs", k, (long long)g.O, (long long)g.I,
+                      (long long)nout);
+            emulate_reduce(xd.data, got, &g);
+            for (int64_t i = 0; i < nout; i++)
+                CHECK_MSG(same_f32(got[i], ref[i]), "case %zu op %d out %lld: %a, cpu %a", k, op, (long long)i,
+                          (double)got[i], (double)ref[i]);
+        }
+    it_bang_reduce_args g;
+    int64_t s3[3] = {4, 5, 6}, o3[3] = {1, 5, 1};
+    it_tdesc xd = dense_f32(3, s3, x), od = dense_f32(3, o3, got);
+    CHECK_ERR(mlu_reduce_plan(IT_REDUCE_SUM, &xd, &od, &g), IT_ERR_UNSUPPORTED, "do not coalesce into one");
+    int64_t o4[3] = {4, 1, 6};
+    od = dense_f32(3, o4, got);
+    CHECK_OK(mlu_reduce_plan(IT_REDUCE_SUM, &xd, &od, &g));
+    CHECK(g.O == 4 && g.R == 5 && g.I == 6 && g.xo == 30 && g.xr == 6 && g.xi == 1 && mlu_reduce_items(&g) == 4);
+    xd.strides[2] = 2, xd.strides[1] = 12, xd.strides[0] = 60; /* inner kept dim strided */
+    CHECK_ERR(mlu_reduce_plan(IT_REDUCE_SUM, &xd, &od, &g), IT_ERR_UNSUPPORTED, "stride 2");
+    xd = dense_f32(3, s3, x), xd.dtype = IT_DTYPE_FP64, od.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_reduce_plan(IT_REDUCE_SUM, &xd, &od, &g), IT_ERR_UNSUPPORTED, "float32");
+    CHECK_ERR(mlu_reduce_plan(9, &xd, &od, &g), IT_ERR_INVALID_ARG, "op 9");
+    /* the tree never needs more than IT_BANG_TREE_DEPTH slots */
+    it_bang_tree t;
+    int d, act, maxd = 0;
+    int64_t lo, cnt, next = 0, leaves = 0;
+    it_bang_tree_init(&t, (int64_t)1 << 40);
+    while ((act = it_bang_tree_step(&t, &d, &lo, &cnt)) != IT_BANG_TREE_DONE && leaves < 100000) {
+        maxd = d > maxd ? d : maxd;
+        if (act == IT_BANG_TREE_LEAF) {
+            CHECK(lo == next && cnt <= IT_BANG_LEAF);
+            next = lo + cnt, leaves++;
+        }
+    }
+    CHECK(maxd < IT_BANG_TREE_DEPTH && maxd > 30);
+}
+
+static void test_ce_plan(void) {
+    int64_t N, Vp, ts, rs;
+    int64_t ls[3] = {2, 3, 10}, ns[2] = {2, 3};
+    it_tdesc lg = dense_f32(3, ls, NULL), loss = dense_f32(2, ns, NULL), dl = lg;
+    it_tdesc tg = loss;
+    tg.dtype = IT_DTYPE_I32;
+    CHECK_OK(mlu_ce_plan("cross_entropy_fwd", &lg, &tg, 8, &loss, "losses", true, NULL, &N, &Vp, &ts, &rs));
+    CHECK(N == 6 && Vp == 10 && ts == 1 && rs == 1);
+    it_tdesc dls = loss;
+    dls.strides[1] = 2, dls.strides[0] = 6;          /* a strided per-row vector */
+    tg.strides[0] = 0, tg.shape[0] = 1, tg.ndim = 2; /* (1, 3): 3 elements, not 6 */
+    CHECK_ERR(mlu_ce_plan("cross_entropy_bwd", &lg, &tg, 8, &dls, "dlosses", false, &dl, &N, &Vp, &ts, &rs),
+              IT_ERR_INVALID_ARG, "targets has 3 elements");
+    tg = loss, tg.dtype = IT_DTYPE_I64;
+    CHECK_OK(mlu_ce_plan("cross_entropy_bwd", &lg, &tg, 10, &dls, "dlosses", false, &dl, &N, &Vp, &ts, &rs));
+    CHECK(rs == 2 && ts == 1);
+    CHECK_ERR(mlu_ce_plan("cross_entropy_fwd", &lg, &tg, 11, &loss, "losses", true, NULL, &N, &Vp, &ts, &rs),
+              IT_ERR_INVALID_ARG, "valid = 11");
+    CHECK_ERR(mlu_ce_plan("cross_entropy_fwd", &lg, &tg, 8, &dls, "losses", true, NULL, &N, &Vp, &ts, &rs),
+              IT_ERR_UNSUPPORTED, "'losses' is not contiguous");
+    dls.strides[0] = 7; /* no single stride */
+    CHECK_ERR(mlu_ce_plan("cross_entropy_bwd", &lg, &tg, 8, &dls, "dlosses", false, &dl, &N, &Vp, &ts, &rs),
+              IT_ERR_UNSUPPORTED, "dlosses do not have one element stride");
+    it_tdesc lt = lg;
+    lt.strides[2] = 2;
+    CHECK_ERR(mlu_ce_plan("cross_entropy_fwd", &lt, &tg, 8, &loss, "losses", true, NULL, &N, &Vp, &ts, &rs),
+              IT_ERR_UNSUPPORTED, "logits not contiguous");
+    it_tdesc l64 = lg, o64 = loss;
+    l64.dtype = o64.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_ce_plan("cross_entropy_fwd", &l64, &tg, 8, &o64, "losses", true, NULL, &N, &Vp, &ts, &rs),
+              IT_ERR_UNSUPPORTED, "float64");
+    tg.dtype = IT_DTYPE_FP32;
+    CHECK_ERR(mlu_ce_plan("cross_entropy_fwd", &lg, &tg, 8, &loss, "losses", true, NULL, &N, &Vp, &ts, &rs),
+              IT_ERR_INVALID_ARG, "not int32 or int64");
+}
+
+/* optim.mlu's per-element code with the host's scalars reproduces the CPU kernel bit for bit */
+static void test_optim(void) {
+    enum { N = 3000 };
+    static float p0[N], g[N], m0[N], v0[N], pc[N], mc[N], vc[N], pb[N], mb[N], vb[N];
+    for (int i = 0; i < N; i++) {
+        p0[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+        g[i] = (float)((i * 53) % 97) / 40.0f - 1.2f;
+        m0[i] = g[i] * 0.1f, v0[i] = g[i] * g[i] * 0.01f;
+    }
+    it_adam_args cases[] = {{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, true},
+                            {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 7, false},
+                            {6e-4f, 0.8f, 0.99f, 1e-6f, 0.0f, 1.0f, 1000, false}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memcpy(pc, p0, sizeof pc), memcpy(mc, m0, sizeof mc), memcpy(vc, v0, sizeof vc);
+        memcpy(pb, p0, sizeof pb), memcpy(mb, m0, sizeof mb), memcpy(vb, v0, sizeof vb);
+        it_tdesc P = flat_f32(pc, N), G = flat_f32(g, N), M = flat_f32(mc, N), V = flat_f32(vc, N);
+        CHECK_OK(it_cpu_kernels()->adam_step(NULL, &cases[k], &P, &G, &M, &V));
+        it_bang_adam_coef c;
+        CHECK_OK(mlu_adam_coef(&cases[k], &c));
+        CHECK(c.mode == (k == 0 ? IT_BANG_WD_DECOUPLED : k == 1 ? IT_BANG_WD_COUPLED : IT_BANG_WD_NONE));
+        for (int i = 0; i < N; i++) {
+            it_bang_adam_moments(&c, &pb[i], g[i], &mb[i], &vb[i]);
+            pb[i] = it_bang_adam_param(&c, pb[i], mb[i], sqrtf(vb[i]));
+        }
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            if ((!same_f32(pb[i], pc[i]) || !same_f32(mb[i], mc[i]) || !same_f32(vb[i], vc[i])) && bad++ < 3)
+                CHECK_MSG(false, "adam case %zu elem %d: p %a/%a m %a/%a v %a/%a", k, i, (double)pb[i], (double)pc[i],
+                          (double)mb[i], (double)mc[i], (double)vb[i], (double)vc[i]);
+    }
+    memcpy(pc, p0, sizeof pc), memcpy(pb, p0, sizeof pb);
+    it_tdesc P = flat_f32(pc, N), G = flat_f32(g, N);
+    CHECK_OK(it_cpu_kernels()->sgd_step(NULL, 0.1f, 0.7f, &P, &G));
+    float nlr = mlu_sgd_neg_lr(0.1f);
+    CHECK(nlr == -0.1f && mlu_as_decimal(0.9f) == 0.9 && mlu_as_decimal(3e-4f) == 3e-4);
+    for (int i = 0; i < N; i++) pb[i] = it_bang_sgd_elem(pb[i], g[i], 0.7f, nlr);
+    CHECK(memcmp(pb, pc, sizeof pb) == 0);
+    /* plans */
+    int64_t n;
+    it_tdesc M = flat_f32(mc, N), Vv = flat_f32(vc, N);
+    CHECK_OK(mlu_optim_plan("adam_step", &P, &G, &M, &Vv, &n));
+    CHECK(n == N);
+    it_tdesc short_g = flat_f32(g, N - 1);
+    CHECK_ERR(mlu_optim_plan("sgd_step", &P, &short_g, NULL, NULL, &n), IT_ERR_INVALID_ARG, "grad has 2999");
+    it_tdesc p64 = P, g64 = G;
+    p64.dtype = g64.dtype = IT_DTYPE_FP64;
+    CHECK_ERR(mlu_optim_plan("sgd_step", &p64, &g64, NULL, NULL, &n), IT_ERR_UNSUPPORTED, "float32");
+    it_adam_args a0 = cases[0];
+    a0.step = 0;
+    it_bang_adam_coef c;
+    CHECK_ERR(mlu_adam_coef(&a0, &c), IT_ERR_INVALID_ARG, "step = 0");
+}
+
 int main(void) {
     test_dtype_map();
     test_cast_plans();
@@ -452,6 +763,11 @@ int main(void) {
     test_topk_geometry();
     test_embedding_bwd_geometry();
     test_ws_layout();
+    test_bang_math();
+    test_ew_plan();
+    test_reduce_plan_and_tree();
+    test_ce_plan();
+    test_optim();
     test_errors_and_loader();
     test_plugin_here();
     return it_test_report("test_mlu_host");
