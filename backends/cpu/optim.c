@@ -61,18 +61,7 @@ static it_status check_param(const char *kernel, const it_tdesc *p, int64_t *n) 
     return it_cpu_check_fp32_fp64(kernel, p);
 }
 
-/* The shortest decimal that rounds to f, as a double: 0.9f -> 0.9, 3e-4f -> 3e-4. Python
- * callers wrote those decimals, and torch forms 1 - beta1, beta1^step and lr / bc1 from
- * them in double; starting from the float itself would differ in the last bit. */
-static double as_decimal(float f) {
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
+#define as_decimal it_f32_as_decimal /* the shortest decimal that rounds to f (dtype.h) */
 
 /* param (n) -= lr * grad_scale * grad (n) */
 it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad) {

@@ -287,17 +287,9 @@ it_status mlu_optim_plan(const char *fn, const it_tdesc *param, const it_tdesc *
     return IT_OK;
 }
 
-/* The shortest decimal that rounds to f, as a double (optim.c's as_decimal: a Python caller
- * wrote 0.9, not 0.89999997615814209). */
-double mlu_as_decimal(float f) {
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
+/* The shortest decimal that rounds to f, as a double (dtype.h; the CPU's optimizer reads its
+ * hyperparameters the same way: a Python caller wrote 0.9, not 0.89999997615814209). */
+double mlu_as_decimal(float f) { return it_f32_as_decimal(f); }
 
 float mlu_sgd_neg_lr(float lr) { return (float)-mlu_as_decimal(lr); }
 

@@ -49,6 +49,11 @@ IT_API float it_fp16_to_fp32(uint16_t h);
 IT_API uint16_t it_fp32_to_fp16(float f);
 IT_API float it_bf16_to_fp32(uint16_t b);
 IT_API uint16_t it_fp32_to_bf16(float f);
+/* The shortest decimal that rounds to f, as a double: 0.9f -> 0.9, 3e-4f -> 3e-4. Python
+ * callers wrote those decimals, and torch forms 1 - beta1, beta1^step and lr / bc1 from them
+ * in double; starting from the float itself would differ in the last bit. The optimizer
+ * kernels of every backend read their float hyperparameters through it. */
+IT_API double it_f32_as_decimal(float f);
 
 /* A fill value that carries any element exactly: int64/uint64 without going through a
  * double, floating values as double. */

@@ -1,6 +1,8 @@
 /* Element types: sizes, names, classification, and the exported fp16/bf16 conversions (the
  * bit manipulation itself lives in core/half.h so that kernels can inline it). */
 #include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "core/half.h"
 #include "infinitrain/dtype.h"
@@ -67,3 +69,13 @@ float it_fp16_to_fp32(uint16_t h) { return it_half_to_float(h); }
 uint16_t it_fp32_to_fp16(float f) { return it_float_to_half(f); }
 float it_bf16_to_fp32(uint16_t b) { return it_bfloat_to_float(b); }
 uint16_t it_fp32_to_bf16(float f) { return it_float_to_bfloat(f); }
+
+double it_f32_as_decimal(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f;
+}
