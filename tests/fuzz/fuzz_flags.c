@@ -44,7 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(c.n_embd >= 0 && c.n_embd <= 65536 && c.block_size >= 0 && c.vocab_size >= 0, "shape");
         FUZZ_ASSERT(c.learning_rate >= 0 && c.learning_rate <= 1e3f && c.weight_decay >= 0 && c.min_lr >= 0, "lr");
         FUZZ_ASSERT(c.grad_clip >= 0 && c.max_memory_mb >= 0 && c.moe_aux_loss_coeff >= 0, "ranges");
-        FUZZ_ASSERT(c.device && c.model && c.dtype == IT_DTYPE_FP32, "strings");
+        FUZZ_ASSERT(c.device && c.model, "strings");
+        FUZZ_ASSERT(c.dtype == IT_DTYPE_FP32 || c.dtype == IT_DTYPE_BF16, "dtype"); /* bf16: autocast */
+        FUZZ_ASSERT(c.ddp_bucket_kb >= 1 && c.ddp_bucket_kb <= ((int64_t)1 << 30), "ddp_bucket_kb");
     }
     free(buf);
     return 0;
