@@ -71,6 +71,7 @@ typedef struct case_result {
     size_t peak_used, peak_reserved;
     uint64_t mallocs_max, mallocs_total, warmup_mallocs;
     double loss_first, loss_last;
+    double rss_base_mb, rss_peak_mb; /* process RSS before the case's setup, peak through its steps */
 } case_result;
 
 static int opt_warmup = 2, opt_steps = 5, opt_profile_steps = 1;
@@ -303,6 +304,11 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
     memset(r, 0, sizeof *r);
     printf("\n== %s: %s, B=%lld T=%lld, AdamW fp32 ==\n", bc->name, bc->label, (long long)bc->B, (long long)bc->T);
     fflush(stdout);
+    /* Process memory, as the peer measures it: RSS before the model exists, peak RSS through
+     * the steps (both include the cached allocator's free blocks, nothing of the files). */
+    it_mem_empty_cache(dev);
+    bool hwm = bench_reset_peak_rss();
+    r->rss_base_mb = bench_proc_mib("VmRSS");
     double t_init = bench_now_ms();
     it_status st = trainer_init(&t, bc, workdir, dev);
     if (st) {
@@ -371,6 +377,7 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         r->ms_mean = sum / opt_steps;
         r->cpu_share = cpu_sum / (threads * sum);
         r->ms_med = bench_median(meas, opt_steps);
+        r->rss_peak_mb = hwm ? bench_proc_mib("VmHWM") : -1;
         double tokens = (double)(bc->B * bc->T);
         r->tok_s = tokens / (r->ms_med * 1e-3);
         r->model_gflops = r->flops_tok * tokens / (r->ms_med * 1e-3) / 1e9;
@@ -779,11 +786,11 @@ int main(int argc, char **argv) {
         r->mfu_ideal = ideal > 0 ? r->model_gflops / ideal : 0;
         printf("RESULT case=%s B=%lld T=%lld params=%lld ms_median=%.2f ms_min=%.2f ms_max=%.2f tok_s=%.2f "
                "model_gflops=%.2f mfu_pct=%.2f mfu_ideal_pct=%.2f cpu_share_pct=%.0f peak_used_mb=%zu "
-               "peak_reserved_mb=%zu mallocs_per_step=%llu loss_step1=%.6f\n",
+               "peak_reserved_mb=%zu mallocs_per_step=%llu loss_step1=%.6f rss_base_mb=%.0f rss_peak_mb=%.0f\n",
                all_cases[c].name, (long long)all_cases[c].B, (long long)all_cases[c].T, (long long)r->params, r->ms_med,
                r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
                100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max,
-               r->loss_first);
+               r->loss_first, r->rss_base_mb, r->rss_peak_mb);
     }
     printf("\n== Summary (fp32, AdamW, %d threads; GEMM peak %.1f GFLOP/s, ideal %d x %.1f; load average now %.2f) "
            "==\n",

@@ -27,6 +27,30 @@ static inline double bench_cpu_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* A field of /proc/self/status in MiB ("VmRSS", "VmHWM"); -1 when unreadable. */
+static inline double bench_proc_mib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            v = strtod(line + n + 1, NULL) / 1024.0; /* kB */
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Resets the process's peak RSS (VmHWM) to its current RSS (Linux: clear_refs 5). */
+static inline bool bench_reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
 static inline int bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

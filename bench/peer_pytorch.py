@@ -30,6 +30,27 @@ import sys
 import time
 
 
+def proc_mib(field):
+    """A field of /proc/self/status in MiB ("VmRSS", "VmHWM"); -1 when unreadable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return -1.0
+
+
+def reset_peak_rss():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="llm.c GPT-2 checkpoint (magic 20240326, version 3)")
@@ -62,6 +83,10 @@ def main():
     torch.set_flush_denormal(args.flush_denormal == "on")
     torch.autograd.set_detect_anomaly(False)
     torch.manual_seed(0)
+    # Process memory, as bench_train measures ours: RSS before the model exists (libraries
+    # loaded), peak RSS through the steps (Linux clear_refs 5 resets the peak to now).
+    hwm_reset = reset_peak_rss()
+    rss_base = proc_mib("VmRSS")
 
     # ---- checkpoint: 256 int32 header, then fp32 tensors in llm.c order
     header = np.fromfile(args.checkpoint, dtype=np.int32, count=256)
@@ -182,12 +207,13 @@ def main():
     med = statistics.median(meas)
     env = " ".join(f"{k}={os.environ.get(k, 'unset')}" for k in
                    ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"))
+    rss_peak = proc_mib("VmHWM") if hwm_reset else -1
     print(f"PEER case={args.case} tag={args.tag or 'default'} torch={torch.__version__} threads={torch.get_num_threads()} "
           f"mkldnn={int(torch.backends.mkldnn.enabled)} flush_denormal={args.flush_denormal} attention={args.attention} "
           f"B={B} T={T} "
           f"ms_median={med:.2f} ms_min={min(meas):.2f} ms_max={max(meas):.2f} tok_s={B * T / (med / 1e3):.2f} "
           f"cpu_share_pct={100 * cpu_sum / (args.threads * sum(meas)):.0f} "
-          f"loss_check={check:.6f} {env}", flush=True)
+          f"loss_check={check:.6f} rss_base_mb={rss_base:.0f} rss_peak_mb={rss_peak:.0f} {env}", flush=True)
     return 0
 
 

@@ -111,8 +111,9 @@ our_tok=$(echo "$ours" | field tok_s)
 our_mfu=$(echo "$ours" | field mfu_pct)
 our_loss=$(echo "$ours" | field loss_step1)
 verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? "met" : "NOT met" }'; }
-printf '  ours:    %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  (step-1 loss %s)\n' "$our_ms" "$our_tok" \
-    "$(echo "$ours" | field cpu_share_pct)" "$our_loss"
+printf '  ours:    %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  peak RSS %5s MB (%s before the model)  (step-1 loss %s)\n' \
+    "$our_ms" "$our_tok" "$(echo "$ours" | field cpu_share_pct)" "$(echo "$ours" | field rss_peak_mb)" \
+    "$(echo "$ours" | field rss_base_mb)" "$our_loss"
 best=$(grep -s '^PEER ' "$work/peer.txt" | awk '{
     for (i = 1; i <= NF; i++) if ($i ~ /^ms_median=/) { split($i, kv, "="); ms = kv[2] + 0 }
     if (best == "" || ms < bestms) { best = $0; bestms = ms } } END { print best }' || true)
@@ -120,13 +121,19 @@ if [ -n "$best" ]; then
     grep '^PEER ' "$work/peer.txt" | while read -r line; do
         check=$(echo "$line" | field loss_check)
         same=$(awk -v a="$check" -v b="$our_loss" 'BEGIN { d = a - b; print (d < 1e-4 && d > -1e-4) ? "= ours" : "DIFFERS from ours" }')
-        printf '  PyTorch: %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  (step-1 loss %s %s; %s)\n' \
+        printf '  PyTorch: %10.1f ms/step  %8.1f tok/s  CPU share %3s%%  peak RSS %5s MB (%s before the model)  (step-1 loss %s %s; %s)\n' \
             "$(echo "$line" | field ms_median)" "$(echo "$line" | field tok_s)" "$(echo "$line" | field cpu_share_pct)" \
-            "$check" "$same" "$(echo "$line" | field tag)"
+            "$(echo "$line" | field rss_peak_mb)" "$(echo "$line" | field rss_base_mb)" "$check" "$same" \
+            "$(echo "$line" | field tag)"
     done
     their_ms=$(echo "$best" | field ms_median)
     ratio=$(awk -v t="$their_ms" -v o="$our_ms" 'BEGIN { printf "%.2f", t / o }')
     echo "  ours / PyTorch's best (tokens/s): ${ratio}x  [target >= 1.5x: $(verdict "$ratio" 1.5)]"
+    # memory the training took: peak RSS minus RSS before the model (each side's libraries excluded)
+    our_mem=$(awk -v p="$(echo "$ours" | field rss_peak_mb)" -v b="$(echo "$ours" | field rss_base_mb)" 'BEGIN { print p - b }')
+    their_mem=$(awk -v p="$(echo "$best" | field rss_peak_mb)" -v b="$(echo "$best" | field rss_base_mb)" 'BEGIN { print p - b }')
+    echo "  memory for training (peak RSS - RSS before the model): ours ${our_mem} MB, PyTorch's best run ${their_mem} MB" \
+        " [target: at most PyTorch's: $(verdict "$their_mem" "$our_mem")]"
 else
     echo "  PyTorch: $(grep -s '^PEER_SKIPPED' "$work/peer.txt" | head -n1 | sed 's/^PEER_SKIPPED reason=/skipped: /' ||
         true)"
