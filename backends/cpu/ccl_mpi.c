@@ -103,6 +103,12 @@ static it_status check_count(size_t count, const char *what) {
     return IT_OK;
 }
 
+/* The MPI type of dt, and count checked against MPI's int counts. */
+static it_status mpi_args(it_dtype dt, size_t count, const char *what, MPI_Datatype *t) {
+    it_status st = mpi_type(dt, t);
+    return st ? st : check_count(count, what);
+}
+
 /* dst[i] = op over r of src[r][i], r = 0..n-1 in order, for i < len. dst may be src[r]. Each
  * element's order is fixed, so the result does not depend on the thread count. */
 #define REDUCE_LOOP(T)                                                                                                 \
@@ -246,8 +252,7 @@ static it_status ccl_all_reduce_start(it_comm *c, const void *send, void *recv, 
     (void)s;
     *out = NULL;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count, "all_reduce");
+    it_status st = mpi_args(dt, count, "all_reduce", &t);
     if (st) return st;
     size_t es = it_dtype_size(dt);
     int n = c->size, me = c->rank;
@@ -384,8 +389,7 @@ static it_status ccl_all_gather(it_comm *c, const void *send, void *recv, size_t
                                 it_stream *s) {
     (void)s;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count_per_rank, "all_gather");
+    it_status st = mpi_args(dt, count_per_rank, "all_gather", &t);
     if (st) return st;
     /* in place when send is this rank's slot of recv (NCCL's convention) */
     const char *slot = (const char *)recv + count_per_rank * (size_t)c->rank * it_dtype_size(dt);
@@ -398,8 +402,7 @@ static it_status ccl_reduce_scatter(it_comm *c, const void *send, void *recv, si
                                     it_reduce_kind op, it_stream *s) {
     (void)s;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count_per_rank, "reduce_scatter");
+    it_status st = mpi_args(dt, count_per_rank, "reduce_scatter", &t);
     if (st) return st;
     size_t es = it_dtype_size(dt), n = (size_t)c->size;
     size_t got = 0;
@@ -421,8 +424,7 @@ static it_status ccl_reduce_scatter(it_comm *c, const void *send, void *recv, si
 static it_status ccl_broadcast(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s) {
     (void)s;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count, "broadcast");
+    it_status st = mpi_args(dt, count, "broadcast", &t);
     if (st) return st;
     return mpi_status(MPI_Bcast(buf, (int)count, t, root, c->comm), "MPI_Bcast");
 }
@@ -430,8 +432,7 @@ static it_status ccl_broadcast(it_comm *c, void *buf, size_t count, it_dtype dt,
 static it_status ccl_send(it_comm *c, const void *buf, size_t count, it_dtype dt, int peer, it_stream *s) {
     (void)s;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count, "send");
+    it_status st = mpi_args(dt, count, "send", &t);
     if (st) return st;
     return mpi_status(MPI_Send(buf, (int)count, t, peer, 0, c->comm), "MPI_Send");
 }
@@ -439,8 +440,7 @@ static it_status ccl_send(it_comm *c, const void *buf, size_t count, it_dtype dt
 static it_status ccl_recv(it_comm *c, void *buf, size_t count, it_dtype dt, int peer, it_stream *s) {
     (void)s;
     MPI_Datatype t = MPI_DATATYPE_NULL;
-    it_status st = mpi_type(dt, &t);
-    if (!st) st = check_count(count, "recv");
+    it_status st = mpi_args(dt, count, "recv", &t);
     if (st) return st;
     return mpi_status(MPI_Recv(buf, (int)count, t, peer, 0, c->comm, MPI_STATUS_IGNORE), "MPI_Recv");
 }

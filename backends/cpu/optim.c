@@ -15,7 +15,7 @@
  * the tensor's type. `x + alpha * y` (add_ with alpha) is one fused multiply-add, as
  * torch's vectorized CPU add kernel computes it (vec::fmadd); the other products and sums
  * round separately. The float hyperparameters are read as the shortest decimal that rounds
- * to them (0.9f -> 0.9, see as_decimal), which is what a Python caller wrote.
+ * to them (0.9f -> 0.9, see it_f32_as_decimal in dtype.h), which is what a Python caller wrote.
  * Elements are independent: results do not depend on the thread count. */
 #include <math.h>
 #include <stdio.h>
@@ -61,7 +61,6 @@ static it_status check_param(const char *kernel, const it_tdesc *p, int64_t *n) 
     return it_cpu_check_fp32_fp64(kernel, p);
 }
 
-#define as_decimal it_f32_as_decimal /* the shortest decimal that rounds to f (dtype.h) */
 
 /* param (n) -= lr * grad_scale * grad (n) */
 it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad) {
@@ -69,7 +68,7 @@ it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *pa
     int64_t n;
     it_status st;
     if ((st = check_param("sgd_step", param, &n)) || (st = check_like("sgd_step", "grad", grad, param, n))) return st;
-    double nlr = -as_decimal(lr);
+    double nlr = -it_f32_as_decimal(lr);
     if (param->dtype == IT_DTYPE_FP32) {
         float *p = param->data, a = (float)nlr, gs = grad_scale;
         const float *g = grad->data;
@@ -145,11 +144,11 @@ it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *par
         return st;
     if (args->step < 1) return it_error(IT_ERR_INVALID_ARG, "%s: step = %lld, must be >= 1", k, (long long)args->step);
     adam_scalars c;
-    double lr = as_decimal(args->lr);
-    c.b1 = as_decimal(args->beta1);
-    c.b2 = as_decimal(args->beta2);
-    c.eps = as_decimal(args->eps);
-    c.wd = as_decimal(args->weight_decay);
+    double lr = it_f32_as_decimal(args->lr);
+    c.b1 = it_f32_as_decimal(args->beta1);
+    c.b2 = it_f32_as_decimal(args->beta2);
+    c.eps = it_f32_as_decimal(args->eps);
+    c.wd = it_f32_as_decimal(args->weight_decay);
     c.grad_scale = args->grad_scale;
     c.one_minus_b1 = 1.0 - c.b1;
     c.one_minus_b2 = 1.0 - c.b2;

@@ -287,19 +287,15 @@ it_status mlu_optim_plan(const char *fn, const it_tdesc *param, const it_tdesc *
     return IT_OK;
 }
 
-/* The shortest decimal that rounds to f, as a double (dtype.h; the CPU's optimizer reads its
- * hyperparameters the same way: a Python caller wrote 0.9, not 0.89999997615814209). */
-double mlu_as_decimal(float f) { return it_f32_as_decimal(f); }
-
-float mlu_sgd_neg_lr(float lr) { return (float)-mlu_as_decimal(lr); }
+float mlu_sgd_neg_lr(float lr) { return (float)-it_f32_as_decimal(lr); }
 
 /* optim.c's adam scalars, in double as torch forms them, rounded once to float */
 it_status mlu_adam_coef(const it_adam_args *a, it_bang_adam_coef *c) {
     if (a == NULL) return it_error(IT_ERR_INVALID_ARG, "mlu adam_step: args is NULL");
     if (a->step < 1)
         return it_error(IT_ERR_INVALID_ARG, "mlu adam_step: step = %lld, must be >= 1", (long long)a->step);
-    double lr = mlu_as_decimal(a->lr), b1 = mlu_as_decimal(a->beta1), b2 = mlu_as_decimal(a->beta2);
-    double eps = mlu_as_decimal(a->eps), wd = mlu_as_decimal(a->weight_decay);
+    double lr = it_f32_as_decimal(a->lr), b1 = it_f32_as_decimal(a->beta1), b2 = it_f32_as_decimal(a->beta2);
+    double eps = it_f32_as_decimal(a->eps), wd = it_f32_as_decimal(a->weight_decay);
     double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
     c->b1 = (float)b1, c->omb1 = (float)(1.0 - b1), c->b2 = (float)b2, c->omb2 = (float)(1.0 - b2);
     c->eps = (float)eps, c->wd = (float)wd, c->decay = (float)(1.0 - lr * wd);

@@ -156,7 +156,6 @@ it_status mlu_ce_plan(const char *fn, const it_tdesc *logits, const it_tdesc *ta
 /* param, grad (and m, v unless NULL): dense float32 of one length */
 it_status mlu_optim_plan(const char *fn, const it_tdesc *param, const it_tdesc *grad, const it_tdesc *m,
                          const it_tdesc *v, int64_t *n);
-double mlu_as_decimal(float f);
 float mlu_sgd_neg_lr(float lr);
 it_status mlu_adam_coef(const it_adam_args *a, struct it_bang_adam_coef *c);
 

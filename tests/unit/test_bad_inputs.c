@@ -105,6 +105,14 @@ static const loader TOKENIZER = {"tokenizer", load_tokenizer, free_tokenizer};
 static const loader ENCODER = {"encoder.json", load_encoder, free_bpe};
 static const loader MERGES = {"vocab.bpe", load_merges, free_bpe};
 
+/* The first of the NULL-terminated strings in ap that msg does not contain, or NULL. */
+static const char *first_missing(const char *msg, va_list ap) {
+    const char *missing = NULL;
+    for (const char *s; (s = va_arg(ap, const char *));)
+        if (!missing && !strstr(msg, s)) missing = s;
+    return missing;
+}
+
 /* The table case being run, for failure messages. */
 static const char *current_case = "";
 
@@ -115,16 +123,11 @@ static void expect_refusal(int line, const loader *l, const char *path, int want
     it_error_clear();
     it_status st = l->load(path, &obj);
     const char *msg = it_last_error();
-    int ok = (int)st == want && strstr(msg, path) != NULL && strchr(msg, '\n') == NULL && obj == NULL;
-    const char *missing = NULL;
     va_list ap;
     va_start(ap, want);
-    for (const char *s; (s = va_arg(ap, const char *));)
-        if (!strstr(msg, s)) {
-            ok = 0;
-            if (!missing) missing = s;
-        }
+    const char *missing = first_missing(msg, ap);
     va_end(ap);
+    int ok = (int)st == want && strstr(msg, path) != NULL && strchr(msg, '\n') == NULL && obj == NULL && !missing;
     it_test_checks++;
     if (!ok) {
         it_test_failures++;
@@ -666,16 +669,11 @@ static bool one_line(const char *s) { return *s && strchr(s, '\n') == s + strlen
 /* Exit status 2, one line on stderr containing every listed string, no training step. */
 static void expect_usage_error(int line, const char *const *args, ...) {
     int rc = run_main("gpt2", args);
-    int ok = rc == 2 && one_line(err_text) && !strstr(out_text, "step ");
-    const char *missing = NULL;
     va_list ap;
     va_start(ap, args);
-    for (const char *s; (s = va_arg(ap, const char *));)
-        if (!strstr(err_text, s)) {
-            ok = 0;
-            if (!missing) missing = s;
-        }
+    const char *missing = first_missing(err_text, ap);
     va_end(ap);
+    int ok = rc == 2 && one_line(err_text) && !strstr(out_text, "step ") && !missing;
     it_test_checks++;
     if (!ok) {
         it_test_failures++;

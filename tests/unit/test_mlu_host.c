@@ -734,7 +734,7 @@ static void test_optim(void) {
     it_tdesc P = flat_f32(pc, N), G = flat_f32(g, N);
     CHECK_OK(it_cpu_kernels()->sgd_step(NULL, 0.1f, 0.7f, &P, &G));
     float nlr = mlu_sgd_neg_lr(0.1f);
-    CHECK(nlr == -0.1f && mlu_as_decimal(0.9f) == 0.9 && mlu_as_decimal(3e-4f) == 3e-4);
+    CHECK(nlr == -0.1f && it_f32_as_decimal(0.9f) == 0.9 && it_f32_as_decimal(3e-4f) == 3e-4);
     for (int i = 0; i < N; i++) pb[i] = it_bang_sgd_elem(pb[i], g[i], 0.7f, nlr);
     CHECK(memcmp(pb, pc, sizeof pb) == 0);
     /* plans */
