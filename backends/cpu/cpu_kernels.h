@@ -15,6 +15,14 @@ it_status it_cpu_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst);
 /* gemm.c */
 it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args);
 
+/* sgemm_avx512.c: cblas_sgemm's row-major contract (m, n, k > 0) on AVX-512. false when it
+ * did nothing (no AVX-512 build, no scratch memory): the caller then uses the BLAS.
+ * _usable: the CPU has AVX-512F/VL and IT_CPU_SGEMM is not "blas". Products up to 64^3 are
+ * declined (false) unless IT_CPU_SGEMM=avx512. */
+bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool it_cpu_sgemm_avx512_usable(void);
+
 /* elementwise.c */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
 it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);

@@ -129,6 +129,9 @@ static void gemm_one(bool f64, const operand *A, const void *pa, const operand *
         tb = !t;
         p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
     }
+    if (!f64 && it_cpu_sgemm_avx512_usable() &&
+        it_cpu_sgemm_avx512(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, C->ld))
+        return;
     enum CBLAS_TRANSPOSE t1 = ta ? CblasTrans : CblasNoTrans, t2 = tb ? CblasTrans : CblasNoTrans;
     if (f64)
         cblas_dgemm(CblasRowMajor, t1, t2, (int)m, (int)n, (int)K, alpha, p1, (int)ld1, p2, (int)ld2, beta, pc,

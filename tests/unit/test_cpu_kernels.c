@@ -125,6 +125,72 @@ static void test_gemm(void) {
         gemm_case(dts[d], 33, 6, 5, 7, true, false, L_ROW, L_COL, L_COL, 0, 1, 1.0f, 0.0f, false);
         gemm_case(dts[d], 1, 150, 170, 190, false, false, L_ROW, L_ROW, L_ROW, 0, 0, 1.0f, 0.0f, false);
     }
+    /* fp32 goes to the CPU backend's own AVX-512 sgemm where the CPU has it (8x48 tiles,
+     * 512-deep and 384-wide packed blocks): sizes one short of, equal to and one past each
+     * tile and block edge, every transpose, C row- and column-major (the kernel then
+     * computes C^T), beta 0 over NaN, beta 1, and alpha != 1. */
+    {
+        const int64_t ms[] = {1, 7, 8, 9, 17}, ns[] = {1, 15, 16, 17, 47, 48, 49, 97, 385}, ks[] = {1, 9, 511, 513};
+        int n_case = 0;
+        for (int t = 0; t < 4; t++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                        /* every combination of the hard sizes is cheap except the long ones */
+                        if (ks[ki] > 9 && ns[ni] > 49 && ms[mi] > 9) continue;
+                        int lc = (int)((mi + ni + ki) % 2) ? L_COL : L_ROW;
+                        float beta = (ni + ki) % 3 == 0 ? 0.0f : (ni + ki) % 3 == 1 ? 1.0f : -0.5f;
+                        gemm_case(IT_DTYPE_FP32, 1, ms[mi], ns[ni], ks[ki], t & 1, t >> 1, L_ROW, L_PADDED, lc, 0, 0,
+                                  (mi % 2) ? 2.0f : 1.0f, beta, beta == 0.0f);
+                        n_case++;
+                    }
+        /* the threaded paths: rows shared out (m >= n) and columns shared out (m < n),
+         * with more than one block in each direction */
+        gemm_case(IT_DTYPE_FP32, 1, 203, 99, 1100, false, true, L_ROW, L_ROW, L_ROW, 0, 0, 1.0f, 0.0f, true);
+        gemm_case(IT_DTYPE_FP32, 1, 37, 811, 520, true, false, L_ROW, L_ROW, L_ROW, 0, 0, 1.0f, 1.0f, false);
+        CHECK(n_case > 400);
+    }
+    /* With the AVX-512 kernel, fp32 results do not depend on the thread count (each element
+     * is summed by one thread in a fixed order): 1, 2 and 3 threads give the same bits, one
+     * product sharing rows out and one sharing columns. (OpenBLAS only promises the same
+     * bits for the same thread count.) */
+    const char *mode = getenv("IT_CPU_SGEMM");
+    bool own_kernel = !(mode && strcmp(mode, "blas") == 0);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    own_kernel = own_kernel && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+#else
+    own_kernel = false;
+#endif
+    printf("test_cpu_kernels: fp32 gemm through %s\n", own_kernel ? "the AVX-512 kernel" : "the BLAS");
+    for (int shape = 0; own_kernel && shape < 2; shape++) {
+        int64_t M = shape ? 40 : 300, N = shape ? 1000 : 200, Kd = 700;
+        it_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.a = gemm_desc(IT_DTYPE_FP32, 1, M, Kd, L_ROW, 0);
+        g.b = gemm_desc(IT_DTYPE_FP32, 1, N, Kd, L_ROW, 0);
+        g.c = gemm_desc(IT_DTYPE_FP32, 1, M, N, L_ROW, 0);
+        g.trans_b = true;
+        g.alpha = 1.0f;
+        void *pa = alloc_rand(&g.a, -1, 1), *pb = alloc_rand(&g.b, -1, 1), *pc = alloc_fill(&g.c, 0);
+        size_t bytes = (size_t)(M * N) * sizeof(float);
+        float *first = malloc(bytes);
+        int saved = max_threads();
+        for (int threads = 1; threads <= 3; threads++) {
+            set_threads(threads);
+            CHECK_OK(K->gemm(NULL, &g));
+            if (threads == 1)
+                memcpy(first, pc, bytes);
+            else
+                CHECK_MSG(memcmp(first, pc, bytes) == 0, "gemm %lldx%lldx%lld: %d threads differ from 1 thread",
+                          (long long)M, (long long)N, (long long)Kd, threads);
+        }
+        set_threads(saved);
+        free(first);
+        free(pa);
+        free(pb);
+        free(pc);
+    }
     /* M == 0, N == 0, B == 0: no-ops that must not touch memory */
     gemm_case(IT_DTYPE_FP32, 2, 0, 4, 3, false, false, L_ROW, L_ROW, L_ROW, 0, 0, 1.0f, 1.0f, false);
     gemm_case(IT_DTYPE_FP32, 2, 4, 0, 3, false, false, L_ROW, L_ROW, L_ROW, 0, 0, 1.0f, 1.0f, false);

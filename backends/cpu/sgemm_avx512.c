@@ -1,0 +1,388 @@
+/* fp32 GEMM with AVX-512, the CPU backend's own, used in place of the BLAS's sgemm on CPUs
+ * that have AVX-512F (gemm.c decides; IT_CPU_SGEMM=blas turns it off).
+ *
+ *   C (m, n) row-major, ldc  =  alpha * op(A) (m, k) @ op(B) (k, n)  +  beta * C
+ *   op(A) = ta ? A^T : A with A row-major (lda), op(B) likewise (ldb): cblas_sgemm's
+ *   CblasRowMajor contract; beta == 0 never reads C.
+ *
+ * Why our own: the BLAS on these machines is told to run its AVX2 (Haswell) kernel
+ * (OPENBLAS_CORETYPE, set because that OpenBLAS predates the CPU), which reaches half of
+ * what the CPU's 512-bit FMAs do. This file is the textbook Goto/BLIS structure:
+ *
+ *   each thread takes a block of C (whole 48-column or 8-row panels) and, on its own:
+ *   for each block of NC columns of op(B):
+ *     for each block of KC rows of op(B) (the k dimension):
+ *       pack the (KC, NC) block of op(B) into 48-wide panels (stays in L2)
+ *       for each 8-row panel of op(A):
+ *         pack the (8, KC) panel of op(A) (stays in L1)
+ *         for each 48-wide panel of the packed B:
+ *           8x48 micro-kernel: 24 zmm accumulators, C += A-panel @ B-panel
+ *
+ * The threads never wait for each other inside a product: sharing the packed B would save
+ * packing, but the barriers it needs every KC block cost more at these sizes (measured:
+ * 237 against 300+ GFLOP/s for 256x2304x768 on two threads).
+ *
+ * Packing turns every transpose case into the same two panel layouts, so the micro-kernel
+ * has one form. The transposing packs go through 8x8 register transposes.
+ *
+ * Determinism: each element of C is computed by one thread, summing k in the same order
+ * (KC blocks in turn, k in order within each) whatever the thread count, so results are
+ * bitwise the same for every number of threads. */
+#include <limits.h>
+#include <stdio.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+
+#ifndef IT_SGEMM_KC
+#define IT_SGEMM_KC 512
+#endif
+#ifndef IT_SGEMM_NC
+#define IT_SGEMM_NC 384
+#endif
+enum {
+    MR = 8,            /* rows of the micro-kernel's C tile */
+    NR = 48,           /* columns: three zmm vectors */
+    KC = IT_SGEMM_KC,  /* depth of a packed block: an A panel is 8 KB, a B panel 48 KB */
+    NC = IT_SGEMM_NC,  /* columns of a packed B block: KC x NC x 4 = 384 KB, within the L2 */
+};
+
+/* ------------------------------------------------------------------ scratch buffers */
+
+/* Packing buffers are kept between calls: a GEMM of a training step must not go to malloc
+ * (and page faults on fresh memory would cost more than small products take). Callers on
+ * several threads at once (the batched path, several devices in one process) each take a
+ * free slot; when all are taken the call allocates for itself. */
+enum { SLOTS = 8 };
+static struct {
+    float *p;
+    size_t cap; /* floats */
+    int busy;
+} g_slots[SLOTS];
+static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static float *scratch_take(size_t floats, int *slot) {
+    float *p = NULL;
+    pthread_mutex_lock(&g_slots_lock);
+    int pick = -1;
+    for (int i = 0; i < SLOTS; i++) {
+        if (g_slots[i].busy) continue;
+        if (g_slots[i].cap >= floats) {
+            pick = i;
+            break;
+        }
+        if (pick < 0) pick = i;
+    }
+    if (pick >= 0) {
+        g_slots[pick].busy = 1;
+        p = g_slots[pick].p;
+        if (g_slots[pick].cap < floats) {
+            free(g_slots[pick].p);
+            p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+            g_slots[pick].p = p;
+            g_slots[pick].cap = p ? floats : 0;
+            if (p == NULL) g_slots[pick].busy = 0;
+        }
+    }
+    pthread_mutex_unlock(&g_slots_lock);
+    *slot = pick;
+    if (pick < 0) p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    return p;
+}
+
+static void scratch_give(float *p, int slot) {
+    if (slot < 0) {
+        free(p);
+        return;
+    }
+    pthread_mutex_lock(&g_slots_lock);
+    g_slots[slot].busy = 0;
+    pthread_mutex_unlock(&g_slots_lock);
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* r[0..7] rows -> columns. */
+AVX512 static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* dst[k * ds + j] = src[j * ls + k] for j < 8 (rows of src), k < kc: eight rows of src
+ * become kc columns of eight. Rows j >= rows are written as zeros. */
+AVX512 static void pack_rows8(const float *src, int64_t ls, int rows, int64_t kc, float *dst, int64_t ds) {
+    int64_t k = 0;
+    if (rows == 8) {
+        for (; k + 8 <= kc; k += 8) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + j * ls + k);
+            transpose8(r);
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * ds, r[t]);
+        }
+    }
+    for (; k < kc; k++)
+        for (int j = 0; j < 8; j++) dst[k * ds + j] = j < rows ? src[j * ls + k] : 0.0f;
+}
+
+/* The (mr <= 8, kc) panel of op(A) at rows i0, depth k0 -> pa[k * 8 + r]. */
+AVX512 static void pack_a(bool ta, const float *a, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc, float *pa) {
+    if (!ta) { /* op(A)[i][k] = a[i * lda + k]: rows of A become columns of the panel */
+        pack_rows8(a + i0 * lda + k0, lda, mr, kc, pa, MR);
+        return;
+    }
+    /* op(A)[i][k] = a[k * lda + i]: each k is a contiguous run of mr */
+    __mmask8 mask = (__mmask8)((1u << mr) - 1u);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *s = a + (k0 + k) * lda + i0;
+        __m256 v = mr == MR ? _mm256_loadu_ps(s) : _mm256_maskz_loadu_ps(mask, s);
+        _mm256_store_ps(pa + k * MR, v);
+    }
+}
+
+/* The (kc, nr <= 48) panel of op(B) at depth k0, columns j0 -> pb[k * 48 + j]. */
+AVX512 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr, float *pb) {
+    if (tb) { /* op(B)[k][j] = b[j * ldb + k]: groups of 8 rows of B, transposed */
+        for (int g = 0; g < NR / 8; g++) {
+            int rows = nr - g * 8;
+            rows = rows < 0 ? 0 : rows > 8 ? 8 : rows;
+            if (rows == 0) {
+                for (int64_t k = 0; k < kc; k++) _mm256_store_ps(pb + k * NR + g * 8, _mm256_setzero_ps());
+                continue;
+            }
+            pack_rows8(b + (j0 + g * 8) * ldb + k0, ldb, rows, kc, pb + g * 8, NR);
+        }
+        return;
+    }
+    /* op(B)[k][j] = b[k * ldb + j]: each k is a contiguous run of nr */
+    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1u);
+    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr <= 16 ? 0 : (1u << (nr - 16)) - 1u);
+    __mmask16 m2 = (__mmask16)(nr >= 48 ? 0xffff : nr <= 32 ? 0 : (1u << (nr - 32)) - 1u);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *s = b + (k0 + k) * ldb + j0;
+        float *d = pb + k * NR;
+        if (nr == NR) {
+            _mm512_store_ps(d, _mm512_loadu_ps(s));
+            _mm512_store_ps(d + 16, _mm512_loadu_ps(s + 16));
+            _mm512_store_ps(d + 32, _mm512_loadu_ps(s + 32));
+        } else {
+            _mm512_store_ps(d, _mm512_maskz_loadu_ps(m0, s));
+            _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+            _mm512_store_ps(d + 32, _mm512_maskz_loadu_ps(m2, s + 32));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ micro-kernel */
+
+/* C tile (mr <= 8, nr <= 16 * nv) at c = alpha * pa (8, kc) @ pb (kc, 48) + beta_eff * C,
+ * where beta_eff is beta for the first k block (C not read when it is 0) and 1 after. nv,
+ * a constant in each instance below, is how many of the panel's three 16-wide vectors the
+ * tile uses: the last panel of a narrow product (64 columns = 48 + 16) does a third of
+ * the work instead of all of it. */
+AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, int64_t kc, const float *restrict pa,
+                                                                     const float *restrict pb, float *c, int64_t ldc,
+                                                                     int mr, int nr, float alpha, float beta,
+                                                                     bool first) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
+    __m512 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
+    __m512 c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
+    __m512 c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+#define IT_ROW(r)                                                                                                      \
+    do {                                                                                                               \
+        __m512 av = _mm512_set1_ps(pa[r]);                                                                             \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                                    \
+        if (nv > 1) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                        \
+        if (nv > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                                        \
+    } while (0)
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(pb);
+        __m512 b1 = nv > 1 ? _mm512_load_ps(pb + 16) : b0, b2 = nv > 2 ? _mm512_load_ps(pb + 32) : b0;
+        IT_ROW(0);
+        IT_ROW(1);
+        IT_ROW(2);
+        IT_ROW(3);
+        IT_ROW(4);
+        IT_ROW(5);
+        IT_ROW(6);
+        IT_ROW(7);
+        pa += MR;
+        pb += NR;
+    }
+#undef IT_ROW
+    __m512 acc[MR][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
+                         {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(first ? beta : 1.0f);
+    bool read = !first || beta != 0.0f;
+    __mmask16 mk[3];
+    for (int v = 0; v < 3; v++) {
+        int cnt = nr - 16 * v;
+        mk[v] = (__mmask16)(cnt >= 16 ? 0xffff : cnt <= 0 ? 0 : (1u << cnt) - 1u);
+    }
+    for (int r = 0; r < mr; r++) {
+        float *row = c + r * ldc;
+        for (int v = 0; v < 3; v++) {
+            if (mk[v] == 0) break;
+            __m512 x = _mm512_mul_ps(va, acc[r][v]);
+            if (mk[v] == 0xffff) {
+                if (read) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(row + 16 * v), x);
+                _mm512_storeu_ps(row + 16 * v, x);
+            } else {
+                if (read) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], row + 16 * v), x);
+                _mm512_mask_storeu_ps(row + 16 * v, mk[v], x);
+            }
+        }
+    }
+}
+
+AVX512 static void kernel_8x16(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                               float alpha, float beta, bool first) {
+    kernel_tile(1, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+}
+AVX512 static void kernel_8x32(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                               float alpha, float beta, bool first) {
+    kernel_tile(2, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+}
+AVX512 static void kernel_8x48(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                               float alpha, float beta, bool first) {
+    kernel_tile(3, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+}
+
+AVX512 static void kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                          float alpha, float beta, bool first) {
+    if (nr > 32)
+        kernel_8x48(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+    else if (nr > 16)
+        kernel_8x32(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+    else
+        kernel_8x16(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+}
+
+/* ------------------------------------------------------------------ driver */
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int sgemm_mode(void);
+
+/* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
+ * buffers bbuf (KC x NC rounded up to panels) and abuf (MR x KC). */
+AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                                float *bbuf, float *abuf) {
+    for (int64_t jc = 0; jc < n; jc += NC) {
+        int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
+        for (int64_t pc = 0; pc < k; pc += KC) {
+            int64_t kc = min64(KC, k - pc);
+            for (int64_t q = 0; q < npan; q++)
+                pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
+            for (int64_t i = 0; i < m; i += MR) {
+                int mr = (int)min64(MR, m - i);
+                pack_a(ta, a, lda, i, mr, pc, kc, abuf);
+                for (int64_t q = 0; q < npan; q++)
+                    kernel(kc, abuf, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, mr,
+                                (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
+            }
+        }
+    }
+}
+
+bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
+    /* Products up to 64^3 (attention's per-head products at T = 64) are left to the BLAS:
+     * there the packing and the tile epilogues weigh more than the wider FMAs gain
+     * (48 x 64^3 on two threads: 145 GFLOP/s here, 171 through OpenBLAS's AVX2 kernel). */
+    if ((double)m * (double)n * (double)k <= 64.0 * 64.0 * 64.0 && sgemm_mode() != 2) return false;
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* A team costs microseconds to start: below ~2 M multiply-adds one thread is faster. */
+    if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
+    if (threads < 1) threads = 1;
+    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)MR * KC; /* floats per thread */
+    int slot;
+    float *buf = scratch_take(per * (size_t)threads, &slot);
+    if (buf == NULL) return false;
+    /* Threads share C out in blocks that need no synchronization: whole 48-column panels
+     * when op(A) is the smaller operand (each thread then packs all of A, and its own part
+     * of B), whole 8-row panels otherwise (each packs all of B). */
+    bool split_n = m * k < k * n;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KC * ((NC + NR - 1) / NR * NR);
+        int64_t unit = split_n ? NR : MR, len = split_n ? n : m, pans = (len + unit - 1) / unit;
+        int64_t lo = pans * t / T * unit, hi = min64(pans * (t + 1) / T * unit, len);
+        if (lo < hi) {
+            if (split_n)
+                sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc,
+                             bbuf, abuf);
+            else
+                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta,
+                             c + lo * ldc, ldc, bbuf, abuf);
+        }
+    }
+    scratch_give(buf, slot);
+    return true;
+}
+
+/* IT_CPU_SGEMM: "blas" never uses this kernel, "avx512" uses it for every product it
+ * can take whatever the size (the tests use it to run the edge cases through it), unset or
+ * "auto" for products above the small-size cut. */
+static int g_mode; /* 0 off, 1 auto, 2 every size */
+static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
+
+static void mode_init(void) {
+    const char *env = getenv("IT_CPU_SGEMM");
+    int want = 1;
+    if (env != NULL && strcmp(env, "blas") == 0)
+        want = 0;
+    else if (env != NULL && strcmp(env, "avx512") == 0)
+        want = 2;
+    else if (env != NULL && *env != '\0' && strcmp(env, "auto") != 0)
+        fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512 or auto: using auto\n", env);
+    __builtin_cpu_init();
+    bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    g_mode = cpu ? want : 0;
+}
+
+static int sgemm_mode(void) {
+    pthread_once(&g_mode_once, mode_init);
+    return g_mode;
+}
+
+bool it_cpu_sgemm_avx512_usable(void) { return sgemm_mode() != 0; }
+
+#else /* not x86-64 with GCC or Clang */
+
+bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
+        (void)c, (void)ldc;
+    return false;
+}
+
+bool it_cpu_sgemm_avx512_usable(void) { return false; }
+
+#endif
