@@ -47,14 +47,18 @@
 #ifndef IT_SGEMM_KC
 #define IT_SGEMM_KC 512
 #endif
+#ifndef IT_SGEMM_MA
+#define IT_SGEMM_MA 512
+#endif
 #ifndef IT_SGEMM_NC
 #define IT_SGEMM_NC 384
 #endif
 enum {
     MR = 8,            /* rows of the micro-kernel's C tile */
     NR = 48,           /* columns: three zmm vectors */
-    KC = IT_SGEMM_KC,  /* depth of a packed block: an A panel is 8 KB, a B panel 48 KB */
-    NC = IT_SGEMM_NC,  /* columns of a packed B block: KC x NC x 4 = 384 KB, within the L2 */
+    KC = IT_SGEMM_KC,  /* depth of a packed block: an A panel is 16 KB, a B panel 96 KB */
+    NC = IT_SGEMM_NC,  /* columns of a packed B block: KC x NC x 4 = 768 KB */
+    MA = IT_SGEMM_MA,  /* rows of op(A) packed whole when m is at most this: 1 MB */
 };
 
 /* ------------------------------------------------------------------ scratch buffers */
@@ -139,6 +143,9 @@ AVX512 static void pack_rows8(const float *src, int64_t ls, int rows, int64_t kc
     if (rows == 8) {
         for (; k + 8 <= kc; k += 8) {
             __m256 r[8];
+            /* the source is usually a weight matrix on its way from DRAM: ask for each row's
+             * data 256 bytes ahead */
+            for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(src + j * ls + k + 64), _MM_HINT_T0);
             for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + j * ls + k);
             transpose8(r);
             for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * ds, r[t]);
@@ -288,10 +295,32 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int sgemm_mode(void);
 
 /* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
- * buffers bbuf (KC x NC rounded up to panels) and abuf (MR x KC). */
+ * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC).
+ *
+ * Short products (m <= MA, the rows of a training batch) pack all of op(A)'s rows for a k
+ * block once and keep them for every block of columns; the B block is the inner one.
+ * Tall ones (weight gradients: m in the thousands) keep the B block and pack one A panel
+ * at a time. Either way each operand's k block is packed once per block of the other, and
+ * the micro-kernel and the order of summation are the same. */
 AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                                 float *bbuf, float *abuf) {
+    if (m <= MA) {
+        for (int64_t pc = 0; pc < k; pc += KC) {
+            int64_t kc = min64(KC, k - pc);
+            for (int64_t i = 0; i < m; i += MR) pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
+            for (int64_t jc = 0; jc < n; jc += NC) {
+                int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
+                for (int64_t q = 0; q < npan; q++)
+                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
+                for (int64_t i = 0; i < m; i += MR)
+                    for (int64_t q = 0; q < npan; q++)
+                        kernel(kc, abuf + i * kc, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc,
+                               (int)min64(MR, m - i), (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
+            }
+        }
+        return;
+    }
     for (int64_t jc = 0; jc < n; jc += NC) {
         int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
         for (int64_t pc = 0; pc < k; pc += KC) {
@@ -303,7 +332,7 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                 pack_a(ta, a, lda, i, mr, pc, kc, abuf);
                 for (int64_t q = 0; q < npan; q++)
                     kernel(kc, abuf, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, mr,
-                                (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
+                           (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
             }
         }
     }
@@ -320,7 +349,7 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     /* A team costs microseconds to start: below ~2 M multiply-adds one thread is faster. */
     if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
     if (threads < 1) threads = 1;
-    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)MR * KC; /* floats per thread */
+    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)(MA > MR ? MA : MR) * KC; /* floats per thread */
     int slot;
     float *buf = scratch_take(per * (size_t)threads, &slot);
     if (buf == NULL) return false;
