@@ -392,8 +392,8 @@ int main(int argc, char **argv) {
     printf("== CPU kernels, one at a time (it_cpu_kernels(); %d OpenMP threads; load %.2f) ==\n", omp_get_max_threads(),
            bench_loadavg());
     printf("fp32 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 sgemm through the gemm slot); one "
-           "thread: %.1f\n",
-           peak_gflops, omp_get_max_threads(), one);
+           "thread: %.1f\nfp32 gemm runs on %s\n",
+           peak_gflops, omp_get_max_threads(), one, bench_sgemm_name());
     if (peak_gflops <= 0) return 1;
     printf("  %-24s %-30s %9s %9s %8s %8s %-7s %s\n", "kernel", "shape", "ms med", "ms best", "med", "best", "rate",
            "of peak (med, best)");

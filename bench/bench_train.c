@@ -17,7 +17,7 @@
  *   mallocs      backend mallocs per step; after warm-up this must be 0 (the caching
  *                allocator serves every block), and a non-zero count is a bug: the case is
  *                then rerun on "benchprof" (below) to list the sizes it asked the backend for
- * Then a per-kernel breakdown of the first GPT-2 case's measured steps
+ * Then a per-kernel breakdown of the first case's measured steps (GPT-2 124M T=64 in a full run)
  * (it_backend_kernel_stats), and a per-shape profile of one step of it on "benchprof", a
  * backend registered here with the CPU backend's runtime and kernels, which times gemm,
  * copy_strided, binary, unary, reduce and fill per argument shape and traces malloc.
@@ -743,18 +743,18 @@ int main(int argc, char **argv) {
            threads, policy ? policy : "unset", bench_loadavg(), coretype ? coretype : "unset", opt_warmup, opt_steps);
     double one = 0, peak = bench_gemm_peaks(&one);
     printf("fp32 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 sgemm through the CPU gemm slot); one "
-           "thread: %.1f (measured again at the end; MFU uses the better figures)\n",
-           peak, threads, one);
+           "thread: %.1f (measured again at the end; MFU uses the better figures)\nfp32 gemm runs on %s\n",
+           peak, threads, one, bench_sgemm_name());
     fflush(stdout);
 
     it_device dev = it_device_cpu();
     case_result res[NCASES];
     memset(res, 0, sizeof res);
-    int failed = 0, first_gpt2 = -1;
+    int failed = 0, first_case = -1; /* the per-kernel breakdown and the profile are of the first case run */
     for (int c = 0; c < NCASES; c++) {
         if (!selected[c]) continue;
-        bool first = first_gpt2 < 0 && all_cases[c].kind == M_GPT2;
-        if (first) first_gpt2 = c;
+        bool first = first_case < 0;
+        if (first) first_case = c;
         it_status st = run_case(&all_cases[c], workdir, dev, peak, first, &res[c]);
         if (st) {
             fprintf(stderr, "bench_train: case %s: %s\n", all_cases[c].name, it_last_error());
@@ -764,8 +764,8 @@ int main(int argc, char **argv) {
             failed++;
         }
     }
-    if (profile && first_gpt2 >= 0) {
-        it_status st = run_profile(&all_cases[first_gpt2], workdir, opt_profile_steps, true, 30);
+    if (profile && first_case >= 0) {
+        it_status st = run_profile(&all_cases[first_case], workdir, opt_profile_steps, true, 30);
         if (st) {
             fprintf(stderr, "bench_train: profile: %s\n", it_last_error());
             failed++;

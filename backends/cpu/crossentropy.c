@@ -58,14 +58,16 @@ static it_status check_common(const char *kernel, const it_tdesc *logits, const 
         *m = mx;                                                                                                       \
         *sum = s;                                                                                                      \
     }                                                                                                                  \
-    /* (p - [v == t]) * dl, computed as p * dl everywhere, then the target column */                                   \
+    /* (p - [v == t]) * dl, computed as p * dl everywhere, then the target column. The exps    \
+     * go into dx as they are summed, so each is computed once (x may be dx itself). */                                \
     ALWAYS_INLINE void bwd_row_##SFX(const T *x, int64_t sx, T *dx, int64_t sdx, int64_t V, int64_t Vp, int64_t t,     \
                                      T dl) {                                                                           \
-        T mx, sum;                                                                                                     \
-        stats_##SFX(x, sx, V, &mx, &sum);                                                                              \
-        T inv = (T)1 / sum;                                                                                            \
-        _Pragma("omp simd") for (int64_t v = 0; v < V; v++) dx[v * sdx] = (EXP(x[v * sx] - mx) * inv) * dl;            \
-        dx[t * sdx] = (EXP(x[t * sx] - mx) * inv - (T)1) * dl;                                                         \
+        T mx = (T)-INFINITY, sum;                                                                                      \
+        _Pragma("omp simd reduction(max : mx)") for (int64_t v = 0; v < V; v++) mx = x[v * sx] > mx ? x[v * sx] : mx;  \
+        LANE_SUM(T, sum, V, i, (dx[i * sdx] = EXP(x[i * sx] - mx)));                                                   \
+        T inv = (T)1 / sum, et = dx[t * sdx];                                                                          \
+        _Pragma("omp simd") for (int64_t v = 0; v < V; v++) dx[v * sdx] = (dx[v * sdx] * inv) * dl;                    \
+        dx[t * sdx] = (et * inv - (T)1) * dl;                                                                          \
         for (int64_t v = V; v < Vp; v++) dx[v * sdx] = 0;                                                              \
     }                                                                                                                  \
     static void fwd_##SFX(const it_tdesc *ld, const it_tdesc *td, int64_t V, it_tdesc *od, int64_t N) {                \
