@@ -205,12 +205,17 @@ AVX512 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int6
 
 /* ------------------------------------------------------------------ micro-kernel */
 
-/* C tile (mr <= 8, nr <= 16 * nv) at c = alpha * pa (8, kc) @ pb (kc, 48) + beta_eff * C,
+/* C tile (mr <= 8, nr <= 16 * nv) at c = alpha * A-panel (8, kc) @ pb (kc, 48) + beta_eff * C,
  * where beta_eff is beta for the first k block (C not read when it is 0) and 1 after. nv,
  * a constant in each instance below, is how many of the panel's three 16-wide vectors the
  * tile uses: the last panel of a narrow product (64 columns = 48 + 16) does a third of
- * the work instead of all of it. */
-AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, int64_t kc, const float *restrict pa,
+ * the work instead of all of it.
+ *
+ * The A panel is read one element at a time (broadcast), so it needs no particular layout:
+ * ars == 0 means packed k-major (pa[k * 8 + r], from pack_a), otherwise eight rows ars
+ * apart (pa[r * ars + k]): an untransposed A is then used where it lies, unpacked. */
+AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, bool rows, int64_t kc,
+                                                                     const float *restrict pa, int64_t ars,
                                                                      const float *restrict pb, float *c, int64_t ldc,
                                                                      int mr, int nr, float alpha, float beta,
                                                                      bool first) {
@@ -221,7 +226,7 @@ AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, int
     for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
 #define IT_ROW(r)                                                                                                      \
     do {                                                                                                               \
-        __m512 av = _mm512_set1_ps(pa[r]);                                                                             \
+        __m512 av = _mm512_set1_ps(rows ? pa[r * ars + k] : pa[r]);                                                    \
         c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                                    \
         if (nv > 1) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                        \
         if (nv > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                                        \
@@ -237,7 +242,7 @@ AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, int
         IT_ROW(5);
         IT_ROW(6);
         IT_ROW(7);
-        pa += MR;
+        if (!rows) pa += MR;
         pb += NR;
     }
 #undef IT_ROW
@@ -266,27 +271,46 @@ AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, int
     }
 }
 
-AVX512 static void kernel_8x16(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                               float alpha, float beta, bool first) {
-    kernel_tile(1, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
-}
-AVX512 static void kernel_8x32(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                               float alpha, float beta, bool first) {
-    kernel_tile(2, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
-}
-AVX512 static void kernel_8x48(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                               float alpha, float beta, bool first) {
-    kernel_tile(3, kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+#define IT_KERNEL(name, nv, rows)                                                                                      \
+    AVX512 static void name(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,  \
+                            int nr, float alpha, float beta, bool first) {                                             \
+        kernel_tile(nv, rows, kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);                                    \
+    }
+IT_KERNEL(kernel_8x16, 1, false)
+IT_KERNEL(kernel_8x32, 2, false)
+IT_KERNEL(kernel_8x48, 3, false)
+IT_KERNEL(kernel_8x16_rows, 1, true)
+IT_KERNEL(kernel_8x32_rows, 2, true)
+IT_KERNEL(kernel_8x48_rows, 3, true)
+#undef IT_KERNEL
+
+AVX512 static void kernel(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                          int nr, float alpha, float beta, bool first) {
+    if (ars == 0) {
+        if (nr > 32)
+            kernel_8x48(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
+        else if (nr > 16)
+            kernel_8x32(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
+        else
+            kernel_8x16(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
+    } else {
+        if (nr > 32)
+            kernel_8x48_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
+        else if (nr > 16)
+            kernel_8x32_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
+        else
+            kernel_8x16_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
+    }
 }
 
-AVX512 static void kernel(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                          float alpha, float beta, bool first) {
-    if (nr > 32)
-        kernel_8x48(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
-    else if (nr > 16)
-        kernel_8x32(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
-    else
-        kernel_8x16(kc, pa, pb, c, ldc, mr, nr, alpha, beta, first);
+/* The last, short panel of an untransposed A (mr < 8 rows): copied with zero rows below,
+ * ars = kc, so that the kernel never reads past A. */
+static void copy_tail_rows(const float *a, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc, float *dst) {
+    for (int r = 0; r < MR; r++)
+        if (r < mr)
+            memcpy(dst + r * kc, a + (i0 + r) * lda + k0, (size_t)kc * sizeof(float));
+        else
+            memset(dst + r * kc, 0, (size_t)kc * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ driver */
@@ -305,18 +329,42 @@ static int sgemm_mode(void);
 AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                                 float *bbuf, float *abuf) {
+    /* op(A)'s 8-row panel i of the k block at pc, as the kernel reads it (pa, ars): an
+     * untransposed A in place (its tail copied once into abuf), a transposed one packed */
+#define A_PANEL(i, pc, kc, packed, pa, ars)                                                                            \
+    do {                                                                                                               \
+        if (ta) {                                                                                                      \
+            pa = (packed);                                                                                             \
+            ars = 0;                                                                                                   \
+        } else if ((i) + MR <= m) {                                                                                    \
+            pa = a + (i) * lda + (pc);                                                                                 \
+            ars = lda;                                                                                                 \
+        } else {                                                                                                       \
+            pa = abuf;                                                                                                 \
+            ars = (kc);                                                                                                \
+        }                                                                                                              \
+    } while (0)
+    int64_t tail = m - m % MR; /* first row of the short panel, if any */
     if (m <= MA) {
         for (int64_t pc = 0; pc < k; pc += KC) {
             int64_t kc = min64(KC, k - pc);
-            for (int64_t i = 0; i < m; i += MR) pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
+            if (ta)
+                for (int64_t i = 0; i < m; i += MR)
+                    pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
+            else if (tail < m)
+                copy_tail_rows(a, lda, tail, (int)(m - tail), pc, kc, abuf);
             for (int64_t jc = 0; jc < n; jc += NC) {
                 int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
                 for (int64_t q = 0; q < npan; q++)
                     pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
-                for (int64_t i = 0; i < m; i += MR)
+                for (int64_t i = 0; i < m; i += MR) {
+                    const float *pa;
+                    int64_t ars;
+                    A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
                     for (int64_t q = 0; q < npan; q++)
-                        kernel(kc, abuf + i * kc, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc,
+                        kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc,
                                (int)min64(MR, m - i), (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
+                }
             }
         }
         return;
@@ -329,13 +377,20 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                 pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
             for (int64_t i = 0; i < m; i += MR) {
                 int mr = (int)min64(MR, m - i);
-                pack_a(ta, a, lda, i, mr, pc, kc, abuf);
+                if (ta)
+                    pack_a(ta, a, lda, i, mr, pc, kc, abuf);
+                else if (mr < MR)
+                    copy_tail_rows(a, lda, i, mr, pc, kc, abuf);
+                const float *pa;
+                int64_t ars;
+                A_PANEL(i, pc, kc, abuf, pa, ars);
                 for (int64_t q = 0; q < npan; q++)
-                    kernel(kc, abuf, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, mr,
+                    kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, mr,
                            (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
             }
         }
     }
+#undef A_PANEL
 }
 
 bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
