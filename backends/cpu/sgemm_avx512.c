@@ -409,20 +409,37 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     float *buf = scratch_take(per * (size_t)threads, &slot);
     if (buf == NULL) return false;
     /* Threads share C out in blocks that need no synchronization: whole 48-column panels
-     * when op(A) is the smaller operand (each thread then packs all of A, and its own part
-     * of B), whole 8-row panels otherwise (each packs all of B). */
+     * when op(A) is the smaller operand (each thread then reads all of A, and packs its own
+     * part of B), whole 8-row panels otherwise (each packs all of B). Column blocks of an
+     * untransposed A that stays in cache cost next to nothing to cut finer, so there each
+     * thread's share is four blocks handed out as threads come free: a core that the host
+     * slows down then does less instead of leaving the other idle at the end. (With A in
+     * DRAM, as lm_head's 51 MB gradient, every block would read it again: 329 -> 294
+     * GFLOP/s.) Which thread computes a block does not change its bits. */
     bool split_n = m * k < k * n;
+    int64_t unit = split_n ? NR : MR, len = split_n ? n : m, pans = (len + unit - 1) / unit;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
         float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KC * ((NC + NR - 1) / NR * NR);
-        int64_t unit = split_n ? NR : MR, len = split_n ? n : m, pans = (len + unit - 1) / unit;
-        int64_t lo = pans * t / T * unit, hi = min64(pans * (t + 1) / T * unit, len);
-        if (lo < hi) {
-            if (split_n)
+        bool fine = split_n && !ta && m * k <= (int64_t)1 << 20; /* A (<= 4 MB) stays in cache between blocks */
+        if (fine) {
+            /* blocks of whole NC-wide column blocks when there are enough of them */
+            int64_t g = pans >= (int64_t)T * 4 * (NC / NR) ? NC / NR : 1, gp = (pans + g - 1) / g;
+            int64_t blocks = min64(gp, (int64_t)T * 4);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                int64_t lo = gp * blk / blocks * g * unit, hi = min64(gp * (blk + 1) / blocks * g * unit, len);
+                if (lo < hi)
+                    sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo,
+                                 ldc, bbuf, abuf);
+            }
+        } else {
+            int64_t lo = pans * t / T * unit, hi = min64(pans * (t + 1) / T * unit, len);
+            if (lo < hi && split_n)
                 sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc,
                              bbuf, abuf);
-            else
+            else if (lo < hi)
                 sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta,
                              c + lo * ldc, ldc, bbuf, abuf);
         }
