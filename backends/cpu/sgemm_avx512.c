@@ -422,11 +422,12 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
         float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KC * ((NC + NR - 1) / NR * NR);
-        bool fine = split_n && !ta && m * k <= (int64_t)1 << 20; /* A (<= 4 MB) stays in cache between blocks */
-        if (fine) {
-            /* blocks of whole NC-wide column blocks when there are enough of them */
-            int64_t g = pans >= (int64_t)T * 4 * (NC / NR) ? NC / NR : 1, gp = (pans + g - 1) / g;
-            int64_t blocks = min64(gp, (int64_t)T * 4);
+        /* A (<= 4 MB) stays in cache between blocks; blocks of at least four panels, and
+         * of whole NC-wide column blocks when there are enough of them */
+        bool fine = split_n && !ta && m * k <= (int64_t)1 << 20;
+        int64_t g = pans >= (int64_t)T * 4 * (NC / NR) ? NC / NR : 1, gp = (pans + g - 1) / g;
+        int64_t blocks = min64(min64(pans / 4, (int64_t)T * 4), gp);
+        if (fine && blocks > T) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t blk = 0; blk < blocks; blk++) {
                 int64_t lo = gp * blk / blocks * g * unit, hi = min64(gp * (blk + 1) / blocks * g * unit, len);
