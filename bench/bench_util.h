@@ -12,6 +12,7 @@
 
 #include <omp.h>
 
+#include "cpu/sgemm_select.h"
 #include "infinitrain/backend.h"
 
 static inline double bench_now_ms(void) {
@@ -141,18 +142,9 @@ static inline double bench_gemm_peak(int64_t n, int reps, double *best_ms) {
  * call is likelier to find every core free); and with one thread (1024^3, 10 calls), whose
  * figure times the thread count is the ceiling the cores would give a process that had them
  * to itself. Returns 0 on failure. */
-/* Which sgemm the CPU backend's gemm slot runs for fp32 (backends/cpu/sgemm_avx512.c
- * decides the same way: AVX-512F/VL and IT_CPU_SGEMM not "blas"). */
+/* Which sgemm the CPU backend's gemm slot runs for fp32. */
 static inline const char *bench_sgemm_name(void) {
-    const char *mode = getenv("IT_CPU_SGEMM");
-    bool own = !(mode && strcmp(mode, "blas") == 0);
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    own = own && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-#else
-    own = false;
-#endif
-    return own ? "the CPU backend's AVX-512 sgemm (products up to 64^3: OpenBLAS)" : "OpenBLAS";
+    return it_cpu_sgemm_is_avx512() ? "the CPU backend's AVX-512 sgemm (products up to 64^3: OpenBLAS)" : "OpenBLAS";
 }
 
 static inline double bench_gemm_peaks(double *one_thread) {

@@ -14,7 +14,7 @@
  *     for each block of KC rows of op(B) (the k dimension):
  *       pack the (KC, NC) block of op(B) into 48-wide panels (stays in L2)
  *       for each 8-row panel of op(A):
- *         pack the (8, KC) panel of op(A) (stays in L1)
+ *         pack the (8, KC) panel of a transposed op(A); an untransposed A is read in place
  *         for each 48-wide panel of the packed B:
  *           8x48 micro-kernel: 24 zmm accumulators, C += A-panel @ B-panel
  *
@@ -29,14 +29,15 @@
  * (KC blocks in turn, k in order within each) whatever the thread count, so results are
  * bitwise the same for every number of threads. */
 #include <limits.h>
-#include <stdio.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/sgemm_select.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
@@ -44,21 +45,12 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
 
-#ifndef IT_SGEMM_KC
-#define IT_SGEMM_KC 512
-#endif
-#ifndef IT_SGEMM_MA
-#define IT_SGEMM_MA 512
-#endif
-#ifndef IT_SGEMM_NC
-#define IT_SGEMM_NC 384
-#endif
 enum {
-    MR = 8,            /* rows of the micro-kernel's C tile */
-    NR = 48,           /* columns: three zmm vectors */
-    KC = IT_SGEMM_KC,  /* depth of a packed block: an A panel is 16 KB, a B panel 96 KB */
-    NC = IT_SGEMM_NC,  /* columns of a packed B block: KC x NC x 4 = 768 KB */
-    MA = IT_SGEMM_MA,  /* rows of op(A) packed whole when m is at most this: 1 MB */
+    MR = 8,   /* rows of the micro-kernel's C tile */
+    NR = 48,  /* columns: three zmm vectors */
+    KC = 512, /* depth of a packed block: an A panel is 16 KB, a B panel 96 KB */
+    NC = 384, /* columns of a packed B block: KC x NC x 4 = 768 KB */
+    MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
 };
 
 /* ------------------------------------------------------------------ scratch buffers */
@@ -122,10 +114,14 @@ AVX512 static inline void transpose8(__m256 r[8]) {
     __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
     __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
     __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+           s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+           s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
+           s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
+           s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
     r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
     r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
     r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
@@ -214,11 +210,9 @@ AVX512 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int6
  * The A panel is read one element at a time (broadcast), so it needs no particular layout:
  * ars == 0 means packed k-major (pa[k * 8 + r], from pack_a), otherwise eight rows ars
  * apart (pa[r * ars + k]): an untransposed A is then used where it lies, unpacked. */
-AVX512 static inline __attribute__((always_inline)) void kernel_tile(int nv, bool rows, int64_t kc,
-                                                                     const float *restrict pa, int64_t ars,
-                                                                     const float *restrict pb, float *c, int64_t ldc,
-                                                                     int mr, int nr, float alpha, float beta,
-                                                                     bool first) {
+AVX512 static inline __attribute__((always_inline)) void
+kernel_tile(int nv, bool rows, int64_t kc, const float *restrict pa, int64_t ars, const float *restrict pb, float *c,
+            int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
     __m512 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
     __m512 c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
@@ -321,11 +315,11 @@ static int sgemm_mode(void);
 /* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
  * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC).
  *
- * Short products (m <= MA, the rows of a training batch) pack all of op(A)'s rows for a k
- * block once and keep them for every block of columns; the B block is the inner one.
- * Tall ones (weight gradients: m in the thousands) keep the B block and pack one A panel
- * at a time. Either way each operand's k block is packed once per block of the other, and
- * the micro-kernel and the order of summation are the same. */
+ * Short products (m <= MA, the rows of a training batch) pack all of a transposed op(A)'s
+ * rows for a k block once and keep them for every block of columns; the B block is the
+ * inner one. Tall ones (weight gradients: m in the thousands) keep the B block and pack one
+ * A panel at a time. An untransposed A is never packed (only its short last panel copied). Either way each operand's k
+ * block is packed once per block of the other, and the micro-kernel and the order of summation are the same. */
 AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                                 float *bbuf, float *abuf) {
@@ -337,7 +331,7 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
             pa = (packed);                                                                                             \
             ars = 0;                                                                                                   \
         } else if ((i) + MR <= m) {                                                                                    \
-            pa = a + (i) * lda + (pc);                                                                                 \
+            pa = a + (i)*lda + (pc);                                                                                   \
             ars = lda;                                                                                                 \
         } else {                                                                                                       \
             pa = abuf;                                                                                                 \
@@ -349,8 +343,7 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
         for (int64_t pc = 0; pc < k; pc += KC) {
             int64_t kc = min64(KC, k - pc);
             if (ta)
-                for (int64_t i = 0; i < m; i += MR)
-                    pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
+                for (int64_t i = 0; i < m; i += MR) pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
             else if (tail < m)
                 copy_tail_rows(a, lda, tail, (int)(m - tail), pc, kc, abuf);
             for (int64_t jc = 0; jc < n; jc += NC) {
@@ -362,8 +355,8 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                     int64_t ars;
                     A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
                     for (int64_t q = 0; q < npan; q++)
-                        kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc,
-                               (int)min64(MR, m - i), (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
+                        kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, (int)min64(MR, m - i),
+                               (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
                 }
             }
         }
@@ -441,8 +434,8 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
                 sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc,
                              bbuf, abuf);
             else if (lo < hi)
-                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta,
-                             c + lo * ldc, ldc, bbuf, abuf);
+                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc,
+                             ldc, bbuf, abuf);
         }
     }
     scratch_give(buf, slot);
@@ -464,9 +457,7 @@ static void mode_init(void) {
         want = 2;
     else if (env != NULL && *env != '\0' && strcmp(env, "auto") != 0)
         fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512 or auto: using auto\n", env);
-    __builtin_cpu_init();
-    bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-    g_mode = cpu ? want : 0;
+    g_mode = it_cpu_has_avx512() ? want : 0;
 }
 
 static int sgemm_mode(void) {

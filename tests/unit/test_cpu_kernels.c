@@ -4,6 +4,7 @@
 #include <float.h>
 #include <stdio.h>
 
+#include "cpu/sgemm_select.h"
 #include "test_cpu_util.h"
 
 /* ====================================================================== gemm */
@@ -158,14 +159,7 @@ static void test_gemm(void) {
      * is summed by one thread in a fixed order): 1, 2 and 3 threads give the same bits, one
      * product sharing rows out and one sharing columns. (OpenBLAS only promises the same
      * bits for the same thread count.) */
-    const char *mode = getenv("IT_CPU_SGEMM");
-    bool own_kernel = !(mode && strcmp(mode, "blas") == 0);
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    own_kernel = own_kernel && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-#else
-    own_kernel = false;
-#endif
+    bool own_kernel = it_cpu_sgemm_is_avx512();
     printf("test_cpu_kernels: fp32 gemm through %s\n", own_kernel ? "the AVX-512 kernel" : "the BLAS");
     for (int shape = 0; own_kernel && shape < 2; shape++) {
         int64_t M = shape ? 40 : 300, N = shape ? 1000 : 200, Kd = 700;
