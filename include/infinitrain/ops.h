@@ -33,6 +33,11 @@ IT_API it_tensor *it_exp(it_tensor *x);
 IT_API it_tensor *it_matmul(it_tensor *a, it_tensor *b, bool trans_a, bool trans_b);
 /* x (..., in) @ w(out, in)^T + bias(out); bias may be NULL. */
 IT_API it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias);
+/* One linear layer per group of consecutive rows (a mixture of experts' experts): x (R, in),
+ * w[g] (out, in) for g < n_group, offsets n_group + 1 host row indices, non-decreasing from 0
+ * to R. Rows offsets[g] .. offsets[g+1]-1 of the result (R, out) are those rows of x times
+ * w[g]^T. An empty group costs nothing and its weight gets no gradient. */
+IT_API it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets);
 
 /* ---- layers' building blocks */
 /* idx (...) int32/int64, weight (V, C) -> (..., C). */

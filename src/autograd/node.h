@@ -5,7 +5,7 @@
 #include "core/internal.h"
 #include "infinitrain/autograd.h"
 
-#define IT_NODE_MAX_IN 4
+#define IT_NODE_INLINE_IN 4
 #define IT_NODE_MAX_SAVED 6
 
 typedef struct it_node it_node;
@@ -17,12 +17,15 @@ struct it_node {
     const char *name;
     it_backward_fn backward;
     int n_in;
-    it_tensor *in[IT_NODE_MAX_IN]; /* retained; NULL entries allowed (e.g. no bias) */
+    it_tensor **in; /* n_in retained inputs; NULL entries allowed (e.g. no bias) */
+    it_tensor *in_inline[IT_NODE_INLINE_IN]; /* `in` for up to IT_NODE_INLINE_IN inputs */
     it_tensor *out;                 /* retained */
     int n_saved;
     it_tensor *saved[IT_NODE_MAX_SAVED]; /* retained, released right after backward */
     double f[4];                         /* op parameters */
     int64_t i[8];
+    int64_t *iv; /* a longer host parameter list (it__node_set_ivec), freed with the node */
+    size_t n_iv;
 };
 
 /* True when an op with these inputs must record a node (grad mode on and some input
@@ -32,6 +35,8 @@ bool it__needs_grad(int n, it_tensor *const *inputs);
 it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, int n_in, it_tensor *const *inputs);
 /* Keep a tensor for backward. */
 void it__node_save(it_node *node, it_tensor *t);
+/* Keep a copy of n host integers for backward in node->iv. */
+it_status it__node_set_ivec(it_node *node, const int64_t *v, size_t n);
 /* t.grad += g (g has t's shape). Takes g over when nothing else holds it. */
 it_status it__accum_grad(it_tensor *t, it_tensor *g);
 /* For kernels that can accumulate themselves (gemm with beta): returns t's gradient buffer

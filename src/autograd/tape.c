@@ -92,6 +92,12 @@ it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, in
         it_error(IT_ERR_OOM, "autograd: out of host memory for a node");
         return NULL;
     }
+    n->in = n_in <= IT_NODE_INLINE_IN ? n->in_inline : calloc((size_t)n_in, sizeof *n->in);
+    if (!n->in) {
+        free(n);
+        it_error(IT_ERR_OOM, "autograd: out of host memory for a node's %d inputs", n_in);
+        return NULL;
+    }
     n->name = name;
     n->backward = fn;
     n->n_in = n_in;
@@ -107,6 +113,16 @@ void it__node_save(it_node *node, it_tensor *t) {
     if (node && node->n_saved < IT_NODE_MAX_SAVED) node->saved[node->n_saved++] = it_tensor_retain(t);
 }
 
+it_status it__node_set_ivec(it_node *node, const int64_t *v, size_t n) {
+    int64_t *c = malloc(sizeof(int64_t) * (n ? n : 1));
+    if (!c) return it_error(IT_ERR_OOM, "autograd: out of host memory for %zu node parameters", n);
+    if (n) memcpy(c, v, sizeof(int64_t) * n);
+    free(node->iv);
+    node->iv = c;
+    node->n_iv = n;
+    return IT_OK;
+}
+
 static void node_free(it_node *n) {
     for (int i = 0; i < n->n_in; i++) it_tensor_release(n->in[i]);
     for (int i = 0; i < n->n_saved; i++) it_tensor_release(n->saved[i]);
@@ -118,6 +134,8 @@ static void node_free(it_node *n) {
         }
         it_tensor_release(n->out);
     }
+    if (n->in != n->in_inline) free(n->in);
+    free(n->iv);
     free(n);
 }
 

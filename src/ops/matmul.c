@@ -1,5 +1,6 @@
 /* Matrix products: batched matmul and linear layers, forward and backward, all through the
  * backend's gemm slot. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops_common.h"
@@ -255,6 +256,120 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
         it_node *n = it__node_record("linear", linear_backward, y, bias ? 3 : 2, in);
         OP_REQUIRE(n);
         it__node_save(n, x2);
+    }
+    return y;
+}
+
+/* ---------------------------------------------------------------- grouped linear */
+
+/* Rows [r0, r1) of the 2-D t, a view in the current scope. */
+static it_tensor *rows_of(it_tensor *t, int64_t r0, int64_t r1) { return it_tensor_slice(t, 0, r0, r1, 1); }
+
+/* Per group g with rows [o_g, o_g+1):  dx[rows] = dy[rows] w_g;  dw_g += dy[rows]^T x[rows].
+ * Every row belongs to one group, so dx's buffer is written whole (beta as it__grad_buffer
+ * says) and each weight's gradient takes one product. */
+static it_status grouped_linear_backward(it_node *n, it_tensor *dy) {
+    it_tensor *x = n->in[0], *xs = n->saved[0];
+    int G = n->n_in - 1;
+    const int64_t *off = n->iv;
+    float bx = 0.0f;
+    it_tensor *gx = it__grad_buffer(x, &bx);
+    if (!gx && x->requires_grad) return it_last_status();
+    for (int g = 0; g < G; g++) {
+        int64_t r0 = off[g], r1 = off[g + 1];
+        if (r0 == r1) continue;
+        it_tensor *w = n->in[1 + g], *dyg = rows_of(dy, r0, r1);
+        if (!dyg) return it_last_status();
+        if (gx) {
+            it_tensor *gxg = rows_of(gx, r0, r1);
+            it_status st = gxg ? gemm(dyg, w, gxg, false, false, 1.0f, bx) : it_last_status();
+            if (st) return st;
+        }
+        float bw = 0.0f;
+        it_tensor *gw = it__grad_buffer(w, &bw);
+        if (gw) {
+            it_tensor *xg = rows_of(xs, r0, r1);
+            it_status st = xg ? gemm(dyg, xg, gw, true, false, 1.0f, bw) : it_last_status();
+            if (st) return st;
+        } else if (w->requires_grad) {
+            return it_last_status();
+        }
+    }
+    return IT_OK;
+}
+
+it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets) {
+    OP_REQUIRE(x);
+    if (n_group < 1 || !w || !offsets) {
+        it_error(IT_ERR_INVALID_ARG, "grouped_linear: needs at least one group, its weights and its offsets");
+        return NULL;
+    }
+    it_dtype ac;
+    if (autocast_for(x, w[0], &ac)) { /* in ac, then back to float32, like it_linear */
+        it_tensor **wc = malloc(sizeof *wc * (size_t)n_group);
+        if (!wc) {
+            it_error(IT_ERR_OOM, "grouped_linear: %d weight pointers", n_group);
+            return NULL;
+        }
+        it_autocast_set(false, ac);
+        bool ok = true;
+        for (int g = 0; g < n_group; g++) ok = (wc[g] = it_cast(w[g], ac)) != NULL && ok;
+        it_tensor *xc = it_cast(x, ac), *y = ok && xc ? it_grouped_linear(xc, n_group, wc, offsets) : NULL;
+        it_autocast_set(true, ac);
+        free(wc);
+        return y ? it_cast(y, IT_DTYPE_FP32) : NULL;
+    }
+    if (x->ndim != 2) {
+        it_error(IT_ERR_INVALID_ARG, "grouped_linear: x must be 2-D (rows, in), got %d-D", x->ndim);
+        return NULL;
+    }
+    int64_t R = x->shape[0], in = x->shape[1];
+    OP_REQUIRE(w[0]);
+    if (w[0]->ndim != 2 || w[0]->shape[1] != in) {
+        it_error(IT_ERR_INVALID_ARG, "grouped_linear: weight 0 must be (out, %lld)", (long long)in);
+        return NULL;
+    }
+    int64_t out = w[0]->shape[0];
+    if (offsets[0] != 0 || offsets[n_group] != R) {
+        it_error(IT_ERR_INVALID_ARG, "grouped_linear: offsets must run from 0 to the %lld rows (got %lld to %lld)",
+                 (long long)R, (long long)offsets[0], (long long)offsets[n_group]);
+        return NULL;
+    }
+    for (int g = 0; g < n_group; g++) {
+        OP_REQUIRE(w[g]);
+        it_tensor *xw[2] = {x, w[g]};
+        if (it__check_same("grouped_linear", 2, xw)) return NULL;
+        if (w[g]->ndim != 2 || w[g]->shape[0] != out || w[g]->shape[1] != in) {
+            it_error(IT_ERR_INVALID_ARG, "grouped_linear: weight %d must be (%lld, %lld) like weight 0", g,
+                     (long long)out, (long long)in);
+            return NULL;
+        }
+        if (offsets[g + 1] < offsets[g]) {
+            it_error(IT_ERR_INVALID_ARG, "grouped_linear: offsets decrease at group %d (%lld after %lld)", g,
+                     (long long)offsets[g + 1], (long long)offsets[g]);
+            return NULL;
+        }
+    }
+    it_tensor *y = it__scope_add(it__tensor_new_owned(it_tensor_device(x), x->dtype, 2, (int64_t[]){R, out}));
+    OP_REQUIRE(y);
+    for (int g = 0; g < n_group; g++) {
+        if (offsets[g] == offsets[g + 1]) continue;
+        it_tensor *xg = rows_of(x, offsets[g], offsets[g + 1]), *yg = rows_of(y, offsets[g], offsets[g + 1]);
+        if (!xg || !yg || gemm(xg, w[g], yg, false, true, 1.0f, 0.0f)) return NULL;
+    }
+    if (it__needs_grad(1, &x) || it__needs_grad(n_group, w)) {
+        it_tensor **in_ = malloc(sizeof *in_ * (size_t)(n_group + 1));
+        if (!in_) {
+            it_error(IT_ERR_OOM, "grouped_linear: %d node inputs", n_group + 1);
+            return NULL;
+        }
+        in_[0] = x;
+        memcpy(in_ + 1, w, sizeof *in_ * (size_t)n_group);
+        it_node *n = it__node_record("grouped_linear", grouped_linear_backward, y, n_group + 1, in_);
+        free(in_);
+        OP_REQUIRE(n);
+        it__node_save(n, x);
+        if (it__node_set_ivec(n, offsets, (size_t)n_group + 1)) return NULL;
     }
     return y;
 }

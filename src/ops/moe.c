@@ -1,10 +1,10 @@
 /* Top-k selection and the mixture-of-experts layer (Mixtral).
  *
- * MoE dispatch/combine: tokens are grouped by expert so each expert runs one matmul over
- * all of its tokens. Grouping needs the routing decisions on the host (to size each
- * expert's batch), fetched with one synchronizing copy per layer; the gathers and the
- * scatter-add run as embedding kernels (a row gather is an embedding lookup, a scatter-add
- * is its backward), so both are differentiable for free. */
+ * MoE dispatch/combine: the (token, slot) pairs are sorted by expert so each expert runs one
+ * matmul over all of its tokens (it_grouped_linear). Sorting needs the routing decisions on
+ * the host (to size each expert's group), fetched with one synchronizing copy per layer; the
+ * gather and the scatter-add run as embedding kernels (a row gather is an embedding lookup,
+ * a scatter-add is its backward), so both are differentiable for free. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,43 +69,51 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
     OP_REQUIRE(w && idx);
     int32_t *h = indices_to_host(idx);
     OP_REQUIRE(h);
-    /* Group (token, slot) pairs by expert, tokens in ascending order within each expert. */
-    int64_t *count = calloc((size_t)n_expert, sizeof *count);
+    /* Sort the N*k (token, slot) pairs by expert, tokens ascending within each expert:
+     * tok[i] is the token of sorted pair i, pos[i] its flat (N, k) position, and the
+     * pairs of expert e are rows off[e] .. off[e+1]-1. */
+    int64_t *off = calloc((size_t)n_expert + 1, sizeof *off);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(N * k + 1)), *pos = malloc(sizeof(int32_t) * (size_t)(N * k + 1));
-    if (!count || !tok || !pos) {
+    if (!off || !tok || !pos) {
         free(h);
-        free(count);
+        free(off);
         free(tok);
         free(pos);
         it_error(IT_ERR_OOM, "moe: routing tables");
         return NULL;
     }
-    for (int64_t i = 0; i < N * k; i++) count[h[i]]++;
-    it_tensor *wcol = it_reshape(w, 2, (int64_t[]){N * k, 1});
-    it_tensor *out = NULL;
-    bool ok = wcol != NULL;
-    for (int e = 0; e < n_expert && ok; e++) {
-        if (tokens_per_expert) tokens_per_expert[e] = count[e];
-        if (count[e] == 0) continue;
-        int64_t m = 0;
-        for (int64_t i = 0; i < N * k; i++) {
-            if (h[i] == e) {
-                tok[m] = (int32_t)(i / k);
-                pos[m] = (int32_t)i;
-                m++;
-            }
-        }
-        it_tensor *ti = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){m}, tok, sizeof(int32_t) * (size_t)m);
-        it_tensor *pi = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){m}, pos, sizeof(int32_t) * (size_t)m);
-        it_tensor *xe = it_embedding(ti, xf); /* (m, C): this expert's tokens */
-        /* expert(x) = down(silu(gate(x)) * up(x)) */
-        it_tensor *he = it_linear(it_mul(it_silu(it_linear(xe, gate[e], NULL)), it_linear(xe, up[e], NULL)), down[e], NULL);
-        it_tensor *ye = it_mul(he, it_embedding(pi, wcol)); /* weighted by its routing weight (m, 1) */
-        it_tensor *contrib = it_index_add(N, ti, ye);
-        out = out ? it_add(out, contrib) : contrib;
-        ok = out != NULL;
+    for (int64_t i = 0; i < N * k; i++) off[h[i] + 1]++;
+    for (int e = 0; e < n_expert; e++) {
+        if (tokens_per_expert) tokens_per_expert[e] = off[e + 1];
+        off[e + 1] += off[e];
     }
-    if (ok && !out) out = it_tensor_zeros(dev, x->dtype, 2, (int64_t[]){N, C}); /* N == 0 */
+    for (int64_t i = 0, *fill = off; i < N * k; i++) { /* counting sort, stable: tokens stay ascending */
+        int64_t r = fill[h[i]]++;
+        tok[r] = (int32_t)(i / k);
+        pos[r] = (int32_t)i;
+    }
+    for (int e = n_expert; e > 0; e--) off[e] = off[e - 1]; /* the fills moved each start to the next */
+    off[0] = 0;
+    /* Every tensor below has N*k rows whatever the routing, so a step reuses the last one's
+     * blocks: the experts run as one grouped product per projection, the tokens are
+     * gathered once and scattered back once. */
+    int64_t NK = N * k;
+    it_tensor *out = NULL;
+    if (NK > 0) {
+        it_tensor *ti = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){NK}, tok, sizeof(int32_t) * (size_t)NK);
+        it_tensor *pi = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){NK}, pos, sizeof(int32_t) * (size_t)NK);
+        it_tensor *wcol = it_reshape(w, 2, (int64_t[]){NK, 1});
+        it_tensor *xs = it_embedding(ti, xf); /* (N*k, C): each expert's tokens, expert by expert */
+        /* expert(x) = down(silu(gate(x)) * up(x)) */
+        it_tensor *hs = it_grouped_linear(
+            it_mul(it_silu(it_grouped_linear(xs, n_expert, gate, off)), it_grouped_linear(xs, n_expert, up, off)),
+            n_expert, down, off);
+        it_tensor *ys = it_mul(hs, it_embedding(pi, wcol)); /* weighted by its routing weight (N*k, 1) */
+        out = it_index_add(N, ti, ys); /* a token's k contributions, added in expert order into zeros */
+    } else {
+        out = it_tensor_zeros(dev, x->dtype, 2, (int64_t[]){N, C});
+    }
+    bool ok = out != NULL;
     /* Load-balancing loss (Switch Transformer): E * sum_e f_e * P_e, with f_e the share of
      * routed assignments that went to e and P_e the mean router probability of e. */
     if (ok && aux_loss) {
@@ -114,7 +122,7 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
             ok = false;
             it_error(IT_ERR_OOM, "moe: aux loss");
         } else {
-            for (int e = 0; e < n_expert; e++) f[e] = N ? (float)count[e] / (float)(N * k) : 0.0f;
+            for (int e = 0; e < n_expert; e++) f[e] = N ? (float)(off[e + 1] - off[e]) / (float)(N * k) : 0.0f;
             it_tensor *ft = it_tensor_to_dtype(
                 it_tensor_from_host(dev, IT_DTYPE_FP32, 1, (int64_t[]){n_expert}, f, sizeof(float) * (size_t)n_expert),
                 x->dtype);
@@ -126,7 +134,7 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
         }
     }
     free(h);
-    free(count);
+    free(off);
     free(tok);
     free(pos);
     if (!ok) return NULL;

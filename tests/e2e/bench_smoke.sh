@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks still run, and what they claim besides time holds (nothing here asserts on
-# time): bench_train on the 6-layer GPT-2 and LLaMA-3 cases, 2 warm-up and 2 measured steps,
-# prints a RESULT line per case with a finite step-1 loss near ln(V) (random init) and ZERO
+# time): bench_train on the 6-layer GPT-2, LLaMA-3 and Mixtral cases, 2 warm-up and 2
+# measured steps, prints a RESULT line per case with a finite step-1 loss near ln(V) (random init) and ZERO
 # backend mallocs in every measured step (the caching allocator serves the steady state).
 # Usage: bench_smoke.sh BUILD_DIR SOURCE_DIR
 set -u
@@ -12,12 +12,12 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-if ! "$build/bench_train" --cases gpt2_6l384_t256,llama3_6l384_t256 --warmup 2 --steps 2 --no-profile \
+if ! "$build/bench_train" --cases gpt2_6l384_t256,llama3_6l384_t256,mixtral_6l384_t256 --warmup 2 --steps 2 --no-profile \
   --workdir "$tmp" >"$tmp/out.txt" 2>&1; then
   bad "bench_train exited $?: $(tail -3 "$tmp/out.txt")"
 fi
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
-for c in gpt2_6l384_t256:50257 llama3_6l384_t256:32000; do
+for c in gpt2_6l384_t256:50257 llama3_6l384_t256:32000 mixtral_6l384_t256:32000; do
   name=${c%%:*} V=${c##*:}
   line=$(grep "^RESULT case=$name " "$tmp/out.txt")
   if [[ -z $line ]]; then bad "$name: no RESULT line"; continue; fi

@@ -318,6 +318,16 @@ static it_tensor *f_linear_nobias(const void *c, it_tensor *const *in) {
     return it_linear(in[0], in[1], NULL);
 }
 
+/* in: x, then the groups' weights. */
+typedef struct {
+    int G;
+    const int64_t *off;
+} grouped_ctx;
+static it_tensor *f_grouped_linear(const void *c, it_tensor *const *in) {
+    const grouped_ctx *g = c;
+    return it_grouped_linear(in[0], g->G, in + 1, g->off);
+}
+
 static it_tensor *f_embedding(const void *c, it_tensor *const *in) {
     (void)c;
     return it_embedding(in[0], in[1]);
@@ -572,6 +582,87 @@ static void test_linear(void) {
        randt(SHAPE(5), -1, 1));
     GC("linear 3-D (2,3,4) w(5,4) no bias", f_linear_nobias, NULL, randt(SHAPE(2, 3, 4), -1, 1),
        randt(SHAPE(5, 4), -1, 1));
+}
+
+/* it_grouped_linear: gradients by finite differences with more groups than a node holds
+ * inline; then an empty group (its weight gets no gradient) and forward and gradients
+ * bitwise equal to it_linear on each group's rows, which is what the op promises. */
+static void test_grouped_linear(void) {
+    const int64_t off5[6] = {0, 2, 3, 4, 6, 7};
+    grouped_ctx g5 = {5, off5};
+    GC("grouped_linear x (7,4), 5 groups of w (3,4)", f_grouped_linear, &g5, randt(SHAPE(7, 4), -1, 1),
+       randt(SHAPE(3, 4), -1, 1), randt(SHAPE(3, 4), -1, 1), randt(SHAPE(3, 4), -1, 1), randt(SHAPE(3, 4), -1, 1),
+       randt(SHAPE(3, 4), -1, 1));
+
+    it_scope_begin();
+    const int64_t off3[4] = {0, 3, 3, 7};
+    it_tensor *x = randt(SHAPE(7, 4), -1, 1), *w[3], *xr = it_tensor_clone(x), *wr[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = randt(SHAPE(3, 4), -1, 1);
+        wr[i] = it_tensor_clone(w[i]);
+        CHECK_OK(it_tensor_set_requires_grad(w[i], true));
+        CHECK_OK(it_tensor_set_requires_grad(wr[i], true));
+    }
+    CHECK_OK(it_tensor_set_requires_grad(x, true));
+    CHECK_OK(it_tensor_set_requires_grad(xr, true));
+    it_tensor *R = randt(SHAPE(7, 3), -1, 1);
+    /* (one backward at a time: it_backward runs and clears the whole tape) */
+    it_tensor *y = it_grouped_linear(x, 3, w, off3);
+    CHECK_OK(y ? it_backward(it_sum_all(it_mul(y, R))) : it_last_status());
+    it_tensor *yr0 = it_linear(it_slice(xr, 0, 0, 3, 1), wr[0], NULL);
+    it_tensor *yr2 = it_linear(it_slice(xr, 0, 3, 7, 1), wr[2], NULL);
+    CHECK_MSG(y && yr0 && yr2, "grouped_linear with an empty group: forward failed: %s", it_last_error());
+    if (y && yr0 && yr2) {
+        it_tensor *Rs0 = it_slice(R, 0, 0, 3, 1), *Rs2 = it_slice(R, 0, 3, 7, 1);
+        CHECK_OK(it_backward(it_add(it_sum_all(it_mul(yr0, Rs0)), it_sum_all(it_mul(yr2, Rs2)))));
+        double *yh = to_host(y), *a0 = to_host(yr0), *a2 = to_host(yr2);
+        double *gx = to_host(it_tensor_grad(x)), *gxr = to_host(it_tensor_grad(xr));
+        double *g0 = to_host(it_tensor_grad(w[0])), *g0r = to_host(it_tensor_grad(wr[0]));
+        double *g2 = to_host(it_tensor_grad(w[2])), *g2r = to_host(it_tensor_grad(wr[2]));
+        bool have = yh && a0 && a2 && gx && gxr && g0 && g0r && g2 && g2r;
+        CHECK_MSG(have, "grouped_linear with an empty group: results unreadable: %s", it_last_error());
+        CHECK_MSG(it_tensor_grad(w[1]) == NULL, "grouped_linear: the empty group's weight got a gradient");
+        if (have) {
+            CHECK_MSG(memcmp(yh, a0, 9 * sizeof(double)) == 0 && memcmp(yh + 9, a2, 12 * sizeof(double)) == 0,
+                      "grouped_linear: forward differs from it_linear on the groups' rows");
+            CHECK_MSG(memcmp(gx, gxr, 28 * sizeof(double)) == 0, "grouped_linear: dx differs from it_linear's");
+            CHECK_MSG(memcmp(g0, g0r, 12 * sizeof(double)) == 0 && memcmp(g2, g2r, 12 * sizeof(double)) == 0,
+                      "grouped_linear: dw differs from it_linear's");
+        }
+        free(yh), free(a0), free(a2), free(gx), free(gxr), free(g0), free(g0r), free(g2), free(g2r);
+    }
+    /* No rows at all: an empty (0, 3) result, and nothing to differentiate. */
+    it_tensor *x0 = randt(SHAPE(0, 4), -1, 1);
+    const int64_t off0[4] = {0, 0, 0, 0};
+    it_tensor *y0 = it_grouped_linear(x0, 3, w, off0);
+    CHECK_MSG(y0 && it_tensor_ndim(y0) == 2 && it_tensor_dim(y0, 0) == 0 && it_tensor_dim(y0, 1) == 3,
+              "grouped_linear over 0 rows: expected a (0, 3) result: %s", it_last_error());
+    /* Refused with the reason, never a crash or a wrong product. */
+    const int64_t from1[4] = {1, 3, 3, 7}, short_[4] = {0, 3, 3, 6}, down_[4] = {0, 5, 3, 7};
+    it_tensor *wbad[3] = {w[0], randt(SHAPE(3, 5), -1, 1), w[2]};
+    struct {
+        it_tensor *x;
+        int G;
+        it_tensor *const *w;
+        const int64_t *off;
+        const char *says;
+    } bad[] = {
+        {x, 3, w, from1, "offsets must run from 0 to the 7 rows (got 1 to 7)"},
+        {x, 3, w, short_, "offsets must run from 0 to the 7 rows (got 0 to 6)"},
+        {x, 3, w, down_, "offsets decrease at group 1 (3 after 5)"},
+        {x, 3, wbad, off3, "weight 1 must be (3, 4) like weight 0"},
+        {R, 3, w, off3, "weight 0 must be (out, 3)"},
+        {it_reshape(x, SHAPE(28)), 3, w, off3, "x must be 2-D (rows, in), got 1-D"},
+        {x, 0, w, off3, "needs at least one group"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        it_tensor *r = it_grouped_linear(bad[i].x, bad[i].G, bad[i].w, bad[i].off);
+        CHECK_MSG(r == NULL && it_last_status() == IT_ERR_INVALID_ARG && strstr(it_last_error(), bad[i].says),
+                  "grouped_linear bad case %zu: expected INVALID_ARG '%s', got %s '%s'", i, bad[i].says,
+                  r ? "a result" : "error", it_last_error());
+    }
+    it_tape_clear();
+    it_scope_end();
 }
 
 static void test_embedding(void) {
@@ -1375,6 +1466,7 @@ int main(void) {
     run("elementwise unary", test_elementwise_unary);
     run("matmul", test_matmul);
     run("linear", test_linear);
+    run("grouped linear", test_grouped_linear);
     run("embedding", test_embedding);
     run("layernorm", test_layernorm);
     run("softmax", test_softmax);
