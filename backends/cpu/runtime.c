@@ -7,6 +7,7 @@
  * whose enqueue is execution. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 /* Alignment of every block: a cache line, and enough for AVX-512 loads. */
 #define CPU_ALIGN 64
+#define CPU_HUGE ((size_t)2 << 20) /* x86-64's transparent huge page */
 
 struct it_stream {
     int priority;
@@ -117,8 +119,16 @@ static it_status cpu_malloc(int device, size_t nbytes, void **ptr) {
     if (check_device(device)) return IT_ERR_INVALID_ARG;
     size_t rounded = (nbytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     if (nbytes == 0 || rounded < nbytes) return it_error(IT_ERR_INVALID_ARG, "cpu: malloc of %zu bytes", nbytes);
-    void *p = aligned_alloc(CPU_ALIGN, rounded);
+    /* Blocks of a huge page or more start on one and ask the kernel for huge pages (Linux
+     * THP in "madvise" mode gives them only when asked): a GEMM's packing reads its operand
+     * rows pages apart, and the optimizer streams gigabytes, so 4 KB pages cost TLB misses.
+     * The alignment costs address space only; the caching allocator keeps the blocks. */
+    bool huge = rounded >= CPU_HUGE && !getenv("IT_CPU_NO_HUGEPAGES");
+    void *p = aligned_alloc(huge ? CPU_HUGE : CPU_ALIGN, huge ? (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE : rounded);
     if (!p) return it_error(IT_ERR_OOM, "cpu: malloc of %zu bytes failed (host out of memory)", nbytes);
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(p, rounded / CPU_HUGE * CPU_HUGE, MADV_HUGEPAGE); /* advice: failure is harmless */
+#endif
     *ptr = p;
     return IT_OK;
 }

@@ -15,14 +15,20 @@ static it_status cross_entropy_backward(it_node *n, it_tensor *dy) {
     it_device dev = it_tensor_device(logits);
     it_status st = KCALL(dev, unary, IT_UNARY_SCALE, (float)n->f[0], &de, &ddl);
     if (st) return st;
-    float beta = 0.0f;
-    (void)beta;
-    it_tensor *g = it__empty_like(logits);
+    /* The gradient in the input's own shape, seen by the kernel as (rows, Vp): a view
+     * tensor would share g's storage, and accumulation would then copy g instead of taking
+     * it over (a full extra pass over the logits). */
+    it_tensor *g = it__empty_like(n->in[0]);
     if (!g) return it_last_status();
     it_tdesc dlg = it_tensor_desc(logits), dt = it_tensor_desc(targets), dg = it_tensor_desc(g);
+    dg.ndim = 2;
+    dg.shape[0] = rows;
+    dg.shape[1] = logits->shape[1];
+    dg.strides[0] = logits->shape[1];
+    dg.strides[1] = 1;
     st = KCALL(dev, cross_entropy_bwd, &dlg, &dt, n->i[0], &ddl, &dg);
     if (st) return st;
-    return it__accum_grad(n->in[0], it_tensor_view(g, n->in[0]->ndim, n->in[0]->shape));
+    return it__accum_grad(n->in[0], g);
 }
 
 it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid) {

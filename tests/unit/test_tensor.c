@@ -773,6 +773,57 @@ static void test_zero_size(void) {
 }
 
 /* Nothing leaked: every tensor above was released, so no block is in use on any device. */
+/* The CPU backend puts blocks of 2 MiB or more on a huge-page boundary and advises the
+ * kernel to back them with transparent huge pages (see backends/cpu/runtime.c): the block
+ * starts on 2 MiB, and where THP is not switched off the kernel lists its mapping as
+ * THP-eligible. */
+static void test_cpu_huge_pages(void) {
+    if (getenv("IT_CPU_NO_HUGEPAGES")) {
+        printf("cpu huge pages: IT_CPU_NO_HUGEPAGES is set, not checked\n");
+        return;
+    }
+    it_scope_begin();
+    const size_t huge = (size_t)2 << 20;
+    it_tensor *t = it_tensor_new(cpu, IT_DTYPE_FP32, 1, (int64_t[]){(int64_t)(3 * huge / 4 + 1000)}); /* 6 MiB + */
+    CHECK_MSG(t != NULL, "6 MiB tensor: %s", it_last_error());
+    if (!t) {
+        it_scope_end();
+        return;
+    }
+    CHECK_OK(it_tensor_fill(t, it_scalar_f64(1.0)));
+    uintptr_t p = (uintptr_t)it_tensor_desc(t).data;
+    CHECK_MSG(p % huge == 0, "a 6 MiB CPU block starts at %#lx, not on a 2 MiB boundary", (unsigned long)p);
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = '\0';
+        mode[strcspn(mode, "\n")] = '\0';
+        fclose(f);
+    }
+    FILE *sm = fopen("/proc/self/smaps", "r");
+    if (!mode[0] || strstr(mode, "[never]") || !sm) {
+        printf("cpu huge pages: THP %s on this kernel; alignment checked only\n", mode[0] ? "is off" : "not reported");
+    } else {
+        char line[512];
+        bool inside = false;
+        int eligible = -1;
+        while (fgets(line, sizeof line, sm)) {
+            unsigned long lo, hi;
+            if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+                inside = p >= lo && p < hi;
+            } else if (inside && sscanf(line, "THPeligible: %d", &eligible) == 1) {
+                break;
+            }
+        }
+        if (eligible < 0)
+            printf("cpu huge pages: this kernel's smaps has no THPeligible field; alignment checked only\n");
+        else
+            CHECK_MSG(eligible == 1, "the 6 MiB block's mapping is not THP-eligible (THP mode: %s)", mode);
+    }
+    if (sm) fclose(sm);
+    it_scope_end();
+}
+
 static void test_no_leaks(void) {
     for (int d = 0; d < 3; d++) {
         it_mem_empty_cache(devs[d]);
@@ -812,6 +863,7 @@ int main(void) {
     test_backend_oom();
     test_bad_inputs();
     test_zero_size();
+    test_cpu_huge_pages();
     test_no_leaks();
     return it_test_report("test_tensor");
 }
