@@ -6,8 +6,10 @@
 #
 # Environment:
 #   OMP_NUM_THREADS        threads for both sides (default 2)
-#   OMP_WAIT_POLICY        for both sides (default PASSIVE: PyTorch's best on this 2-core
-#                          machine, quiet or busy; ours is the same quiet and better busy)
+#   OMP_WAIT_POLICY        for both sides when set. Unset, each side runs with its best on a
+#                          quiet machine: PyTorch PASSIVE, ours libgomp's default (spin a
+#                          while, then sleep), as `make run` runs (docs/performance.md,
+#                          "Thread settings")
 #   BENCH_CASES            bench_train's --cases (default: all)
 #   BENCH_PEER_VARIANTS    the peer's runs, ';'-separated, the best counts: each is words,
 #                          NAME=VALUE ones go to its environment, the others are its arguments
@@ -25,7 +27,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+peer_wait=${OMP_WAIT_POLICY:-PASSIVE}
 malloc_tuned="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736"
 default_variants="defaults;$malloc_tuned"
 # On an AVX-512 CPU our CPU backend runs its own AVX-512 sgemm, while the environment keeps
@@ -50,7 +52,7 @@ trap 'rm -rf "$work"' EXIT
 
 t_start=$SECONDS
 echo "== make bench: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS," \
-    "OMP_WAIT_POLICY=$OMP_WAIT_POLICY," \
+    "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset} (the PyTorch peer: $peer_wait)," \
     "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "   load: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min); the machine is shared, so figures move with it"
 echo
@@ -81,7 +83,7 @@ elif ! skip=$("$peer_python" -c 'import torch, numpy' 2>&1); then
 else
     echo
     echo "== PyTorch peer: GPT-2 124M, B=4 T=64, same weights and tokens, fp32, AdamW(foreach=True)," \
-        "$OMP_NUM_THREADS threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY; runs: $variants =="
+        "$OMP_NUM_THREADS threads, OMP_WAIT_POLICY=$peer_wait; runs: $variants =="
     read -r -a peer_extra <<<"${BENCH_PEER_ARGS:-}"
     IFS=';' read -r -a runs <<<"$variants"
     for v in "${runs[@]}"; do
@@ -92,7 +94,7 @@ else
         done
         tag=$(echo "$v" | tr ' ' ',')
         echo "-- peer run: $v"
-        env OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" "${venv[@]}" "$peer_python" "$root/bench/peer_pytorch.py" \
+        env OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" OMP_WAIT_POLICY="$peer_wait" "${venv[@]}" "$peer_python" "$root/bench/peer_pytorch.py" \
             --checkpoint "$work/gpt2_124m.bin" --shard "$work/tokens_gpt2_124m_t64.bin" --case gpt2_124m_t64 \
             --B 4 --T 64 --threads "$OMP_NUM_THREADS" --tag="$tag" "${vargs[@]}" "${peer_extra[@]}" |
             tee -a "$work/peer.txt" || echo "bench: the peer failed with: $v" >&2
