@@ -16,7 +16,8 @@
 #                          ("defaults" = none). Default: PyTorch as installed, then with glibc
 #                          malloc kept from mmap-ing and trimming (its large temporaries are
 #                          otherwise mapped and unmapped every step), then on AVX-512 CPUs
-#                          also with OpenBLAS's AVX-512 kernel. "" skips the peer.
+#                          also with OpenBLAS's AVX-512 kernel, then all that with glibc
+#                          malloc's transparent huge pages. "" skips the peer.
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
 #   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
@@ -34,9 +35,14 @@ default_variants="defaults;$malloc_tuned"
 # OpenBLAS on its AVX2 kernel (OPENBLAS_CORETYPE=Haswell). PyTorch's GEMMs go to the same
 # OpenBLAS, so it also gets a run with OpenBLAS's AVX-512 kernel: its best showing counts.
 # (The step-1 loss check below tells whether that kernel computes correctly here.)
+tuned=$malloc_tuned
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-    default_variants="$default_variants;$malloc_tuned OPENBLAS_CORETYPE=SkylakeX"
+    tuned="$tuned OPENBLAS_CORETYPE=SkylakeX"
+    default_variants="$default_variants;$tuned"
 fi
+# Our CPU backend asks for transparent huge pages for its large blocks; glibc 2.35+ does the
+# same for PyTorch's heap with this tunable (older glibc ignores it).
+default_variants="$default_variants;$tuned GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
 variants=${BENCH_PEER_VARIANTS-$default_variants}
 peer_python=/usr/bin/python3
 
