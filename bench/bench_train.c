@@ -7,9 +7,13 @@
  *   tokens/s     B*T / median
  *   MFU          model FLOPs/s = it_model_flops_per_token(T) * B*T / median, over the fp32
  *                GEMM peak measured in the same run with the same threads (bench_gemm_peaks:
- *                best large sgemm through the gemm slot, at the start and at the end)
+ *                best large sgemm through the gemm slot, at the start, around every case and
+ *                at the end; the best of all of them)
  *   MFU (ideal)  the same over threads x the one-thread peak: the ceiling if the process had
  *                the cores to itself (on a busy machine the first figure is the higher one)
+ *   MFU (case's peak)  the same over the better of two peaks measured just before and just
+ *                after the case: the machine's speed drifts over a run (a shared host), and
+ *                this compares the cases with each other at the speed each one had
  *   CPU share    process CPU time / (threads x wall time): below 100% when other processes
  *                took the cores (the machine is shared) or threads waited
  *   peak memory  it_mem_stats peak used / reserved during a step (weights, grads and Adam
@@ -66,6 +70,7 @@ typedef struct case_result {
     bool ran;
     int64_t params;
     double ms_med, ms_min, ms_max, ms_mean, tok_s, flops_tok, mfu, mfu_ideal;
+    double case_peak, mfu_case; /* the better peak measured just before and just after the case */
     double cpu_share;    /* CPU time / (threads x wall time) over the measured steps */
     double model_gflops; /* model FLOPs per second at the median step time */
     size_t peak_used, peak_reserved;
@@ -743,7 +748,7 @@ int main(int argc, char **argv) {
            threads, policy ? policy : "unset", bench_loadavg(), coretype ? coretype : "unset", opt_warmup, opt_steps);
     double one = 0, peak = bench_gemm_peaks(&one);
     printf("fp32 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 sgemm through the CPU gemm slot); one "
-           "thread: %.1f (measured again at the end; MFU uses the better figures)\nfp32 gemm runs on %s\n",
+           "thread: %.1f (measured again around every case and at the end; MFU uses the best)\nfp32 gemm runs on %s\n",
            peak, threads, one, bench_sgemm_name());
     fflush(stdout);
 
@@ -755,7 +760,13 @@ int main(int argc, char **argv) {
         if (!selected[c]) continue;
         bool first = first_case < 0;
         if (first) first_case = c;
+        double one_c = 0, before = bench_gemm_peaks(&one_c);
         it_status st = run_case(&all_cases[c], workdir, dev, peak, first, &res[c]);
+        double after = bench_gemm_peaks(&one_c);
+        res[c].case_peak = before > after ? before : after;
+        if (!st)
+            printf("  fp32 GEMM peak around this case: %.1f GFLOP/s before, %.1f after: %.1f%% of the better\n", before,
+                   after, res[c].case_peak > 0 ? 100.0 * res[c].model_gflops / res[c].case_peak : 0.0);
         if (st) {
             fprintf(stderr, "bench_train: case %s: %s\n", all_cases[c].name, it_last_error());
             failed++;
@@ -773,10 +784,13 @@ int main(int argc, char **argv) {
     }
 
     double one_end = 0, peak_end = bench_gemm_peaks(&one_end);
-    printf("\nfp32 GEMM peak again: %.1f GFLOP/s with %d threads, one thread %.1f (at the start: %.1f and %.1f)\n",
+    printf("\nfp32 GEMM peak again: %.1f GFLOP/s with %d threads, one thread %.1f (at the start: %.1f and %.1f); MFU "
+           "uses the best two-thread peak of the run, around the cases included\n",
            peak_end, threads, one_end, peak, one);
     if (peak_end > peak) peak = peak_end;
     if (one_end > one) one = one_end;
+    for (int c = 0; c < NCASES; c++) /* the run's peak is the best of every measurement in it */
+        if (res[c].case_peak > peak) peak = res[c].case_peak;
     double ideal = one * threads;
     printf("PEAK gflops=%.2f one_thread_gflops=%.2f threads=%d\n", peak, one, threads);
     for (int c = 0; c < NCASES; c++) {
@@ -784,26 +798,31 @@ int main(int argc, char **argv) {
         if (!r->ran) continue;
         r->mfu = peak > 0 ? r->model_gflops / peak : 0;
         r->mfu_ideal = ideal > 0 ? r->model_gflops / ideal : 0;
+        r->mfu_case = r->case_peak > 0 ? r->model_gflops / r->case_peak : 0;
         printf("RESULT case=%s B=%lld T=%lld params=%lld ms_median=%.2f ms_min=%.2f ms_max=%.2f tok_s=%.2f "
-               "model_gflops=%.2f mfu_pct=%.2f mfu_ideal_pct=%.2f cpu_share_pct=%.0f peak_used_mb=%zu "
+               "model_gflops=%.2f mfu_pct=%.2f mfu_ideal_pct=%.2f case_peak_gflops=%.2f mfu_case_pct=%.2f "
+               "cpu_share_pct=%.0f peak_used_mb=%zu "
                "peak_reserved_mb=%zu mallocs_per_step=%llu loss_step1=%.6f rss_base_mb=%.0f rss_peak_mb=%.0f\n",
                all_cases[c].name, (long long)all_cases[c].B, (long long)all_cases[c].T, (long long)r->params, r->ms_med,
-               r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
+               r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal, r->case_peak,
+               100.0 * r->mfu_case,
                100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max,
                r->loss_first, r->rss_base_mb, r->rss_peak_mb);
     }
     printf("\n== Summary (fp32, AdamW, %d threads; GEMM peak %.1f GFLOP/s, ideal %d x %.1f; load average now %.2f) "
            "==\n",
            threads, peak, threads, one, bench_loadavg());
-    printf("| case | params | B x T | ms/step median (min-max) | tokens/s | model GFLOP/s | MFU | MFU (ideal) | CPU "
-           "share | peak used / reserved MB | mallocs/step |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| case | params | B x T | ms/step median (min-max) | tokens/s | model GFLOP/s | MFU | MFU (ideal) | MFU "
+           "(case's peak) | CPU share | peak used / reserved MB | mallocs/step |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < NCASES; c++) {
         const case_result *r = &res[c];
         if (!r->ran) continue;
-        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %.0f%% | %zu / %zu | "
-               "%llu |\n",
+        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% of %.0f | %.0f%% | "
+               "%zu / %zu | %llu |\n",
                all_cases[c].name, (double)r->params / 1e6, (long long)all_cases[c].B, (long long)all_cases[c].T,
                r->ms_med, r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
+               100.0 * r->mfu_case, r->case_peak,
                100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max);
     }
     if (own_dir) remove_workdir(workdir);
