@@ -672,7 +672,9 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--cases a,b,...] [--warmup N] [--steps N] [--workdir DIR] [--no-profile]\n"
-            "          [--profile-steps N] [--list]\n"
+            "          [--no-case-peaks] [--profile-steps N] [--list]\n"
+            "  --no-case-peaks  measure the GEMM peak at the start and the end only, not around every\n"
+            "                 case (quicker: for smoke tests; the MFU (case's peak) column is then empty)\n"
             "  --workdir DIR  where the token shards (tokens_CASE.bin), GPT-2 124M's initial weights\n"
             "                 (" GPT2_124M_INIT ") and the synthetic LLaMA-3/Mixtral checkpoints go; kept\n"
             "                 (default: a temporary directory, removed at exit)\n",
@@ -694,7 +696,7 @@ static void remove_workdir(const char *workdir) {
 
 int main(int argc, char **argv) {
     const char *cases_arg = NULL, *workdir = NULL;
-    bool profile = true;
+    bool profile = true, case_peaks = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--list") == 0) {
@@ -704,6 +706,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--no-profile") == 0) {
             profile = false;
+        } else if (strcmp(a, "--no-case-peaks") == 0) {
+            case_peaks = false;
         } else if (v && strcmp(a, "--cases") == 0) {
             cases_arg = argv[++i];
         } else if (v && strcmp(a, "--workdir") == 0) {
@@ -760,11 +764,11 @@ int main(int argc, char **argv) {
         if (!selected[c]) continue;
         bool first = first_case < 0;
         if (first) first_case = c;
-        double one_c = 0, before = bench_gemm_peaks(&one_c);
+        double one_c = 0, before = case_peaks ? bench_gemm_peaks(&one_c) : 0;
         it_status st = run_case(&all_cases[c], workdir, dev, peak, first, &res[c]);
-        double after = bench_gemm_peaks(&one_c);
+        double after = case_peaks ? bench_gemm_peaks(&one_c) : 0;
         res[c].case_peak = before > after ? before : after;
-        if (!st)
+        if (!st && case_peaks)
             printf("  fp32 GEMM peak around this case: %.1f GFLOP/s before, %.1f after: %.1f%% of the better\n", before,
                    after, res[c].case_peak > 0 ? 100.0 * res[c].model_gflops / res[c].case_peak : 0.0);
         if (st) {
@@ -818,12 +822,13 @@ int main(int argc, char **argv) {
     for (int c = 0; c < NCASES; c++) {
         const case_result *r = &res[c];
         if (!r->ran) continue;
-        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% of %.0f | %.0f%% | "
+        char at_case[48] = "not measured";
+        if (r->case_peak > 0) snprintf(at_case, sizeof at_case, "%.1f%% of %.0f", 100.0 * r->mfu_case, r->case_peak);
+        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %s | %.0f%% | "
                "%zu / %zu | %llu |\n",
                all_cases[c].name, (double)r->params / 1e6, (long long)all_cases[c].B, (long long)all_cases[c].T,
                r->ms_med, r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
-               100.0 * r->mfu_case, r->case_peak,
-               100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max);
+               at_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max);
     }
     if (own_dir) remove_workdir(workdir);
     return failed ? 1 : 0;
