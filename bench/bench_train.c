@@ -71,8 +71,8 @@ typedef struct case_result {
     int64_t params;
     double ms_med, ms_min, ms_max, ms_mean, tok_s, flops_tok, mfu, mfu_ideal;
     double case_peak, mfu_case; /* the better peak measured just before and just after the case */
-    double cpu_share;    /* CPU time / (threads x wall time) over the measured steps */
-    double model_gflops; /* model FLOPs per second at the median step time */
+    double cpu_share;           /* CPU time / (threads x wall time) over the measured steps */
+    double model_gflops;        /* model FLOPs per second at the median step time */
     size_t peak_used, peak_reserved;
     uint64_t mallocs_max, mallocs_total, warmup_mallocs;
     double loss_first, loss_last;
@@ -809,9 +809,8 @@ int main(int argc, char **argv) {
                "peak_reserved_mb=%zu mallocs_per_step=%llu loss_step1=%.6f rss_base_mb=%.0f rss_peak_mb=%.0f\n",
                all_cases[c].name, (long long)all_cases[c].B, (long long)all_cases[c].T, (long long)r->params, r->ms_med,
                r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal, r->case_peak,
-               100.0 * r->mfu_case,
-               100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max,
-               r->loss_first, r->rss_base_mb, r->rss_peak_mb);
+               100.0 * r->mfu_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20,
+               (unsigned long long)r->mallocs_max, r->loss_first, r->rss_base_mb, r->rss_peak_mb);
     }
     printf("\n== Summary (fp32, AdamW, %d threads; GEMM peak %.1f GFLOP/s, ideal %d x %.1f; load average now %.2f) "
            "==\n",
@@ -828,7 +827,8 @@ int main(int argc, char **argv) {
                "%zu / %zu | %llu |\n",
                all_cases[c].name, (double)r->params / 1e6, (long long)all_cases[c].B, (long long)all_cases[c].T,
                r->ms_med, r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
-               at_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20, (unsigned long long)r->mallocs_max);
+               at_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20,
+               (unsigned long long)r->mallocs_max);
     }
     if (own_dir) remove_workdir(workdir);
     return failed ? 1 : 0;

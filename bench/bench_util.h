@@ -137,16 +137,16 @@ static inline double bench_gemm_peak(int64_t n, int reps, double *best_ms) {
     return 2.0 * (double)n * (double)n * (double)n / (best * 1e-3) / 1e9;
 }
 
-/* The machine's fp32 GEMM peak as this run sees it: with the training's thread count, the
- * best of a 2048^3 sgemm (5 calls) and a 1024^3 one (20 calls: on a busy machine a shorter
- * call is likelier to find every core free); and with one thread (1024^3, 10 calls), whose
- * figure times the thread count is the ceiling the cores would give a process that had them
- * to itself. Returns 0 on failure. */
 /* Which sgemm the CPU backend's gemm slot runs for fp32. */
 static inline const char *bench_sgemm_name(void) {
     return it_cpu_sgemm_is_avx512() ? "the CPU backend's AVX-512 sgemm (products up to 64^3: OpenBLAS)" : "OpenBLAS";
 }
 
+/* The machine's fp32 GEMM peak as this run sees it: with the training's thread count, the
+ * best of a 2048^3 sgemm (5 calls) and a 1024^3 one (20 calls: on a busy machine a shorter
+ * call is likelier to find every core free); and with one thread (1024^3, 10 calls), whose
+ * figure times the thread count is the ceiling the cores would give a process that had them
+ * to itself. Returns 0 on failure. */
 static inline double bench_gemm_peaks(double *one_thread) {
     double ms, p = bench_gemm_peak(2048, 5, &ms), q = bench_gemm_peak(1024, 20, &ms);
     int threads = omp_get_max_threads();

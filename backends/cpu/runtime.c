@@ -28,7 +28,8 @@ struct it_event {
 static struct it_stream cpu_default_stream = {0};
 
 static it_status check_device(int device) {
-    if (device != 0) return it_error(IT_ERR_INVALID_ARG, "cpu: device index %d out of range (the cpu backend has 1 device)", device);
+    if (device != 0)
+        return it_error(IT_ERR_INVALID_ARG, "cpu: device index %d out of range (the cpu backend has 1 device)", device);
     return IT_OK;
 }
 
@@ -124,7 +125,8 @@ static it_status cpu_malloc(int device, size_t nbytes, void **ptr) {
      * rows pages apart, and the optimizer streams gigabytes, so 4 KB pages cost TLB misses.
      * The alignment costs address space only; the caching allocator keeps the blocks. */
     bool huge = rounded >= CPU_HUGE && !getenv("IT_CPU_NO_HUGEPAGES");
-    void *p = aligned_alloc(huge ? CPU_HUGE : CPU_ALIGN, huge ? (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE : rounded);
+    void *p =
+        aligned_alloc(huge ? CPU_HUGE : CPU_ALIGN, huge ? (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE : rounded);
     if (!p) return it_error(IT_ERR_OOM, "cpu: malloc of %zu bytes failed (host out of memory)", nbytes);
 #ifdef MADV_HUGEPAGE
     if (huge) (void)madvise(p, rounded / CPU_HUGE * CPU_HUGE, MADV_HUGEPAGE); /* advice: failure is harmless */

@@ -318,8 +318,9 @@ static int sgemm_mode(void);
  * Short products (m <= MA, the rows of a training batch) pack all of a transposed op(A)'s
  * rows for a k block once and keep them for every block of columns; the B block is the
  * inner one. Tall ones (weight gradients: m in the thousands) keep the B block and pack one
- * A panel at a time. An untransposed A is never packed (only its short last panel copied). Either way each operand's k
- * block is packed once per block of the other, and the micro-kernel and the order of summation are the same. */
+ * A panel at a time. An untransposed A is never packed (only its short last panel copied).
+ * Either way each operand's k block is packed once per block of the other, and the
+ * micro-kernel and the order of summation are the same. */
 AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
                                 float *bbuf, float *abuf) {
@@ -397,7 +398,8 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     /* A team costs microseconds to start: below ~2 M multiply-adds one thread is faster. */
     if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
     if (threads < 1) threads = 1;
-    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)(MA > MR ? MA : MR) * KC; /* floats per thread */
+    _Static_assert(MA >= MR, "abuf holds a short last A panel too");
+    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)MA * KC; /* floats per thread */
     int slot;
     float *buf = scratch_take(per * (size_t)threads, &slot);
     if (buf == NULL) return false;

@@ -17,9 +17,9 @@ struct it_node {
     const char *name;
     it_backward_fn backward;
     int n_in;
-    it_tensor **in; /* n_in retained inputs; NULL entries allowed (e.g. no bias) */
+    it_tensor **in;                          /* n_in retained inputs; NULL entries allowed (e.g. no bias) */
     it_tensor *in_inline[IT_NODE_INLINE_IN]; /* `in` for up to IT_NODE_INLINE_IN inputs */
-    it_tensor *out;                 /* retained */
+    it_tensor *out;                          /* retained */
     int n_saved;
     it_tensor *saved[IT_NODE_MAX_SAVED]; /* retained, released right after backward */
     double f[4];                         /* op parameters */

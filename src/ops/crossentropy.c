@@ -34,7 +34,8 @@ static it_status cross_entropy_backward(it_node *n, it_tensor *dy) {
 it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid) {
     OP_REQUIRE(logits && targets);
     int64_t vp = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
-    if (logits->ndim < 1 || targets->ndim != logits->ndim - 1 || it_tensor_numel(targets) * vp != it_tensor_numel(logits)) {
+    if (logits->ndim < 1 || targets->ndim != logits->ndim - 1 ||
+        it_tensor_numel(targets) * vp != it_tensor_numel(logits)) {
         it_error(IT_ERR_INVALID_ARG, "cross_entropy: targets must have the logits' shape without the last dimension");
         return NULL;
     }

@@ -14,8 +14,10 @@ static bool desc3(const it_tensor *t, it_tdesc *d) {
     int64_t batch = 1, bstride = 0, expect = -1;
     for (int i = nd - 3; i >= 0; i--) {
         if (t->shape[i] == 1) continue;
-        if (expect < 0) bstride = t->strides[i];
-        else if (t->strides[i] != expect) return false;
+        if (expect < 0)
+            bstride = t->strides[i];
+        else if (t->strides[i] != expect)
+            return false;
         expect = t->strides[i] * t->shape[i];
         batch *= t->shape[i];
     }

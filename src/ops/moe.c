@@ -64,15 +64,15 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
     it_tensor *xf = it_reshape(x, 2, (int64_t[]){N, C});
     it_tensor *logits = it_linear(xf, router, NULL); /* (N, E) */
     it_tensor *idx = NULL;
-    it_tensor *top = it_topk(logits, k, &idx);      /* (N, k), raw logits */
-    it_tensor *w = it_softmax(top, 1.0f, false);     /* routing weights over the chosen k */
+    it_tensor *top = it_topk(logits, k, &idx);   /* (N, k), raw logits */
+    it_tensor *w = it_softmax(top, 1.0f, false); /* routing weights over the chosen k */
     OP_REQUIRE(w && idx);
     int32_t *h = indices_to_host(idx);
     OP_REQUIRE(h);
     /* Sort the N*k (token, slot) pairs by expert, tokens ascending within each expert:
      * tok[i] is the token of sorted pair i, pos[i] its flat (N, k) position, and the
      * pairs of expert e are rows off[e] .. off[e+1]-1. */
-    int64_t *off = calloc((size_t)n_expert + 1, sizeof *off);
+    int64_t *off = calloc((size_t)n_expert + 2, sizeof *off); /* off[n_expert + 1] is scratch */
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(N * k + 1)), *pos = malloc(sizeof(int32_t) * (size_t)(N * k + 1));
     if (!off || !tok || !pos) {
         free(h);
@@ -82,18 +82,19 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
         it_error(IT_ERR_OOM, "moe: routing tables");
         return NULL;
     }
-    for (int64_t i = 0; i < N * k; i++) off[h[i] + 1]++;
+    /* Counting sort, stable (tokens stay ascending). Counts go one slot to the right of
+     * where they are summed into starts, and the fill advances off[e + 1] from the start of
+     * e to its end, which is the start of e + 1: afterwards off[0..E] are the offsets. */
+    for (int64_t i = 0; i < N * k; i++) off[h[i] + 2]++;
     for (int e = 0; e < n_expert; e++) {
-        if (tokens_per_expert) tokens_per_expert[e] = off[e + 1];
-        off[e + 1] += off[e];
+        if (tokens_per_expert) tokens_per_expert[e] = off[e + 2];
+        off[e + 2] += off[e + 1];
     }
-    for (int64_t i = 0, *fill = off; i < N * k; i++) { /* counting sort, stable: tokens stay ascending */
-        int64_t r = fill[h[i]]++;
+    for (int64_t i = 0; i < N * k; i++) {
+        int64_t r = off[h[i] + 1]++;
         tok[r] = (int32_t)(i / k);
         pos[r] = (int32_t)i;
     }
-    for (int e = n_expert; e > 0; e--) off[e] = off[e - 1]; /* the fills moved each start to the next */
-    off[0] = 0;
     /* Every tensor below has N*k rows whatever the routing, so a step reuses the last one's
      * blocks: the experts run as one grouped product per projection, the tokens are
      * gathered once and scattered back once. */

@@ -663,8 +663,7 @@ static void test_allocator(it_device dev, const char *dn) {
     CHECK_MSG(s2.reserved >= s2.used + (16u << 20), "%s: the 16 MiB block should be cached", dn);
     it_mem_set_limit(dev, s2.used + (8u << 20));
     CHECK_OK(it_mem_stats_get(dev, &s2));
-    CHECK_MSG(s2.reserved == s2.used, "%s: set_limit kept %zu cached bytes over the limit", dn,
-              s2.reserved - s2.used);
+    CHECK_MSG(s2.reserved == s2.used, "%s: set_limit kept %zu cached bytes over the limit", dn, s2.reserved - s2.used);
     fits = it_tensor_new(dev, IT_DTYPE_FP32, 1, ok);
     CHECK(fits != NULL);
     it_tensor_release(fits);
