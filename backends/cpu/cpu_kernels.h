@@ -22,6 +22,11 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args);
 bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 bool it_cpu_sgemm_avx512_usable(void);
+/* The same with the choice of form made by the caller (for the tests): swap > 0 always
+ * computes C^T = op(B)^T op(A)^T with transposed stores, 0 never, < 0 as the product's
+ * shape says. The bits are the same either way. */
+bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* elementwise.c */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
@@ -36,8 +41,7 @@ it_status it_cpu_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc
 it_status it_cpu_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
                                it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
 it_status it_cpu_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
-                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
-                               it_tdesc *db);
+                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db);
 
 /* softmax.c */
 it_status it_cpu_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
@@ -52,8 +56,8 @@ it_status it_cpu_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const i
 
 /* optim.c */
 it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
-it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
-                           it_tdesc *m, it_tdesc *v);
+it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
+                           it_tdesc *v);
 
 /* rmsnorm.c */
 it_status it_cpu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,

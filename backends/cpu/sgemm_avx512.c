@@ -211,13 +211,16 @@ AVX512 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int6
  * ars == 0 means packed k-major (pa[k * 8 + r], from pack_a), otherwise eight rows ars
  * apart (pa[r * ars + k]): an untransposed A is then used where it lies, unpacked. */
 AVX512 static inline __attribute__((always_inline)) void
-kernel_tile(int nv, bool rows, int64_t kc, const float *restrict pa, int64_t ars, const float *restrict pb, float *c,
-            int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
+kernel_tile(int nv, bool rows, bool tc, int64_t kc, const float *restrict pa, int64_t ars, const float *restrict pb,
+            float *c, int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00;
     __m512 c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00;
     __m512 c40 = c00, c41 = c00, c42 = c00, c50 = c00, c51 = c00, c52 = c00;
     __m512 c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00;
-    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+    if (tc)
+        for (int j = 0; j < nr; j++) _mm_prefetch((const char *)(c + j * ldc), _MM_HINT_T0);
+    else
+        for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
 #define IT_ROW(r)                                                                                                      \
     do {                                                                                                               \
         __m512 av = _mm512_set1_ps(rows ? pa[r * ars + k] : pa[r]);                                                    \
@@ -242,8 +245,38 @@ kernel_tile(int nv, bool rows, int64_t kc, const float *restrict pa, int64_t ars
 #undef IT_ROW
     __m512 acc[MR][3] = {{c00, c01, c02}, {c10, c11, c12}, {c20, c21, c22}, {c30, c31, c32},
                          {c40, c41, c42}, {c50, c51, c52}, {c60, c61, c62}, {c70, c71, c72}};
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(first ? beta : 1.0f);
     bool read = !first || beta != 0.0f;
+    if (tc) {
+        /* The tile is C's (nr, mr) block at c, C[j * ldc + r]: each 16-column vector of
+         * accumulators goes through two 8x8 register transposes into 16 rows of eight.
+         * The arithmetic is the row-major epilogue's, element for element. */
+        __m256 va8 = _mm256_set1_ps(alpha), vb8 = _mm256_set1_ps(first ? beta : 1.0f);
+        __mmask8 mm = (__mmask8)((1u << mr) - 1u);
+        for (int v = 0; v < nv; v++) {
+            int cnt = nr - 16 * v;
+            if (cnt <= 0) break;
+            __m256 lo[8], hi[8];
+            for (int r = 0; r < MR; r++) {
+                lo[r] = _mm512_castps512_ps256(acc[r][v]);
+                hi[r] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][v]), 1));
+            }
+            transpose8(lo);
+            transpose8(hi);
+            for (int l = 0; l < 16 && l < cnt; l++) {
+                float *row = c + (16 * v + l) * ldc;
+                __m256 x = _mm256_mul_ps(va8, l < 8 ? lo[l] : hi[l - 8]);
+                if (mr == MR) {
+                    if (read) x = _mm256_fmadd_ps(vb8, _mm256_loadu_ps(row), x);
+                    _mm256_storeu_ps(row, x);
+                } else {
+                    if (read) x = _mm256_fmadd_ps(vb8, _mm256_maskz_loadu_ps(mm, row), x);
+                    _mm256_mask_storeu_ps(row, mm, x);
+                }
+            }
+        }
+        return;
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(first ? beta : 1.0f);
     __mmask16 mk[3];
     for (int v = 0; v < 3; v++) {
         int cnt = nr - 16 * v;
@@ -265,36 +298,38 @@ kernel_tile(int nv, bool rows, int64_t kc, const float *restrict pa, int64_t ars
     }
 }
 
-#define IT_KERNEL(name, nv, rows)                                                                                      \
+#define IT_KERNEL(name, nv, rows, tc)                                                                                  \
     AVX512 static void name(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,  \
                             int nr, float alpha, float beta, bool first) {                                             \
-        kernel_tile(nv, rows, kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);                                    \
+        kernel_tile(nv, rows, tc, kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);                                \
     }
-IT_KERNEL(kernel_8x16, 1, false)
-IT_KERNEL(kernel_8x32, 2, false)
-IT_KERNEL(kernel_8x48, 3, false)
-IT_KERNEL(kernel_8x16_rows, 1, true)
-IT_KERNEL(kernel_8x32_rows, 2, true)
-IT_KERNEL(kernel_8x48_rows, 3, true)
+IT_KERNEL(kernel_8x16, 1, false, false)
+IT_KERNEL(kernel_8x32, 2, false, false)
+IT_KERNEL(kernel_8x48, 3, false, false)
+IT_KERNEL(kernel_8x16_rows, 1, true, false)
+IT_KERNEL(kernel_8x32_rows, 2, true, false)
+IT_KERNEL(kernel_8x48_rows, 3, true, false)
+IT_KERNEL(kernel_8x16_tc, 1, false, true)
+IT_KERNEL(kernel_8x32_tc, 2, false, true)
+IT_KERNEL(kernel_8x48_tc, 3, false, true)
+IT_KERNEL(kernel_8x16_rows_tc, 1, true, true)
+IT_KERNEL(kernel_8x32_rows_tc, 2, true, true)
+IT_KERNEL(kernel_8x48_rows_tc, 3, true, true)
 #undef IT_KERNEL
 
-AVX512 static void kernel(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                          int nr, float alpha, float beta, bool first) {
-    if (ars == 0) {
-        if (nr > 32)
-            kernel_8x48(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
-        else if (nr > 16)
-            kernel_8x32(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
-        else
-            kernel_8x16(kc, pa, 0, pb, c, ldc, mr, nr, alpha, beta, first);
-    } else {
-        if (nr > 32)
-            kernel_8x48_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
-        else if (nr > 16)
-            kernel_8x32_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
-        else
-            kernel_8x16_rows(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
-    }
+typedef void (*kernel_fn)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, int, float, float,
+                          bool);
+
+/* [tc][rows][nv - 1] */
+static const kernel_fn g_kernels[2][2][3] = {
+    {{kernel_8x16, kernel_8x32, kernel_8x48}, {kernel_8x16_rows, kernel_8x32_rows, kernel_8x48_rows}},
+    {{kernel_8x16_tc, kernel_8x32_tc, kernel_8x48_tc}, {kernel_8x16_rows_tc, kernel_8x32_rows_tc, kernel_8x48_rows_tc}},
+};
+
+/* One tile; tc: C is stored transposed (the tile at c is C^T's, see kernel_tile). */
+static inline void kernel(bool tc, int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
+                          int mr, int nr, float alpha, float beta, bool first) {
+    g_kernels[tc][ars != 0][nr > 32 ? 2 : nr > 16 ? 1 : 0](kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
 }
 
 /* The last, short panel of an untransposed A (mr < 8 rows): copied with zero rows below,
@@ -313,16 +348,19 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int sgemm_mode(void);
 
 /* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
- * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC).
+ * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC). tc: C is stored
+ * transposed, element (i, j) at c[j * ldc + i] (the swapped form, see it_cpu_sgemm_avx512).
  *
  * Short products (m <= MA, the rows of a training batch) pack all of a transposed op(A)'s
  * rows for a k block once and keep them for every block of columns; the B block is the
  * inner one. Tall ones (weight gradients: m in the thousands) keep the B block and pack one
- * A panel at a time. An untransposed A is never packed (only its short last panel copied).
- * Either way each operand's k block is packed once per block of the other, and the
- * micro-kernel and the order of summation are the same. */
+ * A panel at a time; when k is shorter than KC their B block is as much wider, so that
+ * the A panels (packed again for every block of columns) are packed fewer times. An
+ * untransposed A is never packed (only its short last panel copied). Either way each
+ * operand's k block is packed once per block of the other, and the micro-kernel and the
+ * order of summation are the same. */
 AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, bool tc,
                                 float *bbuf, float *abuf) {
     /* op(A)'s 8-row panel i of the k block at pc, as the kernel reads it (pa, ars): an
      * untransposed A in place (its tail copied once into abuf), a transposed one packed */
@@ -339,6 +377,8 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
             ars = (kc);                                                                                                \
         }                                                                                                              \
     } while (0)
+    /* C's tile at row i, column j */
+#define C_AT(i, j) (tc ? c + (j)*ldc + (i) : c + (i)*ldc + (j))
     int64_t tail = m - m % MR; /* first row of the short panel, if any */
     if (m <= MA) {
         for (int64_t pc = 0; pc < k; pc += KC) {
@@ -356,19 +396,21 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                     int64_t ars;
                     A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
                     for (int64_t q = 0; q < npan; q++)
-                        kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, (int)min64(MR, m - i),
+                        kernel(tc, kc, pa, ars, bbuf + q * KC * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
                                (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
                 }
             }
         }
         return;
     }
-    for (int64_t jc = 0; jc < n; jc += NC) {
-        int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
+    /* the B block: kb deep (each k block's panels kb * NR apart), nb wide, nb * kb <= NC * KC */
+    int64_t kb = min64(KC, k), nb = KC * NC / kb / NR * NR;
+    for (int64_t jc = 0; jc < n; jc += nb) {
+        int64_t nc = min64(nb, n - jc), npan = (nc + NR - 1) / NR;
         for (int64_t pc = 0; pc < k; pc += KC) {
             int64_t kc = min64(KC, k - pc);
             for (int64_t q = 0; q < npan; q++)
-                pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
+                pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * kb * NR);
             for (int64_t i = 0; i < m; i += MR) {
                 int mr = (int)min64(MR, m - i);
                 if (ta)
@@ -379,21 +421,18 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                 int64_t ars;
                 A_PANEL(i, pc, kc, abuf, pa, ars);
                 for (int64_t q = 0; q < npan; q++)
-                    kernel(kc, pa, ars, bbuf + q * KC * NR, c + i * ldc + jc + q * NR, ldc, mr,
+                    kernel(tc, kc, pa, ars, bbuf + q * kb * NR, C_AT(i, jc + q * NR), ldc, mr,
                            (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
             }
         }
     }
+#undef C_AT
 #undef A_PANEL
 }
 
-bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
-    /* Products up to 64^3 (attention's per-head products at T = 64) are left to the BLAS:
-     * there the packing and the tile epilogues weigh more than the wider FMAs gain
-     * (48 x 64^3 on two threads: 145 GFLOP/s here, 171 through OpenBLAS's AVX2 kernel). */
-    if ((double)m * (double)n * (double)k <= 64.0 * 64.0 * 64.0 && sgemm_mode() != 2) return false;
+/* The product on every thread; tc as for sgemm_serial. */
+static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc, bool tc) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     /* A team costs microseconds to start: below ~2 M multiply-adds one thread is faster. */
     if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
@@ -413,6 +452,8 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
      * GFLOP/s.) Which thread computes a block does not change its bits. */
     bool split_n = m * k < k * n;
     int64_t unit = split_n ? NR : MR, len = split_n ? n : m, pans = (len + unit - 1) / unit;
+    /* the C block of rows (split_n false) or columns [lo, hi) */
+#define C_PART(lo) (split_n != tc ? c + (lo) : c + (lo)*ldc)
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -427,21 +468,48 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
             for (int64_t blk = 0; blk < blocks; blk++) {
                 int64_t lo = gp * blk / blocks * g * unit, hi = min64(gp * (blk + 1) / blocks * g * unit, len);
                 if (lo < hi)
-                    sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo,
-                                 ldc, bbuf, abuf);
+                    sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta,
+                                 C_PART(lo), ldc, tc, bbuf, abuf);
             }
         } else {
             int64_t lo = pans * t / T * unit, hi = min64(pans * (t + 1) / T * unit, len);
             if (lo < hi && split_n)
-                sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc,
-                             bbuf, abuf);
+                sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, C_PART(lo),
+                             ldc, tc, bbuf, abuf);
             else if (lo < hi)
-                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc,
-                             ldc, bbuf, abuf);
+                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, C_PART(lo),
+                             ldc, tc, bbuf, abuf);
         }
     }
+#undef C_PART
     scratch_give(buf, slot);
     return true;
+}
+
+bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
+    /* Products up to 64^3 (attention's per-head products at T = 64) are left to the BLAS:
+     * there the packing and the tile epilogues weigh more than the wider FMAs gain
+     * (48 x 64^3 on two threads: 145 GFLOP/s here, 171 through OpenBLAS's AVX2 kernel). */
+    if ((double)m * (double)n * (double)k <= 64.0 * 64.0 * 64.0 && sgemm_mode() != 2) return false;
+    /* A batch's rows times a weight stored (out, in), as every linear layer's forward:
+     * op(B) = W^T has to go through the transposing pack, and W comes from DRAM. Computed
+     * as C^T = op(B)^T op(A)^T = W X^T instead, W is the A side, read in place by the
+     * micro-kernel (its rows are the kernel's eight rows), and only the batch (k x m, in
+     * cache) is packed; the tiles are written to C transposed. The same products are summed
+     * in the same order, so the bits are the same either way. Worth it while the batch fits
+     * one block of columns (m <= NC: W is read once) and is the smaller operand; measured
+     * on GPT-2 124M's step at B x T = 256: the forward products from 150 to 134 ms, lm_head's
+     * from 63 to 55 ms. */
+    bool swapped = swap > 0 || (swap < 0 && tb && m >= 32 && m <= NC && n >= 2 * m);
+    if (swapped) return sgemm_threads(!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, true);
+    return sgemm_threads(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+}
+
+bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    return it_cpu_sgemm_avx512_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* IT_CPU_SGEMM: "blas" never uses this kernel, "avx512" uses it for every product it
@@ -479,5 +547,11 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
 }
 
 bool it_cpu_sgemm_avx512_usable(void) { return false; }
+
+bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    (void)swap;
+    return it_cpu_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 #endif
