@@ -17,9 +17,19 @@ static it_status permute_backward(it_node *n, it_tensor *dy) {
     return it__accum_grad(n->in[0], it_tensor_permute(dy, inv));
 }
 
-/* slice: dx = zeros with dy written into the sliced window. */
+/* slice: dx = zeros with dy written into the sliced window. When x already holds a
+ * gradient (the second and third of attention's q, k, v slices of one tensor), dy is added
+ * into that gradient's window instead, which saves a zeroed tensor of x's size and an add
+ * over all of it for every slice. The values are the same: outside the window the old way
+ * only added zeros (which could turn a -0 into +0; this leaves it -0). */
 static it_status slice_backward(it_node *n, it_tensor *dy) {
     it_tensor *x = n->in[0];
+    if (x->requires_grad && x->grad && !x->grad_zero && it_tensor_is_contiguous(x->grad)) {
+        it_tensor *w = it_tensor_slice(x->grad, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
+        if (!w) return it_last_status();
+        it_tdesc a = it_tensor_desc(w), b = it_tensor_desc(dy), o = it_tensor_desc(w);
+        return KCALL(it_tensor_device(x), binary, IT_BINARY_ADD, &a, &b, &o);
+    }
     it_tensor *g = it_tensor_zeros(it_tensor_device(x), x->dtype, x->ndim, x->shape);
     it_tensor *w = it_tensor_slice(g, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
     if (!w) return it_last_status();
@@ -28,7 +38,9 @@ static it_status slice_backward(it_node *n, it_tensor *dy) {
 }
 
 /* expand: dx = dy summed over the broadcast dims. */
-static it_status expand_backward(it_node *n, it_tensor *dy) { return it__accum_grad(n->in[0], it__sum_to(dy, n->in[0])); }
+static it_status expand_backward(it_node *n, it_tensor *dy) {
+    return it__accum_grad(n->in[0], it__sum_to(dy, n->in[0]));
+}
 
 static it_tensor *record(const char *name, it_backward_fn fn, it_tensor *x, it_tensor *out) {
     OP_REQUIRE(out);
