@@ -70,9 +70,11 @@ typedef struct case_result {
     bool ran;
     int64_t params;
     double ms_med, ms_min, ms_max, ms_mean, tok_s, flops_tok, mfu, mfu_ideal;
-    double case_peak, mfu_case; /* the better peak measured just before and just after the case */
-    double cpu_share;           /* CPU time / (threads x wall time) over the measured steps */
-    double model_gflops;        /* model FLOPs per second at the median step time */
+    double case_peak, mfu_case;   /* the better peak measured just before and just after the case */
+    double mfu_steps, steps_peak; /* median over the steps of MFU at the peak probed next to each step, and of
+                                     those peaks */
+    double cpu_share;             /* CPU time / (threads x wall time) over the measured steps */
+    double model_gflops;          /* model FLOPs per second at the median step time */
     size_t peak_used, peak_reserved;
     uint64_t mallocs_max, mallocs_total, warmup_mallocs;
     double loss_first, loss_last;
@@ -303,8 +305,14 @@ static void print_breakdown(const it_backend *backend, int steps, double step_ms
            100.0 * (step_ms - total) / step_ms);
 }
 
+/* The GEMM peak probed between measured steps: best of 5 timed 1024^3 sgemms (~40 ms) */
+static double step_probe(void) {
+    double ms;
+    return bench_gemm_peak(1024, 5, &ms);
+}
+
 static it_status run_case(const bench_case *bc, const char *workdir, it_device dev, double peak_gflops, bool breakdown,
-                          case_result *r) {
+                          bool step_peaks, case_result *r) {
     trainer t;
     memset(r, 0, sizeof *r);
     printf("\n== %s: %s, B=%lld T=%lld, AdamW fp32 ==\n", bc->name, bc->label, (long long)bc->B, (long long)bc->T);
@@ -335,8 +343,12 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
     fflush(stdout);
 
     int n = opt_warmup + opt_steps, threads = omp_get_max_threads();
-    double *ms = calloc((size_t)n, sizeof(double));
-    if (!ms) {
+    double *ms = calloc((size_t)n, sizeof(double)), *probe = calloc((size_t)n + 1, sizeof(double));
+    double *ms_scratch = calloc(2 * (size_t)opt_steps, sizeof(double));
+    if (!ms || !probe || !ms_scratch) {
+        free(ms);
+        free(probe);
+        free(ms_scratch);
         trainer_free(&t);
         return it_error(IT_ERR_OOM, "out of host memory");
     }
@@ -347,6 +359,7 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         it_mem_stats m0, m1;
         it_mem_stats_get(dev, &m0);
         it_mem_stats_reset_peak(dev);
+        if (!warm && step_peaks) probe[i] = step_probe();
         double loss = 0, t0 = bench_now_ms(), c0 = bench_cpu_ms();
         st = train_step(&t, &loss);
         ms[i] = bench_now_ms() - t0;
@@ -354,10 +367,12 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         if (st) break;
         it_mem_stats_get(dev, &m1);
         uint64_t mallocs = m1.backend_mallocs - m0.backend_mallocs, frees = m1.backend_frees - m0.backend_frees;
+        char probed[48] = "";
+        if (!warm && step_peaks) snprintf(probed, sizeof probed, " | GEMM peak before it %.1f", probe[i]);
         printf("  step %d%s %10.1f ms (CPU %3.0f%%) | loss %.4f | backend mallocs %llu, frees %llu | peak used %zu "
-               "MB\n",
+               "MB%s\n",
                i + 1, warm ? " (warm-up)" : "          ", ms[i], 100.0 * cpu / (threads * ms[i]), loss,
-               (unsigned long long)mallocs, (unsigned long long)frees, m1.peak_used >> 20);
+               (unsigned long long)mallocs, (unsigned long long)frees, m1.peak_used >> 20, probed);
         fflush(stdout);
         if (i == 0) r->loss_first = loss;
         r->loss_last = loss;
@@ -387,6 +402,21 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         r->tok_s = tokens / (r->ms_med * 1e-3);
         r->model_gflops = r->flops_tok * tokens / (r->ms_med * 1e-3) / 1e9;
         r->ran = true;
+        if (step_peaks) {
+            /* each measured step against the better of the probes just before and just after it */
+            probe[n] = step_probe();
+            double *mfu = ms_scratch, *pk = ms_scratch + opt_steps;
+            for (int i = 0; i < opt_steps; i++) {
+                int j = opt_warmup + i;
+                pk[i] = probe[j] > probe[j + 1] ? probe[j] : probe[j + 1];
+                mfu[i] = pk[i] > 0 ? r->flops_tok * tokens / (ms[j] * 1e-3) / 1e9 / pk[i] : 0;
+            }
+            r->mfu_steps = bench_median(mfu, opt_steps);
+            r->steps_peak = bench_median(pk, opt_steps);
+            printf("  GEMM peak probed next to the steps: median %.1f GFLOP/s (after the last: %.1f); MFU at the peak "
+                   "next to each step: median %.1f%%\n",
+                   r->steps_peak, probe[n], 100.0 * r->mfu_steps);
+        }
         printf("  => %.1f ms/step median (min %.1f, max %.1f) | %.1f tok/s | %.2f model GFLOP/s (%.1f%% of the peak "
                "measured at the start) | CPU share %.0f%% | peak used %zu MB, reserved %zu MB | steady-state backend "
                "mallocs/step: %llu%s\n",
@@ -398,6 +428,8 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
     }
     fflush(stdout);
     free(ms);
+    free(probe);
+    free(ms_scratch);
     trainer_free(&t);
     it_mem_empty_cache(dev);
     return st;
@@ -765,7 +797,7 @@ int main(int argc, char **argv) {
         bool first = first_case < 0;
         if (first) first_case = c;
         double one_c = 0, before = case_peaks ? bench_gemm_peaks(&one_c) : 0;
-        it_status st = run_case(&all_cases[c], workdir, dev, peak, first, &res[c]);
+        it_status st = run_case(&all_cases[c], workdir, dev, peak, first, case_peaks, &res[c]);
         double after = case_peaks ? bench_gemm_peaks(&one_c) : 0;
         res[c].case_peak = before > after ? before : after;
         if (!st && case_peaks)
@@ -805,29 +837,33 @@ int main(int argc, char **argv) {
         r->mfu_case = r->case_peak > 0 ? r->model_gflops / r->case_peak : 0;
         printf("RESULT case=%s B=%lld T=%lld params=%lld ms_median=%.2f ms_min=%.2f ms_max=%.2f tok_s=%.2f "
                "model_gflops=%.2f mfu_pct=%.2f mfu_ideal_pct=%.2f case_peak_gflops=%.2f mfu_case_pct=%.2f "
-               "cpu_share_pct=%.0f peak_used_mb=%zu "
+               "steps_peak_gflops=%.2f mfu_steps_pct=%.2f cpu_share_pct=%.0f peak_used_mb=%zu "
                "peak_reserved_mb=%zu mallocs_per_step=%llu loss_step1=%.6f rss_base_mb=%.0f rss_peak_mb=%.0f\n",
                all_cases[c].name, (long long)all_cases[c].B, (long long)all_cases[c].T, (long long)r->params, r->ms_med,
                r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal, r->case_peak,
-               100.0 * r->mfu_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20,
-               (unsigned long long)r->mallocs_max, r->loss_first, r->rss_base_mb, r->rss_peak_mb);
+               100.0 * r->mfu_case, r->steps_peak, 100.0 * r->mfu_steps, 100.0 * r->cpu_share, r->peak_used >> 20,
+               r->peak_reserved >> 20, (unsigned long long)r->mallocs_max, r->loss_first, r->rss_base_mb,
+               r->rss_peak_mb);
     }
     printf("\n== Summary (fp32, AdamW, %d threads; GEMM peak %.1f GFLOP/s, ideal %d x %.1f; load average now %.2f) "
            "==\n",
            threads, peak, threads, one, bench_loadavg());
     printf("| case | params | B x T | ms/step median (min-max) | tokens/s | model GFLOP/s | MFU | MFU (ideal) | MFU "
-           "(case's peak) | CPU share | peak used / reserved MB | mallocs/step |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "(case's peak) | MFU (steps' peaks) | CPU share | peak used / reserved MB | mallocs/step |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < NCASES; c++) {
         const case_result *r = &res[c];
         if (!r->ran) continue;
         char at_case[48] = "not measured";
+        char at_steps[48] = "not measured";
         if (r->case_peak > 0) snprintf(at_case, sizeof at_case, "%.1f%% of %.0f", 100.0 * r->mfu_case, r->case_peak);
-        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %s | %.0f%% | "
+        if (r->steps_peak > 0)
+            snprintf(at_steps, sizeof at_steps, "%.1f%% (peaks ~%.0f)", 100.0 * r->mfu_steps, r->steps_peak);
+        printf("| %s | %.1fM | %lldx%lld | %.0f (%.0f-%.0f) | %.1f | %.1f | %.1f%% | %.1f%% | %s | %s | %.0f%% | "
                "%zu / %zu | %llu |\n",
                all_cases[c].name, (double)r->params / 1e6, (long long)all_cases[c].B, (long long)all_cases[c].T,
                r->ms_med, r->ms_min, r->ms_max, r->tok_s, r->model_gflops, 100.0 * r->mfu, 100.0 * r->mfu_ideal,
-               at_case, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20,
+               at_case, at_steps, 100.0 * r->cpu_share, r->peak_used >> 20, r->peak_reserved >> 20,
                (unsigned long long)r->mallocs_max);
     }
     if (own_dir) remove_workdir(workdir);

@@ -18,6 +18,11 @@
 #                          otherwise mapped and unmapped every step), then on AVX-512 CPUs
 #                          also with OpenBLAS's AVX-512 kernel, then all that with glibc
 #                          malloc's transparent huge pages. "" skips the peer.
+#   BENCH_PAIRS            after the peer's runs, this many pairs of runs (default 3, 0 skips
+#                          them), each ours on GPT-2 124M T=64 and then the peer's best
+#                          setting, back to back: the ratio of each pair compares the two
+#                          at the same moment of a shared host whose speed drifts by 10-20%
+#                          over minutes; their median is the drift-robust ratio
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
 #   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
@@ -91,20 +96,50 @@ else
     echo "== PyTorch peer: GPT-2 124M, B=4 T=64, same weights and tokens, fp32, AdamW(foreach=True)," \
         "$OMP_NUM_THREADS threads, OMP_WAIT_POLICY=$peer_wait; runs: $variants =="
     read -r -a peer_extra <<<"${BENCH_PEER_ARGS:-}"
-    IFS=';' read -r -a runs <<<"$variants"
-    for v in "${runs[@]}"; do
-        read -r -a words <<<"$v"
-        venv=() vargs=()
+    # peer_run VARIANT OUT: one run of the peer with a variant's settings, its lines to stdout and OUT
+    peer_run() {
+        local words venv=() vargs=() w tag
+        read -r -a words <<<"$1"
         for w in "${words[@]}"; do
             if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then venv+=("$w"); elif [ "$w" != defaults ]; then vargs+=("$w"); fi
         done
-        tag=$(echo "$v" | tr ' ' ',')
-        echo "-- peer run: $v"
+        tag=$(echo "$1" | tr ' ' ',')
         env OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" OMP_WAIT_POLICY="$peer_wait" "${venv[@]}" "$peer_python" "$root/bench/peer_pytorch.py" \
             --checkpoint "$work/gpt2_124m.bin" --shard "$work/tokens_gpt2_124m_t64.bin" --case gpt2_124m_t64 \
             --B 4 --T 64 --threads "$OMP_NUM_THREADS" --tag="$tag" "${vargs[@]}" "${peer_extra[@]}" |
-            tee -a "$work/peer.txt" || echo "bench: the peer failed with: $v" >&2
+            tee -a "$2" || echo "bench: the peer failed with: $1" >&2
+    }
+    IFS=';' read -r -a runs <<<"$variants"
+    for v in "${runs[@]}"; do
+        echo "-- peer run: $v"
+        peer_run "$v" "$work/peer.txt"
     done
+    # ---- pairs: ours, then the peer's best setting, back to back
+    pairs=${BENCH_PAIRS:-3}
+    best_tag=$(grep -s '^PEER ' "$work/peer.txt" | awk '{
+        for (i = 1; i <= NF; i++) { if ($i ~ /^ms_median=/) { split($i, kv, "="); ms = kv[2] + 0 }
+                                    if ($i ~ /^tag=/) tag = substr($i, 5) }
+        if (best == "" || ms < bestms) { best = tag; bestms = ms } } END { print best }' || true)
+    : >"$work/pairs.txt"
+    if [ "$pairs" -gt 0 ] && [ -n "$best_tag" ]; then
+        best_variant=$(echo "$best_tag" | tr ',' ' ')
+        [ "$best_variant" = default ] && best_variant=defaults
+        echo
+        echo "== Pairs: ours (GPT-2 124M T=64) and then PyTorch with its best setting ($best_variant), back to back," \
+            "$pairs times =="
+        read -r -a pair_args <<<"${BENCH_PAIR_ARGS:-}"
+        for ((p = 1; p <= pairs; p++)); do
+            ours_ms=$("$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks \
+                "${pair_args[@]}" 2>&1 | sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p' || true)
+            peer_ms=$(peer_run "$best_variant" /dev/null 2>&1 | sed -n 's/^PEER .* ms_median=\([^ ]*\).*/\1/p' || true)
+            if [ -n "$ours_ms" ] && [ -n "$peer_ms" ]; then
+                r=$(awk -v t="$peer_ms" -v o="$ours_ms" 'BEGIN { printf "%.2f", t / o }')
+                echo "PAIR n=$p ours_ms=$ours_ms peer_ms=$peer_ms ratio=$r" | tee -a "$work/pairs.txt"
+            else
+                echo "  pair $p: a run failed (ours '${ours_ms}', PyTorch '${peer_ms}')"
+            fi
+        done
+    fi
 fi
 
 # ---- data parallel (issue 8): 1 rank x 2 threads vs 2 ranks x 1 thread, same global batch
@@ -146,7 +181,16 @@ if [ -n "$best" ]; then
     done
     their_ms=$(echo "$best" | field ms_median)
     ratio=$(awk -v t="$their_ms" -v o="$our_ms" 'BEGIN { printf "%.2f", t / o }')
-    echo "  ours / PyTorch's best (tokens/s): ${ratio}x  [target >= 1.5x: $(verdict "$ratio" 1.5)]"
+    echo "  ours / PyTorch's best (tokens/s): ${ratio}x  [target >= 1.5x: $(verdict "$ratio" 1.5)]  (our run of the" \
+        "cases against the best of PyTorch's runs, minutes later)"
+    if [ -s "$work/pairs.txt" ]; then
+        pair_med=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^ratio=/) { split($i, kv, "="); r[n++] = kv[2] + 0 } }
+            END { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+                  printf "%.2f", n % 2 ? r[int(n / 2)] : (r[n / 2 - 1] + r[n / 2]) / 2 }' "$work/pairs.txt")
+        echo "  ours / PyTorch, paired: ${pair_med}x, the median of $(wc -l <"$work/pairs.txt") back-to-back pairs" \
+            "($(sed -n 's/.* ratio=\([^ ]*\).*/\1/p' "$work/pairs.txt" | paste -sd' ')) [target >= 1.5x:" \
+            "$(verdict "$pair_med" 1.5)]"
+    fi
     # memory the training took: peak RSS minus RSS before the model (each side's libraries excluded)
     our_mem=$(awk -v p="$(echo "$ours" | field rss_peak_mb)" -v b="$(echo "$ours" | field rss_base_mb)" 'BEGIN { print p - b }')
     their_mem=$(awk -v p="$(echo "$best" | field rss_peak_mb)" -v b="$(echo "$best" | field rss_base_mb)" 'BEGIN { print p - b }')
@@ -161,4 +205,10 @@ llmc=$(awk -v t="$our_tok" 'BEGIN { printf "%.2f", t / 37 }')
 echo "  ours / llm.c's ~37 tok/s (InfiniTrain's case 1): ${llmc}x  [target >= 4x: $(verdict "$llmc" 4)]"
 our_ideal=$(echo "$ours" | field mfu_ideal_pct)
 echo "  MFU ${our_mfu}% of this run's measured ${OMP_NUM_THREADS}-thread fp32 GEMM peak  [target >= 70%:" \
-    "$(verdict "$our_mfu" 70)]; ${our_ideal}% of ${OMP_NUM_THREADS} x the one-thread peak (the cores' ceiling)"
+    "$(verdict "$our_mfu" 70)]; ${our_ideal}% of ${OMP_NUM_THREADS} x the one-thread peak (the cores' ceiling);" \
+    "the run's peak is the best of all its measurements"
+our_steps=$(echo "$ours" | field mfu_steps_pct)
+if [ -n "$our_steps" ] && awk -v m="$our_steps" 'BEGIN { exit !(m > 0) }'; then
+    echo "  MFU ${our_steps}% at the peak probed next to each step (median over the steps; peaks ~$(echo "$ours" |
+        field steps_peak_gflops) GFLOP/s)  [target >= 70%: $(verdict "$our_steps" 70)]"
+fi
