@@ -35,5 +35,26 @@ for c in gpt2_6l384_t256:50257 llama3_6l384_t256:32000 mixtral_6l384_t256:32000;
   echo "$name: mallocs/step $m, step-1 loss $loss, $(echo "$line" | field ms_median) ms/step"
 done
 grep -q '^PEAK gflops=' "$tmp/out.txt" && ok || bad "no GEMM peak line"
+
+# The peaks measured around a case and next to each of its steps (make bench's default),
+# on the smallest case: every measured step is preceded by a probe, and the RESULT line
+# carries both MFUs. Release tree only: under the sanitizers the sgemm runs at ~20 GFLOP/s
+# and the peak measurements alone take ~40 s.
+if ! grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  if ! "$build/bench_train" --cases llama3_6l384_t256 --warmup 1 --steps 2 --no-profile --workdir "$tmp" \
+    >"$tmp/peaks.txt" 2>&1; then
+    bad "bench_train with the peak probes exited $?: $(tail -3 "$tmp/peaks.txt")"
+  fi
+  probes=$(grep -c '^  step [0-9]* .*| GEMM peak before it [0-9.]*$' "$tmp/peaks.txt")
+  [[ $probes == 2 ]] && ok || bad "$probes measured steps with a peak probe before them (expected 2)"
+  line=$(grep '^RESULT case=llama3_6l384_t256 ' "$tmp/peaks.txt")
+  for f in case_peak_gflops mfu_case_pct steps_peak_gflops mfu_steps_pct; do
+    v=$(echo "$line" | field $f)
+    awk -v v="$v" 'BEGIN { exit !(v > 0) }' && ok || bad "RESULT field $f is '$v' (expected > 0)"
+  done
+  grep -q '^| llama3_6l384_t256 .*% (peaks ~[0-9]*) |' "$tmp/peaks.txt" && ok ||
+    bad "the summary has no MFU (steps' peaks) for llama3_6l384_t256"
+  echo "peaks: $(grep 'GEMM peak probed next to the steps' "$tmp/peaks.txt")"
+fi
 echo "bench_smoke: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
