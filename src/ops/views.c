@@ -18,17 +18,24 @@ static it_status permute_backward(it_node *n, it_tensor *dy) {
 }
 
 /* slice: dx = zeros with dy written into the sliced window. When x already holds a
- * gradient (the second and third of attention's q, k, v slices of one tensor), dy is added
- * into that gradient's window instead, which saves a zeroed tensor of x's size and an add
- * over all of it for every slice. The values are the same: outside the window the old way
- * only added zeros (which could turn a -0 into +0; this leaves it -0). */
+ * gradient and the window is one contiguous run of it (attention's q, k and v: slices of
+ * one (3, B, nh, T, hd) tensor along its first dim), dy is added into that window instead,
+ * which saves a zeroed tensor of x's size and an add over all of it for every slice after
+ * the first. The values are the same: outside the window the old way only added zeros
+ * (which could turn a -0 into +0; this leaves it -0). Only a contiguous window: kernel
+ * outputs are contiguous (backend.h), so a strided one would be outside the contract. */
 static it_status slice_backward(it_node *n, it_tensor *dy) {
     it_tensor *x = n->in[0];
-    if (x->requires_grad && x->grad && !x->grad_zero && it_tensor_is_contiguous(x->grad)) {
+    if (x->requires_grad && x->grad && !x->grad_zero && dy->dtype == x->dtype) {
         it_tensor *w = it_tensor_slice(x->grad, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
         if (!w) return it_last_status();
-        it_tdesc a = it_tensor_desc(w), b = it_tensor_desc(dy), o = it_tensor_desc(w);
-        return KCALL(it_tensor_device(x), binary, IT_BINARY_ADD, &a, &b, &o);
+        bool same = w->ndim == dy->ndim;
+        for (int d = 0; same && d < w->ndim; d++) same = w->shape[d] == dy->shape[d];
+        if (!same) return it_error(IT_ERR_INTERNAL, "slice backward: the gradient does not match the slice's shape");
+        if (it_tensor_is_contiguous(w)) {
+            it_tdesc a = it_tensor_desc(w), b = it_tensor_desc(dy), o = it_tensor_desc(w);
+            return KCALL(it_tensor_device(x), binary, IT_BINARY_ADD, &a, &b, &o);
+        }
     }
     it_tensor *g = it_tensor_zeros(it_tensor_device(x), x->dtype, x->ndim, x->shape);
     it_tensor *w = it_tensor_slice(g, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
