@@ -39,13 +39,16 @@ static int n_checked;
 static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, int threads) {
     int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 1; /* padded rows */
     float *a = rand_buf((size_t)((ta ? k : m) * lda)), *b = rand_buf((size_t)((tb ? n : k) * ldb));
-    float *c0 = rand_buf((size_t)(m * ldc));
+    /* C's m rows start one row into the buffer: a guard row before, one after, and the
+     * padding float after each row must come out as they went in, in both forms */
+    size_t bytes = (size_t)((m + 2) * ldc) * sizeof(float);
+    float *g0 = rand_buf((size_t)((m + 2) * ldc)), *c0 = g0 + ldc;
     if (beta == 0.0f)
-        for (int64_t i = 0; i < m * ldc; i++) c0[i] = NAN; /* beta == 0 never reads C */
-    size_t bytes = (size_t)(m * ldc) * sizeof(float);
-    float *c_plain = malloc(bytes), *c_swap = malloc(bytes);
-    memcpy(c_plain, c0, bytes);
-    memcpy(c_swap, c0, bytes);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c0[i * ldc + j] = NAN; /* beta == 0 never reads C */
+    float *g_plain = malloc(bytes), *g_swap = malloc(bytes), *c_plain = g_plain + ldc, *c_swap = g_swap + ldc;
+    memcpy(g_plain, g0, bytes);
+    memcpy(g_swap, g0, bytes);
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     bool ok1 = it_cpu_sgemm_avx512_ex(0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_plain, ldc);
@@ -64,11 +67,18 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
             }
     CHECK_MSG(bad < 0, "%s: the swapped form differs at element %lld: %.9g against %.9g", what, (long long)bad,
               bad < 0 ? 0.0 : (double)c_swap[bad], bad < 0 ? 0.0 : (double)c_plain[bad]);
-    /* the padding past each row of C is untouched */
-    for (int64_t i = 0; i < m; i++) {
-        float pad = c0[i * ldc + n];
-        CHECK_MSG(memcmp(&c_swap[i * ldc + n], &pad, sizeof pad) == 0, "%s: row %lld's padding was written", what,
-                  (long long)i);
+    /* nothing outside the m x n block is written: the guard rows and each row's padding */
+    for (int form = 0; form < 2; form++) {
+        const float *g = form ? g_swap : g_plain;
+        int64_t stray = -1;
+        for (int64_t e = 0; e < (m + 2) * ldc && stray < 0; e++) {
+            int64_t row = e / ldc - 1, col = e % ldc;
+            bool inside = row >= 0 && row < m && col < n;
+            if (!inside && memcmp(&g[e], &g0[e], sizeof(float)) != 0) stray = e;
+        }
+        CHECK_MSG(stray < 0, "%s: the %s form wrote outside C, at row %lld column %lld", what,
+                  form ? "swapped" : "plain", stray < 0 ? 0LL : (long long)(stray / ldc - 1),
+                  stray < 0 ? 0LL : (long long)(stray % ldc));
     }
     double worst = 0.0;
     for (int64_t i = 0; i < m; i++)
@@ -91,9 +101,9 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     n_checked++;
     free(a);
     free(b);
-    free(c0);
-    free(c_plain);
-    free(c_swap);
+    free(g0);
+    free(g_plain);
+    free(g_swap);
 }
 
 int main(void) {
@@ -116,15 +126,25 @@ int main(void) {
                     one_case(t & 1, t >> 1, ms[mi], ns[ni], ks[ki], (ni % 2) ? 1.0f : 1.5f, beta, 1 + (int)(ki % 2));
                 }
     /* the shapes the swap is chosen for: a batch (m <= 384) times a weight stored (out, in),
-     * lm_head-like wide, and one more than 512 output rows per thread once swapped (the
-     * tall path, with a B block wider than 384 since k < 512) */
+     * as GPT-2's qkv forward; more than 512 output rows per thread once swapped (the tall
+     * path, whose B block is wider than 384 when k < 512); k exactly one block, and three
+     * blocks with a short last one */
     one_case(false, true, 256, 2304, 768, 1.0f, 1.0f, 2);
     one_case(false, true, 96, 1030, 300, 1.0f, 0.0f, 2);
     one_case(false, true, 40, 2100, 200, 2.0f, 1.0f, 2);
     one_case(true, true, 64, 1500, 130, 1.0f, -0.5f, 2);
-    /* tall products with k < 512: more than one of the widened B blocks */
+    one_case(false, true, 64, 300, 512, 1.0f, 0.5f, 2);
+    one_case(false, true, 72, 400, 1100, 1.0f, 1.0f, 2);
+    /* tall products with k < 512 and more than one widened B block: k = 200 makes the block
+     * 960 wide. 1100 x 1000 on two threads shares rows out (550 each: tall, all 1000
+     * columns, two blocks); on one thread both forms (1100 x 1000 and 1000 x 1100) have two */
+    one_case(true, false, 1100, 1000, 200, 1.0f, 0.5f, 2);
+    one_case(false, false, 1100, 1000, 200, 1.0f, 0.0f, 1);
     one_case(true, false, 1100, 1700, 30, 1.0f, 0.0f, 2);
-    one_case(false, false, 1030, 900, 200, 1.0f, 1.0f, 1);
+    /* the swapped form through the dynamic column blocks (the 'fine' path: A of at most 1M
+     * elements, read in place), with C transposed */
+    one_case(false, true, 1200, 100, 300, 1.0f, 0.0f, 2);
+    one_case(false, true, 1200, 100, 300, 1.5f, 1.0f, 2);
     CHECK(n_checked > 400);
     printf("test_sgemm_forms: %d products, the swapped form bitwise equal to the plain one\n", n_checked);
     return it_test_report("test_sgemm_forms");
