@@ -14,6 +14,10 @@
  *   MFU (case's peak)  the same over the better of two peaks measured just before and just
  *                after the case: the machine's speed drifts over a run (a shared host), and
  *                this compares the cases with each other at the speed each one had
+ *   MFU (steps' peaks)  after the measured steps, as many more, each between two GEMM peak
+ *                probes (best of five 1024^3 sgemms); each step's model FLOPs/s over the
+ *                better probe next to it, median over the steps: MFU at the speed the host
+ *                had that second
  *   CPU share    process CPU time / (threads x wall time): below 100% when other processes
  *                took the cores (the machine is shared) or threads waited
  *   peak memory  it_mem_stats peak used / reserved during a step (weights, grads and Adam
@@ -344,7 +348,7 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
 
     int n = opt_warmup + opt_steps, threads = omp_get_max_threads();
     double *ms = calloc((size_t)n, sizeof(double)), *probe = calloc((size_t)n + 1, sizeof(double));
-    double *ms_scratch = calloc(2 * (size_t)opt_steps, sizeof(double));
+    double *ms_scratch = calloc(3 * (size_t)opt_steps, sizeof(double));
     if (!ms || !probe || !ms_scratch) {
         free(ms);
         free(probe);
@@ -359,7 +363,6 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         it_mem_stats m0, m1;
         it_mem_stats_get(dev, &m0);
         it_mem_stats_reset_peak(dev);
-        if (!warm && step_peaks) probe[i] = step_probe();
         double loss = 0, t0 = bench_now_ms(), c0 = bench_cpu_ms();
         st = train_step(&t, &loss);
         ms[i] = bench_now_ms() - t0;
@@ -367,12 +370,10 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         if (st) break;
         it_mem_stats_get(dev, &m1);
         uint64_t mallocs = m1.backend_mallocs - m0.backend_mallocs, frees = m1.backend_frees - m0.backend_frees;
-        char probed[48] = "";
-        if (!warm && step_peaks) snprintf(probed, sizeof probed, " | GEMM peak before it %.1f", probe[i]);
         printf("  step %d%s %10.1f ms (CPU %3.0f%%) | loss %.4f | backend mallocs %llu, frees %llu | peak used %zu "
-               "MB%s\n",
+               "MB\n",
                i + 1, warm ? " (warm-up)" : "          ", ms[i], 100.0 * cpu / (threads * ms[i]), loss,
-               (unsigned long long)mallocs, (unsigned long long)frees, m1.peak_used >> 20, probed);
+               (unsigned long long)mallocs, (unsigned long long)frees, m1.peak_used >> 20);
         fflush(stdout);
         if (i == 0) r->loss_first = loss;
         r->loss_last = loss;
@@ -402,21 +403,6 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         r->tok_s = tokens / (r->ms_med * 1e-3);
         r->model_gflops = r->flops_tok * tokens / (r->ms_med * 1e-3) / 1e9;
         r->ran = true;
-        if (step_peaks) {
-            /* each measured step against the better of the probes just before and just after it */
-            probe[n] = step_probe();
-            double *mfu = ms_scratch, *pk = ms_scratch + opt_steps;
-            for (int i = 0; i < opt_steps; i++) {
-                int j = opt_warmup + i;
-                pk[i] = probe[j] > probe[j + 1] ? probe[j] : probe[j + 1];
-                mfu[i] = pk[i] > 0 ? r->flops_tok * tokens / (ms[j] * 1e-3) / 1e9 / pk[i] : 0;
-            }
-            r->mfu_steps = bench_median(mfu, opt_steps);
-            r->steps_peak = bench_median(pk, opt_steps);
-            printf("  GEMM peak probed next to the steps: median %.1f GFLOP/s (after the last: %.1f); MFU at the peak "
-                   "next to each step: median %.1f%%\n",
-                   r->steps_peak, probe[n], 100.0 * r->mfu_steps);
-        }
         printf("  => %.1f ms/step median (min %.1f, max %.1f) | %.1f tok/s | %.2f model GFLOP/s (%.1f%% of the peak "
                "measured at the start) | CPU share %.0f%% | peak used %zu MB, reserved %zu MB | steady-state backend "
                "mallocs/step: %llu%s\n",
@@ -425,6 +411,34 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
                r->peak_reserved >> 20, (unsigned long long)r->mallocs_max,
                r->mallocs_max ? "  ** NOT ZERO: a steady-state step allocates from the backend **" : "");
         if (breakdown) print_breakdown(dev.backend, opt_steps, r->ms_mean);
+    }
+    if (!st && step_peaks) {
+        /* As many steps again, each between two peak probes, after the measured ones (whose
+         * times, memory and breakdown the probes' cold caches and buffers would otherwise
+         * touch): each step against the better of the probes just before and just after it. */
+        double *tms = ms_scratch, *mfu = ms_scratch + opt_steps, *pk = ms_scratch + 2 * (size_t)opt_steps;
+        double tokens = (double)(bc->B * bc->T);
+        probe[0] = step_probe();
+        printf("  steps between GEMM peak probes (GFLOP/s): %.1f", probe[0]);
+        for (int i = 0; i < opt_steps && !st; i++) {
+            double loss = 0, t0 = bench_now_ms();
+            st = train_step(&t, &loss);
+            tms[i] = bench_now_ms() - t0;
+            probe[i + 1] = step_probe();
+            printf(" | %.1f ms | %.1f", tms[i], probe[i + 1]);
+        }
+        printf("\n");
+        if (!st) {
+            for (int i = 0; i < opt_steps; i++) {
+                pk[i] = probe[i] > probe[i + 1] ? probe[i] : probe[i + 1];
+                mfu[i] = pk[i] > 0 ? r->flops_tok * tokens / (tms[i] * 1e-3) / 1e9 / pk[i] : 0;
+            }
+            r->mfu_steps = bench_median(mfu, opt_steps);
+            r->steps_peak = bench_median(pk, opt_steps);
+            printf("  => MFU at the peak probed next to each step: median %.1f%% (median step %.1f ms, median peak "
+                   "%.1f GFLOP/s)\n",
+                   100.0 * r->mfu_steps, bench_median(tms, opt_steps), r->steps_peak);
+        }
     }
     fflush(stdout);
     free(ms);
@@ -706,7 +720,8 @@ static void usage(const char *argv0) {
             "usage: %s [--cases a,b,...] [--warmup N] [--steps N] [--workdir DIR] [--no-profile]\n"
             "          [--no-case-peaks] [--profile-steps N] [--list]\n"
             "  --no-case-peaks  measure the GEMM peak at the start and the end only, not around every\n"
-            "                 case (quicker: for smoke tests; the MFU (case's peak) column is then empty)\n"
+            "                 case nor between steps (quicker: for smoke tests; the MFU (case's peak) and\n"
+            "                 MFU (steps' peaks) columns are then empty)\n"
             "  --workdir DIR  where the token shards (tokens_CASE.bin), GPT-2 124M's initial weights\n"
             "                 (" GPT2_124M_INIT ") and the synthetic LLaMA-3/Mixtral checkpoints go; kept\n"
             "                 (default: a temporary directory, removed at exit)\n",

@@ -22,7 +22,8 @@
 #                          them), each ours on GPT-2 124M T=64 and then the peer's best
 #                          setting, back to back: the ratio of each pair compares the two
 #                          at the same moment of a shared host whose speed drifts by 10-20%
-#                          over minutes; their median is the drift-robust ratio
+#                          over minutes; their median is the drift-robust ratio. Our
+#                          runs take BENCH_ARGS, the peer's BENCH_PEER_ARGS, as above
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
 #   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
@@ -127,16 +128,19 @@ else
         echo
         echo "== Pairs: ours (GPT-2 124M T=64) and then PyTorch with its best setting ($best_variant), back to back," \
             "$pairs times =="
-        read -r -a pair_args <<<"${BENCH_PAIR_ARGS:-}"
         for ((p = 1; p <= pairs; p++)); do
-            ours_ms=$("$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks \
-                "${pair_args[@]}" 2>&1 | sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p' || true)
-            peer_ms=$(peer_run "$best_variant" /dev/null 2>&1 | sed -n 's/^PEER .* ms_median=\([^ ]*\).*/\1/p' || true)
+            # BENCH_ARGS as for the main run (a later --no-profile or --steps wins)
+            "$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks "${extra[@]}" \
+                >"$work/pair_ours.txt" 2>&1 || true
+            peer_run "$best_variant" /dev/null >"$work/pair_peer.txt" 2>&1 || true
+            ours_ms=$(sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p' "$work/pair_ours.txt")
+            peer_ms=$(sed -n 's/^PEER .* ms_median=\([^ ]*\).*/\1/p' "$work/pair_peer.txt")
             if [ -n "$ours_ms" ] && [ -n "$peer_ms" ]; then
-                r=$(awk -v t="$peer_ms" -v o="$ours_ms" 'BEGIN { printf "%.2f", t / o }')
+                r=$(awk -v t="$peer_ms" -v o="$ours_ms" 'BEGIN { printf "%.3f", t / o }')
                 echo "PAIR n=$p ours_ms=$ours_ms peer_ms=$peer_ms ratio=$r" | tee -a "$work/pairs.txt"
             else
-                echo "  pair $p: a run failed (ours '${ours_ms}', PyTorch '${peer_ms}')"
+                echo "  pair $p: a run gave no figure; ours ended with: $(tail -n1 "$work/pair_ours.txt"); PyTorch's:" \
+                    "$(tail -n1 "$work/pair_peer.txt")"
             fi
         done
     fi
