@@ -85,11 +85,22 @@ static inline int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const
 
 /* res = sum of EXPR over IDX = 0 .. n-1 (EXPR reads the int64_t IDX): 8 interleaved lanes
  * (lane j takes IDX = j, j+8, ...), combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then the
- * n%8 tail in order. The order depends on n alone, and the lanes vectorize. */
+ * n%8 tail in order. The order depends on n alone, and the lanes vectorize. EXPR is
+ * evaluated 16 at a time (one 512-bit vector: for an exp that halves its cost against 8),
+ * and the 16 values join the lanes as two rounds of 8, in the same order as before. */
 #define LANE_SUM(T, res, n, IDX, EXPR)                                                                                 \
     do {                                                                                                               \
         T r_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                                            \
         int64_t i_ = 0;                                                                                                \
+        for (; i_ + 16 <= (n); i_ += 16) {                                                                             \
+            T e_[16];                                                                                                  \
+            _Pragma("omp simd") for (int j_ = 0; j_ < 16; j_++) {                                                      \
+                int64_t IDX = i_ + j_;                                                                                 \
+                e_[j_] = (EXPR);                                                                                       \
+            }                                                                                                          \
+            _Pragma("omp simd") for (int j_ = 0; j_ < 8; j_++) r_[j_] += e_[j_];                                       \
+            _Pragma("omp simd") for (int j_ = 0; j_ < 8; j_++) r_[j_] += e_[j_ + 8];                                   \
+        }                                                                                                              \
         for (; i_ + 8 <= (n); i_ += 8) {                                                                               \
             _Pragma("omp simd") for (int j_ = 0; j_ < 8; j_++) {                                                       \
                 int64_t IDX = i_ + j_;                                                                                 \
