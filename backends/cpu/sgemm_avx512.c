@@ -303,18 +303,16 @@ kernel_tile(int nv, bool rows, bool tc, int64_t kc, const float *restrict pa, in
                             int nr, float alpha, float beta, bool first) {                                             \
         kernel_tile(nv, rows, tc, kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);                                \
     }
-IT_KERNEL(kernel_8x16, 1, false, false)
-IT_KERNEL(kernel_8x32, 2, false, false)
-IT_KERNEL(kernel_8x48, 3, false, false)
-IT_KERNEL(kernel_8x16_rows, 1, true, false)
-IT_KERNEL(kernel_8x32_rows, 2, true, false)
-IT_KERNEL(kernel_8x48_rows, 3, true, false)
-IT_KERNEL(kernel_8x16_tc, 1, false, true)
-IT_KERNEL(kernel_8x32_tc, 2, false, true)
-IT_KERNEL(kernel_8x48_tc, 3, false, true)
-IT_KERNEL(kernel_8x16_rows_tc, 1, true, true)
-IT_KERNEL(kernel_8x32_rows_tc, 2, true, true)
-IT_KERNEL(kernel_8x48_rows_tc, 3, true, true)
+/* the three widths of one A layout (rows) and one C layout (tc) */
+#define IT_KERNELS(sfx, rows, tc)                                                                                      \
+    IT_KERNEL(kernel_8x16##sfx, 1, rows, tc)                                                                           \
+    IT_KERNEL(kernel_8x32##sfx, 2, rows, tc)                                                                           \
+    IT_KERNEL(kernel_8x48##sfx, 3, rows, tc)
+IT_KERNELS(, false, false)
+IT_KERNELS(_rows, true, false)
+IT_KERNELS(_tc, false, true)
+IT_KERNELS(_rows_tc, true, true)
+#undef IT_KERNELS
 #undef IT_KERNEL
 
 typedef void (*kernel_fn)(int64_t, const float *, int64_t, const float *, float *, int64_t, int, int, float, float,
