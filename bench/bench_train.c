@@ -309,7 +309,7 @@ static void print_breakdown(const it_backend *backend, int steps, double step_ms
            100.0 * (step_ms - total) / step_ms);
 }
 
-/* The GEMM peak probed between measured steps: best of 5 timed 1024^3 sgemms (~40 ms) */
+/* The GEMM peak probed around the probed steps: best of 5 timed 1024^3 sgemms (~40 ms) */
 static double step_probe(void) {
     double ms;
     return bench_gemm_peak(1024, 5, &ms);
@@ -347,12 +347,10 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
     fflush(stdout);
 
     int n = opt_warmup + opt_steps, threads = omp_get_max_threads();
-    double *ms = calloc((size_t)n, sizeof(double)), *probe = calloc((size_t)n + 1, sizeof(double));
-    double *ms_scratch = calloc(3 * (size_t)opt_steps, sizeof(double));
-    if (!ms || !probe || !ms_scratch) {
-        free(ms);
-        free(probe);
-        free(ms_scratch);
+    /* the steps' times, then for the probed steps: times, MFUs, peaks (opt_steps each) and the
+     * opt_steps + 1 probes around them */
+    double *ms = calloc((size_t)n + 4 * (size_t)opt_steps + 1, sizeof(double));
+    if (!ms) {
         trainer_free(&t);
         return it_error(IT_ERR_OOM, "out of host memory");
     }
@@ -416,7 +414,7 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
         /* As many steps again, each between two peak probes, after the measured ones (whose
          * times, memory and breakdown the probes' cold caches and buffers would otherwise
          * touch): each step against the better of the probes just before and just after it. */
-        double *tms = ms_scratch, *mfu = ms_scratch + opt_steps, *pk = ms_scratch + 2 * (size_t)opt_steps;
+        double *tms = ms + n, *mfu = tms + opt_steps, *pk = mfu + opt_steps, *probe = pk + opt_steps;
         double tokens = (double)(bc->B * bc->T);
         probe[0] = step_probe();
         printf("  steps between GEMM peak probes (GFLOP/s): %.1f", probe[0]);
@@ -442,8 +440,6 @@ static it_status run_case(const bench_case *bc, const char *workdir, it_device d
     }
     fflush(stdout);
     free(ms);
-    free(probe);
-    free(ms_scratch);
     trainer_free(&t);
     it_mem_empty_cache(dev);
     return st;
