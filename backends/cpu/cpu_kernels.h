@@ -17,14 +17,16 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args);
 
 /* sgemm_avx512.c: cblas_sgemm's row-major contract (m, n, k > 0) on AVX-512. false when it
  * did nothing (no AVX-512 build, no scratch memory): the caller then uses the BLAS.
- * _usable: the CPU has AVX-512F/VL and IT_CPU_SGEMM is not "blas". Products up to 64^3 are
- * declined (false) unless IT_CPU_SGEMM=avx512. */
+ * _usable: the CPU has AVX-512F/VL and IT_CPU_SGEMM is not "blas". Small products (k <= 256,
+ * and up to 64^3 or at most 64 wide on one thread) take an unpacked path; the few up to
+ * 64^3 that are deeper are declined (false). IT_CPU_SGEMM=avx512 sends every product
+ * through the packed path. */
 bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 bool it_cpu_sgemm_avx512_usable(void);
-/* The same with the choice of form made by the caller (for the tests): swap > 0 always
- * computes C^T = op(B)^T op(A)^T with transposed stores, 0 never, < 0 as the product's
- * shape says. The bits are the same either way. */
+/* The same with the choice of the packed path's form made by the caller (for the tests):
+ * swap > 0 always computes C^T = op(B)^T op(A)^T with transposed stores, 0 never, < 0 as
+ * the product's shape says. The bits are the same either way. */
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 

@@ -340,9 +340,116 @@ static void copy_tail_rows(const float *a, int64_t lda, int64_t i0, int mr, int6
             memset(dst + r * kc, 0, (size_t)kc * sizeof(float));
 }
 
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------------ small products */
+
+/* Attention's per-head products (48 of 64 x 64 x 64 per call at GPT-2's T = 64, one per
+ * thread at a time inside gemm.c's batch loop) are too small for packing to pay: packing
+ * both operands, and the 48-wide tiles (64 = 48 + 16), cost more than the FMAs. Here no
+ * operand is packed: a 4-row tile of C up to 64 wide (four zmm accumulators per row, 16 in
+ * all) reads op(A) where it lies, one broadcast per row and k (A[i][k] or A[k][i] alike),
+ * and op(B)'s rows where they lie. Only a transposed B goes through a transpose, into a
+ * (k, 64) block on the stack. Measured on 48 such products on two threads, data in cache:
+ * 300 GFLOP/s (250 with B transposed), where OpenBLAS's AVX2 kernel gives 140 and the
+ * packed path 120-130.
+ *
+ * The bits are the packed path's: each element of C is one accumulator summing k in order
+ * from zero with FMAs, then alpha * acc (+ beta * C, an FMA), as kernel_tile does when k
+ * fits one block (SMALL_K <= KC). test_sgemm_forms holds the two to that. */
+enum {
+    SMR = 4,        /* rows of a small tile */
+    SNR = 64,       /* columns: four zmm vectors */
+    SMALL_K = 256,  /* deepest product taken here: a transposed B's block is SMALL_K x SNR floats */
+};
+_Static_assert((int)SMALL_K <= (int)KC, "one k block, as the packed path sums");
+
+AVX512 static inline __attribute__((always_inline)) void
+small_tile(int nv, bool ta, int64_t k, const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+           float *c, int64_t ldc, int mr, int nr, float alpha, float beta) {
+    __mmask16 mk[4];
+    for (int v = 0; v < 4; v++) {
+        int cnt = nr - 16 * v;
+        mk[v] = (__mmask16)(cnt >= 16 ? 0xffff : cnt <= 0 ? 0 : (1u << cnt) - 1u);
+    }
+    /* op(A)'s row r at a + r * rs, its k-th element ks further; rows past mr read the last
+     * real row again (their sums are not stored) */
+    int64_t ks = ta ? lda : 1, rs = ta ? 1 : lda;
+    const float *a0 = a, *a1 = a + (mr > 1 ? 1 : 0) * rs, *a2 = a + (mr > 2 ? 2 : mr - 1) * rs,
+                *a3 = a + (mr > 3 ? 3 : mr - 1) * rs;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    __m512 c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+#define IT_SROW(r)                                                                                                     \
+    do {                                                                                                               \
+        __m512 av = _mm512_set1_ps(a##r[kk * ks]);                                                                     \
+        c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                                    \
+        if (nv > 1) c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                        \
+        if (nv > 2) c##r##2 = _mm512_fmadd_ps(av, b2, c##r##2);                                                        \
+        if (nv > 3) c##r##3 = _mm512_fmadd_ps(av, b3, c##r##3);                                                        \
+    } while (0)
+    for (int64_t kk = 0; kk < k; kk++) {
+        /* the last of the nv vectors may be short: masked, so nothing past the row is read */
+        const float *pb = b + kk * ldb;
+        __m512 b0 = nv == 1 ? _mm512_maskz_loadu_ps(mk[0], pb) : _mm512_loadu_ps(pb);
+        __m512 b1 = nv == 2 ? _mm512_maskz_loadu_ps(mk[1], pb + 16) : nv > 2 ? _mm512_loadu_ps(pb + 16) : b0;
+        __m512 b2 = nv == 3 ? _mm512_maskz_loadu_ps(mk[2], pb + 32) : nv > 3 ? _mm512_loadu_ps(pb + 32) : b0;
+        __m512 b3 = nv == 4 ? _mm512_maskz_loadu_ps(mk[3], pb + 48) : b0;
+        IT_SROW(0);
+        IT_SROW(1);
+        IT_SROW(2);
+        IT_SROW(3);
+    }
+#undef IT_SROW
+    __m512 acc[SMR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23}, {c30, c31, c32, c33}};
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) {
+            float *row = c + r * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], row), x);
+            _mm512_mask_storeu_ps(row, mk[v], x);
+        }
+}
+
+#define IT_SMALL(nv)                                                                                                   \
+    AVX512 static void small_tile##nv(bool ta, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,    \
+                                      float *c, int64_t ldc, int mr, int nr, float alpha, float beta) {                \
+        small_tile(nv, ta, k, a, lda, b, ldb, c, ldc, mr, nr, alpha, beta);                                            \
+    }
+IT_SMALL(1)
+IT_SMALL(2)
+IT_SMALL(3)
+IT_SMALL(4)
+#undef IT_SMALL
+
+typedef void (*small_fn)(bool, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, int, int,
+                         float, float);
+static const small_fn g_small[4] = {small_tile1, small_tile2, small_tile3, small_tile4};
+
+/* C (m, n) = alpha op(A) op(B) + beta C on this thread, k <= SMALL_K: 64-column blocks of C,
+ * 4-row tiles down each. */
+AVX512 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    float bt[SMALL_K * SNR] __attribute__((aligned(64)));
+    for (int64_t j = 0; j < n; j += SNR) {
+        int nr = (int)min64(SNR, n - j);
+        const float *pb = b + j;
+        int64_t lb = ldb;
+        if (tb) { /* op(B)[k][j] = b[j * ldb + k]: eight rows of B at a time become columns */
+            for (int g = 0; g < nr; g += 8)
+                pack_rows8(b + (j + g) * ldb, ldb, nr - g < 8 ? nr - g : 8, k, bt + g, SNR);
+            pb = bt;
+            lb = SNR;
+        }
+        small_fn tile = g_small[(nr + 15) / 16 - 1];
+        for (int64_t i = 0; i < m; i += SMR)
+            tile(ta, k, ta ? a + i : a + i * lda, lda, pb, lb, c + i * ldc + j, ldc, (int)min64(SMR, m - i), nr, alpha,
+                 beta);
+    }
+}
+
 /* ------------------------------------------------------------------ driver */
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int sgemm_mode(void);
 
 /* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
@@ -487,10 +594,21 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
-    /* Products up to 64^3 (attention's per-head products at T = 64) are left to the BLAS:
-     * there the packing and the tile epilogues weigh more than the wider FMAs gain
-     * (48 x 64^3 on two threads: 145 GFLOP/s here, 171 through OpenBLAS's AVX2 kernel). */
-    if ((double)m * (double)n * (double)k <= 64.0 * 64.0 * 64.0 && sgemm_mode() != 2) return false;
+    /* Small products take the unpacked path (sgemm_small): those up to 64^3, and those at
+     * most 64 wide and SMALL_K deep that run on one thread anyway (inside a batch's
+     * parallel loop, or below the size where a team pays), as attention's at T = 256
+     * (256 x 64 x 256 on two threads: 325 GFLOP/s against 273 packed). Wider ones keep the
+     * packed path, whose B block stays in cache (256 x 256 x 64: 253 against 173). Products
+     * up to 64^3 deeper than SMALL_K go to the BLAS. IT_CPU_SGEMM=avx512 sends every product
+     * through the packed path, for the tests. */
+    double mnk = (double)m * (double)n * (double)k;
+    if (sgemm_mode() != 2) {
+        if (k <= SMALL_K && (mnk <= 64.0 * 64.0 * 64.0 || (n <= SNR && (mnk < 2.0e6 || omp_in_parallel())))) {
+            sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            return true;
+        }
+        if (mnk <= 64.0 * 64.0 * 64.0) return false;
+    }
     /* A batch's rows times a weight stored (out, in), as every linear layer's forward:
      * op(B) = W^T has to go through the transposing pack, and W comes from DRAM. Computed
      * as C^T = op(B)^T op(A)^T = W X^T instead, W is the A side, read in place by the

@@ -17,7 +17,7 @@ static inline bool it_cpu_has_avx512(void) {
 #endif
 }
 
-/* The AVX-512 kernel serves fp32 products (those above 64^3 unless IT_CPU_SGEMM=avx512). */
+/* The AVX-512 kernels serve fp32 products (all but a few small deep ones: see cpu_kernels.h). */
 static inline bool it_cpu_sgemm_is_avx512(void) {
     const char *env = getenv("IT_CPU_SGEMM");
     return !(env != NULL && strcmp(env, "blas") == 0) && it_cpu_has_avx512();

@@ -1,13 +1,15 @@
-/* The CPU backend's AVX-512 sgemm computes a product in one of two forms: as asked, or
+/* The CPU backend's AVX-512 sgemm computes a product in one of three forms: as asked, or
  * swapped (C^T = op(B)^T op(A)^T, the tiles stored into C transposed), which it picks for
  * a batch times a weight stored (out, in) so that the weight is read in place instead of
- * through the transposing pack. The swap's promise is that the bits do not change: the
- * same products are summed in the same order. This test holds it to that for every
- * transpose, at sizes one short of, at and past the tile (8 x 48 and 16) and block
- * (512-deep, 384-wide) edges, short (m <= 512 per thread) and tall products, beta 0 over
- * NaN, 1 and another value, alpha != 1, and on 1 and 2 threads. Each result is also checked
- * against a double-precision reference (bound: (K + 2) * 2^-24 * sum |terms|, x4 margin),
- * so that two equally wrong forms cannot pass.
+ * through the transposing pack, or, for small products (k <= SMALL_K), unpacked
+ * (sgemm_small: attention's per-head products). The promise of the other two forms is that
+ * the bits do not change: the same products are summed in the same order. This test holds
+ * them to that for every transpose, at sizes one short of, at and past the tile (8 x 48 and
+ * 16; 4 x 64 for the small form) and block (512-deep, 384-wide) edges, short (m <= 512 per
+ * thread) and tall products, beta 0 over NaN, 1 and another value, alpha != 1, and on 1 and
+ * 2 threads. Each result is also checked against a double-precision reference (bound:
+ * (K + 2) * 2^-24 * sum |terms|, x4 margin), so that two equally wrong forms cannot pass,
+ * and nothing outside C's m x n block may be written.
  *
  * It includes the kernel's source (its entry points are not exported from the library). */
 #include <math.h>
@@ -34,7 +36,7 @@ static float *rand_buf(size_t n) {
 /* op(A) (m, k) from a row-major A with lda, likewise B */
 static double at(const float *x, bool t, int64_t ld, int64_t i, int64_t j) { return t ? x[j * ld + i] : x[i * ld + j]; }
 
-static int n_checked;
+static int n_checked, n_small;
 
 static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, int threads) {
     int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 1; /* padded rows */
@@ -46,38 +48,46 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     if (beta == 0.0f)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c0[i * ldc + j] = NAN; /* beta == 0 never reads C */
-    float *g_plain = malloc(bytes), *g_swap = malloc(bytes), *c_plain = g_plain + ldc, *c_swap = g_swap + ldc;
+    bool small = k <= SMALL_K; /* the unpacked form takes these */
+    float *g_plain = malloc(bytes), *g_swap = malloc(bytes), *g_small = malloc(bytes);
+    float *c_plain = g_plain + ldc, *c_swap = g_swap + ldc, *c_small = g_small + ldc;
     memcpy(g_plain, g0, bytes);
     memcpy(g_swap, g0, bytes);
+    memcpy(g_small, g0, bytes);
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     bool ok1 = it_cpu_sgemm_avx512_ex(0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_plain, ldc);
     bool ok2 = it_cpu_sgemm_avx512_ex(1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_swap, ldc);
     omp_set_num_threads(saved);
+    if (small) sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_small, ldc);
     CHECK(ok1 && ok2);
     char what[128];
     snprintf(what, sizeof what, "sgemm ta%d tb%d m%lld n%lld k%lld alpha %g beta %g, %d thread(s)", ta, tb,
              (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta, threads);
-    int64_t bad = -1;
-    for (int64_t i = 0; i < m && bad < 0; i++)
-        for (int64_t j = 0; j < n; j++)
-            if (memcmp(&c_plain[i * ldc + j], &c_swap[i * ldc + j], sizeof(float)) != 0) {
-                bad = i * ldc + j;
-                break;
-            }
-    CHECK_MSG(bad < 0, "%s: the swapped form differs at element %lld: %.9g against %.9g", what, (long long)bad,
-              bad < 0 ? 0.0 : (double)c_swap[bad], bad < 0 ? 0.0 : (double)c_plain[bad]);
+    static const char *const form_name[3] = {"plain", "swapped", "small"};
+    for (int form = 1; form < (small ? 3 : 2); form++) {
+        const float *c_form = form == 1 ? c_swap : c_small;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < m && bad < 0; i++)
+            for (int64_t j = 0; j < n; j++)
+                if (memcmp(&c_plain[i * ldc + j], &c_form[i * ldc + j], sizeof(float)) != 0) {
+                    bad = i * ldc + j;
+                    break;
+                }
+        CHECK_MSG(bad < 0, "%s: the %s form differs at element %lld: %.9g against %.9g", what, form_name[form],
+                  (long long)bad, bad < 0 ? 0.0 : (double)c_form[bad], bad < 0 ? 0.0 : (double)c_plain[bad]);
+    }
     /* nothing outside the m x n block is written: the guard rows and each row's padding */
-    for (int form = 0; form < 2; form++) {
-        const float *g = form ? g_swap : g_plain;
+    for (int form = 0; form < (small ? 3 : 2); form++) {
+        const float *g = form == 0 ? g_plain : form == 1 ? g_swap : g_small;
         int64_t stray = -1;
         for (int64_t e = 0; e < (m + 2) * ldc && stray < 0; e++) {
             int64_t row = e / ldc - 1, col = e % ldc;
             bool inside = row >= 0 && row < m && col < n;
             if (!inside && memcmp(&g[e], &g0[e], sizeof(float)) != 0) stray = e;
         }
-        CHECK_MSG(stray < 0, "%s: the %s form wrote outside C, at row %lld column %lld", what,
-                  form ? "swapped" : "plain", stray < 0 ? 0LL : (long long)(stray / ldc - 1),
+        CHECK_MSG(stray < 0, "%s: the %s form wrote outside C, at row %lld column %lld", what, form_name[form],
+                  stray < 0 ? 0LL : (long long)(stray / ldc - 1),
                   stray < 0 ? 0LL : (long long)(stray % ldc));
     }
     double worst = 0.0;
@@ -99,11 +109,13 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
         }
     CHECK_MSG(worst <= 1.0, "%s: error %.3g of the bound", what, worst);
     n_checked++;
+    n_small += small;
     free(a);
     free(b);
     free(g0);
     free(g_plain);
     free(g_swap);
+    free(g_small);
 }
 
 int main(void) {
@@ -145,7 +157,24 @@ int main(void) {
      * elements, read in place), with C transposed */
     one_case(false, true, 1200, 100, 300, 1.0f, 0.0f, 2);
     one_case(false, true, 1200, 100, 300, 1.5f, 1.0f, 2);
-    CHECK(n_checked > 400);
-    printf("test_sgemm_forms: %d products, the swapped form bitwise equal to the plain one\n", n_checked);
+    /* the small form's own edges: its 4-row tiles and 64-wide blocks (n one short of, at and
+     * past 16, 32, 48, 64 and two blocks), transposed B blocks of 1 to 8 rows past the last
+     * whole group of eight, and k up to SMALL_K; attention's products at T = 64 and 256 */
+    const int64_t sm[] = {1, 3, 4, 5, 64}, sn[] = {1, 8, 31, 33, 63, 64, 65, 129}, sk[] = {2, 64, SMALL_K};
+    for (int t = 0; t < 4; t++)
+        for (size_t mi = 0; mi < sizeof sm / sizeof *sm; mi++)
+            for (size_t ni = 0; ni < sizeof sn / sizeof *sn; ni++)
+                for (size_t ki = 0; ki < sizeof sk / sizeof *sk; ki++) {
+                    float beta = (mi + ni + ki) % 3 == 0 ? 0.0f : (mi + ni + ki) % 3 == 1 ? 1.0f : -0.5f;
+                    one_case(t & 1, t >> 1, sm[mi], sn[ni], sk[ki], (ni % 2) ? 1.0f : 0.75f, beta, 1);
+                }
+    for (int t = 0; t < 4; t++) {
+        one_case(t & 1, t >> 1, 64, 64, 64, 1.0f, t == 3 ? 1.0f : 0.0f, 2);
+        one_case(t & 1, t >> 1, 256, 64, 256, 1.0f, 0.0f, 2);
+    }
+    CHECK(n_checked > 400 && n_small > 400);
+    printf("test_sgemm_forms: %d products, the swapped form bitwise equal to the plain one; %d of them also in "
+           "the small form, bitwise equal\n",
+           n_checked, n_small);
     return it_test_report("test_sgemm_forms");
 }
