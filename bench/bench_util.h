@@ -139,7 +139,7 @@ static inline double bench_gemm_peak(int64_t n, int reps, double *best_ms) {
 
 /* Which sgemm the CPU backend's gemm slot runs for fp32. */
 static inline const char *bench_sgemm_name(void) {
-    return it_cpu_sgemm_is_avx512() ? "the CPU backend's AVX-512 sgemm (products up to 64^3: OpenBLAS)" : "OpenBLAS";
+    return it_cpu_sgemm_is_avx512() ? "the CPU backend's AVX-512 sgemm (small products unpacked)" : "OpenBLAS";
 }
 
 /* The machine's fp32 GEMM peak as this run sees it: with the training's thread count, the

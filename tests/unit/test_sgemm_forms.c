@@ -15,6 +15,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "cpu/sgemm_avx512.c"
 #include "it_test.h"
@@ -118,6 +119,51 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     free(g_small);
 }
 
+/* thread 1 of a sharing team starts 20 ms late */
+static void hold_thread1(int thread) {
+    if (thread == 1) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One product on 1, 2, 3 and 4 threads: every count gives the bits of one thread, within
+ * the double reference's bound. */
+static void team_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+    int64_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+    float *a = rand_buf((size_t)((ta ? k : m) * lda)), *b = rand_buf((size_t)((tb ? n : k) * ldb));
+    size_t bytes = (size_t)(m * ldc) * sizeof(float);
+    float *c1 = malloc(bytes), *c = malloc(bytes);
+    int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 4; threads++) {
+        omp_set_num_threads(threads);
+        float *out = threads == 1 ? c1 : c;
+        CHECK(it_cpu_sgemm_avx512_ex(-1, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc));
+        if (threads > 1)
+            CHECK_MSG(memcmp(c1, c, bytes) == 0, "sgemm ta%d tb%d %lldx%lldx%lld: %d threads differ from 1", ta, tb,
+                      (long long)m, (long long)n, (long long)k, threads);
+    }
+    omp_set_num_threads(saved);
+    double worst = 0.0;
+    for (int64_t i = 0; i < m; i += 7) /* a sample of rows: the bits match one thread's already */
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0.0, mag = 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                double t = at(a, ta, lda, i, p) * at(b, tb, ldb, p, j);
+                sum += t;
+                mag += fabs(t);
+            }
+            double err = fabs((double)c1[i * ldc + j] - sum) / (4 * (double)(k + 2) * 0x1p-24 * mag + 1e-30);
+            if (!(err <= worst)) worst = err;
+        }
+    CHECK_MSG(worst <= 1.0, "sgemm ta%d tb%d %lldx%lldx%lld: error %.3g of the bound", ta, tb, (long long)m,
+              (long long)n, (long long)k, worst);
+    free(a);
+    free(b);
+    free(c1);
+    free(c);
+}
+
 int main(void) {
     /* every size through the kernel (by default products up to 64^3 go to the BLAS) */
     setenv("IT_CPU_SGEMM", "avx512", 1);
@@ -172,6 +218,24 @@ int main(void) {
         one_case(t & 1, t >> 1, 64, 64, 64, 1.0f, t == 3 ? 1.0f : 0.0f, 2);
         one_case(t & 1, t >> 1, 256, 64, 256, 1.0f, 0.0f, 2);
     }
+    /* Rows shared by a team with stealing (sgemm_threads' struct share): the same bits on
+     * 1 to 4 threads, for an untransposed A (read in place, several B blocks each way) and a
+     * transposed one (packed per panel), the swapped form, and a short last panel; then
+     * again with thread 1 held back at the start, so that the others take its panels. */
+    static const struct { bool ta, tb; int64_t m, n, k; } team[] = {
+        {false, false, 1203, 500, 1100}, {true, false, 1500, 700, 200}, {false, true, 200, 2400, 600},
+        {true, true, 999, 96, 64},
+    };
+    uint64_t stolen0 = g_stolen;
+    for (int hold = 0; hold < 2; hold++) {
+        g_share_hook = hold ? hold_thread1 : NULL;
+        for (size_t i = 0; i < sizeof team / sizeof *team; i++)
+            team_case(team[i].ta, team[i].tb, team[i].m, team[i].n, team[i].k);
+    }
+    g_share_hook = NULL;
+    CHECK_MSG(g_stolen > stolen0, "no panel was taken from another thread's share, even with thread 1 held back");
+    printf("test_sgemm_forms: %llu row panels taken from another thread's share\n",
+           (unsigned long long)(g_stolen - stolen0));
     CHECK(n_checked > 400 && n_small > 400);
     printf("test_sgemm_forms: %d products, the swapped form bitwise equal to the plain one; %d of them also in "
            "the small form, bitwise equal\n",
