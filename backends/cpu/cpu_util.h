@@ -125,26 +125,41 @@ ALWAYS_INLINE float bits_to_f32(int32_t i) {
     return f;
 }
 
-/* exp(x): x = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), e^r by Cephes' degree-6
- * polynomial, times 2^k as two exponent-field factors (each normal for x in [-104, 89],
- * so overflow gives inf and the subnormal range rounds once). NaN stays NaN. */
-ALWAYS_INLINE float vexpf(float x) {
-    float xc = x > 89.0f ? 89.0f : x;
-    xc = xc < -104.0f ? -104.0f : xc;
-    xc = x == x ? xc : 0.0f;
-    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
+/* e^r for x = k ln2 + r, |r| <= ln2/2 (Cody-Waite, two-part ln2), by Cephes' degree-6
+ * polynomial; *k = k (an integer, as a float). x must be finite and |x| < 2^22. */
+ALWAYS_INLINE float exp_reduced(float x, float *k) {
+    float kk = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - kk * 0.693359375f;
+    r = r - kk * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    float e = p * (r * r) + r + 1.0f;
+    *k = kk;
+    return p * (r * r) + r + 1.0f;
+}
+
+/* exp(x): e^r times 2^k as two exponent-field factors (each normal for x in [-104, 89],
+ * so overflow gives inf and the subnormal range rounds once). NaN stays NaN. */
+ALWAYS_INLINE float vexpf(float x) {
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = x == x ? xc : 0.0f;
+    float k;
+    float e = exp_reduced(xc, &k);
     int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
     float y = e * bits_to_f32((k1 + 127) << 23) * bits_to_f32((k2 + 127) << 23);
     return x == x ? y : x;
+}
+
+/* exp(x) for x in [-87, 88] only (callers clamp; 2^k is then one normal factor): the
+ * same digits as vexpf there, in fewer operations. */
+ALWAYS_INLINE float vexpf_normal(float x) {
+    float k;
+    float e = exp_reduced(x, &k);
+    return e * bits_to_f32(((int32_t)k + 127) << 23);
 }
 
 /* tanh(x) given s = exp(2|x|): Cephes' odd polynomial below |x| = 0.625, else

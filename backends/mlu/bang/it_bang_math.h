@@ -80,23 +80,33 @@ IT_BANG_FN float it_bang_fabsf(float x) { return it_bang_bits_to_f32(it_bang_f32
 /* ---------------------------------------------------------------- exp, tanh, log
  * exp: cpu_util.h's vexpf, term for term (Cody-Waite reduction, Cephes degree-6 polynomial,
  * 2^k as two exponent-field factors). tanh: vtanhf_s / vtanhf. */
-IT_BANG_FN float it_bang_expf(float x) {
-    float xc = x > 89.0f ? 89.0f : x;
-    xc = xc < -104.0f ? -104.0f : xc;
-    xc = x == x ? xc : 0.0f;
-    float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
+IT_BANG_FN float it_bang_exp_reduced(float x, float *k) { /* cpu_util.h's exp_reduced */
+    float kk = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - kk * 0.693359375f;
+    r = r - kk * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    float e = p * (r * r) + r + 1.0f;
+    *k = kk;
+    return p * (r * r) + r + 1.0f;
+}
+IT_BANG_FN float it_bang_expf(float x) {
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = x == x ? xc : 0.0f;
+    float k;
+    float e = it_bang_exp_reduced(xc, &k);
     int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
     float y = e * it_bang_bits_to_f32((k1 + 127) << 23) * it_bang_bits_to_f32((k2 + 127) << 23);
     return x == x ? y : x;
+}
+IT_BANG_FN float it_bang_expf_normal(float x) { /* vexpf_normal: x in [-87, 88] */
+    float k;
+    float e = it_bang_exp_reduced(x, &k);
+    return e * it_bang_bits_to_f32(((int32_t)k + 127) << 23);
 }
 IT_BANG_FN float it_bang_tanhf_s(float x, float s) {
     float big = 1.0f - 2.0f / (s + 1.0f);
@@ -154,19 +164,25 @@ IT_BANG_FN float it_bang_logf(float x) {
 
 /* ---------------------------------------------------------------- activations (elementwise.c) */
 #define IT_BANG_GELU_K 0.79788452386856079f /* sqrtf((float)(2.0 / M_PI)), as elementwise.c forms it */
-IT_BANG_FN float it_bang_gelu(float x) {
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + it_bang_tanhf(IT_BANG_GELU_K * (x + cube)));
+IT_BANG_FN float it_bang_gelu_z(float x, float x2) { /* -2u, clamped; NaN -> 0 */
+    float z = -2.0f * IT_BANG_GELU_K * (x + 0.044715f * x2 * x);
+    z = z > 88.0f ? 88.0f : z;
+    z = z < -87.0f ? -87.0f : z;
+    return z == z ? z : 0.0f;
 }
+/* x s, s = 1 / (1 + e^(-2u)): elementwise.c's form (see there); NaN at -inf */
+IT_BANG_FN float it_bang_gelu(float x) {
+    float y = x / (1.0f + it_bang_expf_normal(it_bang_gelu_z(x, x * x)));
+    return x == -1.0f / 0.0f ? 0.0f / 0.0f : y;
+}
+/* s (1 + 2 x u' e s); NaN at +-inf */
 IT_BANG_FN float it_bang_gelu_bwd(float x, float dy) {
-    const float k = IT_BANG_GELU_K;
-    float cube = 0.044715f * x * x * x;
-    float tanh_arg = k * (x + cube);
-    float s = it_bang_expf(2.0f * it_bang_fabsf(tanh_arg));
-    float tanh_out = it_bang_tanhf_s(tanh_arg, s);
-    float sech_out = 4.0f / (s + 2.0f + 1.0f / s);
-    float local_grad = 0.5f * (1.0f + tanh_out) + x * 0.5f * sech_out * k * (1.0f + 3.0f * 0.044715f * x * x);
-    return local_grad * dy;
+    float x2 = x * x;
+    float e = it_bang_expf_normal(it_bang_gelu_z(x, x2));
+    float s = 1.0f / (1.0f + e);
+    float du = IT_BANG_GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+    float g = s * (1.0f + 2.0f * x * du * (e * s));
+    return x - x == 0.0f ? g * dy : 0.0f / 0.0f;
 }
 IT_BANG_FN float it_bang_silu(float x) { return x / (1.0f + it_bang_expf(-x)); }
 IT_BANG_FN float it_bang_silu_bwd(float x, float dy) {
