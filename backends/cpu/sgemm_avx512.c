@@ -406,8 +406,13 @@ small_tile(int nv, bool ta, int64_t k, const float *restrict a, int64_t lda, con
         for (int v = 0; v < nv; v++) {
             float *row = c + r * ldc + 16 * v;
             __m512 x = _mm512_mul_ps(va, acc[r][v]);
-            if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], row), x);
-            _mm512_mask_storeu_ps(row, mk[v], x);
+            if (mk[v] == 0xffff) { /* masked stores are slow on some cores: only for the short vector */
+                if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(row), x);
+                _mm512_storeu_ps(row, x);
+            } else {
+                if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], row), x);
+                _mm512_mask_storeu_ps(row, mk[v], x);
+            }
         }
 }
 
