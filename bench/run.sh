@@ -19,11 +19,16 @@
 #                          also with OpenBLAS's AVX-512 kernel, then all that with glibc
 #                          malloc's transparent huge pages. "" skips the peer.
 #   BENCH_PAIRS            after the peer's runs, this many pairs of runs (default 3, 0 skips
-#                          them), each ours on GPT-2 124M T=64 and then the peer's best
-#                          setting, back to back: the ratio of each pair compares the two
-#                          at the same moment of a shared host whose speed drifts by 10-20%
-#                          over minutes; their median is the drift-robust ratio. Our
-#                          runs take BENCH_ARGS, the peer's BENCH_PEER_ARGS, as above
+#                          them), each ours on GPT-2 124M T=64 and the peer's best setting,
+#                          back to back, ours first in odd pairs and the peer first in even
+#                          ones: the ratio of each pair compares the two at the same moment
+#                          of a shared host whose speed drifts by 10-20% over minutes; their
+#                          median is the drift-robust ratio. Our runs take BENCH_ARGS, the
+#                          peer's BENCH_PEER_ARGS, as above
+#   BENCH_PAIR_PAUSE       seconds of quiet before each run of a pair (default 10): a VM that
+#                          hands freed memory back to its host (page reporting) makes a run
+#                          that starts while the other side's gigabytes are being handed
+#                          back slower for its whole length (measured: 670 -> 770 ms)
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
 #   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
@@ -115,7 +120,7 @@ else
         echo "-- peer run: $v"
         peer_run "$v" "$work/peer.txt"
     done
-    # ---- pairs: ours, then the peer's best setting, back to back
+    # ---- pairs: ours and the peer's best setting, back to back
     pairs=${BENCH_PAIRS:-3}
     best_tag=$(grep -s '^PEER ' "$work/peer.txt" | awk '{
         for (i = 1; i <= NF; i++) { if ($i ~ /^ms_median=/) { split($i, kv, "="); ms = kv[2] + 0 }
@@ -126,13 +131,27 @@ else
         best_variant=$(echo "$best_tag" | tr ',' ' ')
         [ "$best_variant" = default ] && best_variant=defaults
         echo
-        echo "== Pairs: ours (GPT-2 124M T=64) and then PyTorch with its best setting ($best_variant), back to back," \
-            "$pairs times =="
-        for ((p = 1; p <= pairs; p++)); do
-            # BENCH_ARGS as for the main run (a later --no-profile or --steps wins)
+        pause=${BENCH_PAIR_PAUSE:-10}
+        echo "== Pairs: ours (GPT-2 124M T=64) and PyTorch with its best setting ($best_variant), back to back," \
+            "$pairs times (ours first in odd pairs, PyTorch in even ones; ${pause} s of quiet before each run) =="
+        # BENCH_ARGS as for the main run (a later --no-profile or --steps wins)
+        pair_ours() {
+            sleep "$pause"
             "$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks "${extra[@]}" \
                 >"$work/pair_ours.txt" 2>&1 || true
+        }
+        pair_peer() {
+            sleep "$pause"
             peer_run "$best_variant" /dev/null >"$work/pair_peer.txt" 2>&1 || true
+        }
+        for ((p = 1; p <= pairs; p++)); do
+            if ((p % 2)); then
+                pair_ours
+                pair_peer
+            else
+                pair_peer
+                pair_ours
+            fi
             ours_ms=$(sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p' "$work/pair_ours.txt")
             peer_ms=$(sed -n 's/^PEER .* ms_median=\([^ ]*\).*/\1/p' "$work/pair_peer.txt")
             if [ -n "$ours_ms" ] && [ -n "$peer_ms" ]; then
