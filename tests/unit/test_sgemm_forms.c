@@ -39,6 +39,24 @@ static double at(const float *x, bool t, int64_t ld, int64_t i, int64_t j) { ret
 
 static int n_checked, n_small;
 
+/* |got - ref| for element (i, j) of alpha op(A) op(B) + beta c0, over its bound
+ * ((K + 2) * 2^-24 * sum |terms|, x4 margin); NaN when got is NaN */
+static double ref_error(bool ta, bool tb, int64_t i, int64_t j, int64_t k, float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float c0, float got) {
+    double s = 0.0, mag = 0.0;
+    for (int64_t p = 0; p < k; p++) {
+        double t = at(a, ta, lda, i, p) * at(b, tb, ldb, p, j);
+        s += t;
+        mag += fabs(t);
+    }
+    double ref = (double)alpha * s, bound = (double)(k + 2) * 0x1p-24 * fabs((double)alpha) * mag;
+    if (beta != 0.0f) {
+        ref += (double)beta * c0;
+        bound += 0x1p-24 * fabs((double)beta * c0) * 2;
+    }
+    return fabs((double)got - ref) / (4 * bound + 1e-30);
+}
+
 static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, int threads) {
     int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 1; /* padded rows */
     float *a = rand_buf((size_t)((ta ? k : m) * lda)), *b = rand_buf((size_t)((tb ? n : k) * ldb));
@@ -94,18 +112,7 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     double worst = 0.0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            double s = 0.0, mag = 0.0;
-            for (int64_t p = 0; p < k; p++) {
-                double t = at(a, ta, lda, i, p) * at(b, tb, ldb, p, j);
-                s += t;
-                mag += fabs(t);
-            }
-            double ref = (double)alpha * s, bound = (double)(k + 2) * 0x1p-24 * fabs((double)alpha) * mag;
-            if (beta != 0.0f) {
-                ref += (double)beta * c0[i * ldc + j];
-                bound += 0x1p-24 * fabs((double)beta * c0[i * ldc + j]) * 2;
-            }
-            double err = fabs((double)c_swap[i * ldc + j] - ref) / (4 * bound + 1e-30);
+            double err = ref_error(ta, tb, i, j, k, alpha, a, lda, b, ldb, beta, c0[i * ldc + j], c_swap[i * ldc + j]);
             if (!(err <= worst)) worst = err; /* NaN counts as the worst */
         }
     CHECK_MSG(worst <= 1.0, "%s: error %.3g of the bound", what, worst);
@@ -147,13 +154,7 @@ static void team_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
     double worst = 0.0;
     for (int64_t i = 0; i < m; i += 7) /* a sample of rows: the bits match one thread's already */
         for (int64_t j = 0; j < n; j++) {
-            double sum = 0.0, mag = 0.0;
-            for (int64_t p = 0; p < k; p++) {
-                double t = at(a, ta, lda, i, p) * at(b, tb, ldb, p, j);
-                sum += t;
-                mag += fabs(t);
-            }
-            double err = fabs((double)c1[i * ldc + j] - sum) / (4 * (double)(k + 2) * 0x1p-24 * mag + 1e-30);
+            double err = ref_error(ta, tb, i, j, k, 1.0f, a, lda, b, ldb, 0.0f, 0.0f, c1[i * ldc + j]);
             if (!(err <= worst)) worst = err;
         }
     CHECK_MSG(worst <= 1.0, "sgemm ta%d tb%d %lldx%lldx%lld: error %.3g of the bound", ta, tb, (long long)m,
