@@ -18,7 +18,7 @@
 #                          otherwise mapped and unmapped every step), then on AVX-512 CPUs
 #                          also with OpenBLAS's AVX-512 kernel, then all that with glibc
 #                          malloc's transparent huge pages. "" skips the peer.
-#   BENCH_PAIRS            after the peer's runs, this many pairs of runs (default 3, 0 skips
+#   BENCH_PAIRS            after the peer's runs, this many pairs of runs (default 4, 0 skips
 #                          them), each ours on GPT-2 124M T=64 and the peer's best setting,
 #                          back to back, ours first in odd pairs and the peer first in even
 #                          ones: the ratio of each pair compares the two at the same moment
@@ -121,7 +121,12 @@ else
         peer_run "$v" "$work/peer.txt"
     done
     # ---- pairs: ours and the peer's best setting, back to back
-    pairs=${BENCH_PAIRS:-3}
+    pairs=${BENCH_PAIRS:-4}
+    pause=${BENCH_PAIR_PAUSE:-10}
+    if ! [[ $pairs =~ ^[0-9]+$ && $pause =~ ^[0-9]+$ ]]; then
+        echo "bench: BENCH_PAIRS ('$pairs') and BENCH_PAIR_PAUSE ('$pause') must be whole numbers; no pairs" >&2
+        pairs=0
+    fi
     best_tag=$(grep -s '^PEER ' "$work/peer.txt" | awk '{
         for (i = 1; i <= NF; i++) { if ($i ~ /^ms_median=/) { split($i, kv, "="); ms = kv[2] + 0 }
                                     if ($i ~ /^tag=/) tag = substr($i, 5) }
@@ -131,7 +136,6 @@ else
         best_variant=$(echo "$best_tag" | tr ',' ' ')
         [ "$best_variant" = default ] && best_variant=defaults
         echo
-        pause=${BENCH_PAIR_PAUSE:-10}
         echo "== Pairs: ours (GPT-2 124M T=64) and PyTorch with its best setting ($best_variant), back to back," \
             "$pairs times (ours first in odd pairs, PyTorch in even ones; ${pause} s of quiet before each run) =="
         # BENCH_ARGS as for the main run (a later --no-profile or --steps wins)

@@ -33,41 +33,46 @@
 #define TASK_LEAF 65536 /* a sum shorter than this is not split into tasks */
 
 /* ---------------------------------------------------------------- scalar math
- * fp32 uses cpu_util.h's vexpf/vtanhf (plain arithmetic, so loops over them vectorize); fp64
- * uses libm: it is the reference the gradient checks run on. */
+ * fp32 uses cpu_util.h's vexpf, vexpf_normal and vtanhf (plain arithmetic, so loops over
+ * them vectorize); fp64 uses libm: it is the reference the gradient checks run on. */
 
 /* GELU is GPT-2's tanh form, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3).
  * fp32 computes it as x s with s = 1 / (1 + e), e = e^(-2u) (the same function: 1 + tanh u
- * = 2 s), which has no cancellation where 1 + tanh u is small (x < 0): within 14 ulp of
+ * = 2 s), which has no cancellation where 1 + tanh u is small (x < 0): within 15 ulp of
  * max(|gelu|, 0.01) over [-12, 12] against fp64, where 0.5 x (1 + tanh u) lost up to 129,
  * and one exp and one division instead of tanh's two branches (~1.5x faster). The
  * backward is d/dx (x s) = s (1 + 2 x u' e s), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
  * (as llm.c's 0.5 (1 + tanh u) + 0.5 x sech^2(u) u', with sech^2 u = 4 s (1 - s) and
- * 1 - s = e s). -2u is clamped to [-87, 88] (e normal and finite: the results there are
- * within 1e-36 of their limits). Edges as the formula: gelu(-inf) is NaN (-inf * 0), and
- * so is the gradient at +-inf. fp64 keeps the plain formula (the gradient checks'
- * reference). */
-ALWAYS_INLINE float gelu_z(float x, float x2) { /* -2u, clamped; NaN -> 0 (x carries it) */
-    float z = -2.0f * sqrtf((float)(2.0 / M_PI)) * (x + 0.044715f * x2 * x);
+ * 1 - s = e s). The exp takes -2u clamped to [-87, 88] (e normal and finite); past the
+ * clamp (|x| > ~10) the forward is x / (1 + e) = x or x * 0, and the backward drops its
+ * second term (s, which is then 1 or below 1e-38): within 1e-38 of the limits, for every
+ * finite x. Edges as the formula gives them: gelu(-inf) is NaN (-inf * 0), and so is the
+ * gradient at +-inf. fp64 keeps the plain formula (the gradient checks' reference). */
+ALWAYS_INLINE float gelu_z(float x, float x2) { /* -2u */
+    return -2.0f * sqrtf((float)(2.0 / M_PI)) * (x + 0.044715f * x2 * x);
+}
+ALWAYS_INLINE float clamp_z(float z) { /* into e^z's normal range; NaN -> 0 (x carries it) */
     z = z > 88.0f ? 88.0f : z;
     z = z < -87.0f ? -87.0f : z;
     return z == z ? z : 0.0f;
 }
 ALWAYS_INLINE float gelu_f32(float x) {
-    float y = x / (1.0f + vexpf_normal(gelu_z(x, x * x)));
-    return x == -INFINITY ? NAN : y;
+    float z = gelu_z(x, x * x);
+    float y = x / (1.0f + vexpf_normal(clamp_z(z)));
+    return z > 88.0f ? x * 0.0f : y;
 }
 ALWAYS_INLINE double gelu_f64(double x) {
     double cube = 0.044715 * x * x * x;
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + cube)));
 }
 ALWAYS_INLINE float gelu_bwd_f32(float x, float dy) {
-    float x2 = x * x;
-    float e = vexpf_normal(gelu_z(x, x2));
+    float x2 = x * x, z = gelu_z(x, x2), zc = clamp_z(z);
+    float e = vexpf_normal(zc);
     float s = 1.0f / (1.0f + e);
     float du = sqrtf((float)(2.0 / M_PI)) * (1.0f + 3.0f * 0.044715f * x2);
-    float g = s * (1.0f + 2.0f * x * du * (e * s));
-    return x - x == 0.0f ? g * dy : NAN; /* x finite */
+    float t = zc == z ? 2.0f * x * du * (e * s) : 0.0f;
+    float g = s * (1.0f + t);
+    return x - x == 0.0f ? g * dy : x - x; /* NaN unless x is finite */
 }
 ALWAYS_INLINE double gelu_bwd_f64(double x, double dy) {
     const double k = sqrt(2.0 / M_PI);

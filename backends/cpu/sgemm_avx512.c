@@ -9,7 +9,7 @@
  * (OPENBLAS_CORETYPE, set because that OpenBLAS predates the CPU), which reaches half of
  * what the CPU's 512-bit FMAs do. This file is the textbook Goto/BLIS structure:
  *
- *   each thread takes a block of C (whole 48-column or 8-row panels) and, on its own:
+ *   each thread takes a block of C (whole 48-column or 8-row panels) and, for it:
  *   for each block of NC columns of op(B):
  *     for each block of KC rows of op(B) (the k dimension):
  *       pack the (KC, NC) block of op(B) into 48-wide panels (stays in L2)
@@ -18,9 +18,11 @@
  *         for each 48-wide panel of the packed B:
  *           8x48 micro-kernel: 24 zmm accumulators, C += A-panel @ B-panel
  *
- * The threads never wait for each other inside a product: sharing the packed B would save
- * packing, but the barriers it needs every KC block cost more at these sizes (measured:
- * 237 against 300+ GFLOP/s for 256x2304x768 on two threads).
+ * Each thread packs for itself: sharing the packed B would save packing, but the barriers
+ * it needs every KC block, with a static split, cost more at these sizes (measured: 237
+ * against 300+ GFLOP/s for 256x2304x768 on two threads). Rows are shared with stealing
+ * (struct share), whose barrier per B block waits at most for the others' last panel.
+ * Small products take an unpacked path instead (sgemm_small).
  *
  * Packing turns every transpose case into the same two panel layouts, so the micro-kernel
  * has one form. The transposing packs go through 8x8 register transposes.
@@ -465,7 +467,10 @@ static int sgemm_mode(void);
 enum { SHARE_MAX_T = 64 };
 typedef struct share {
     int T;
-    uint64_t left[2][SHARE_MAX_T]; /* front << 32 | back, per thread; two sets, for k blocks in turn */
+    /* front << 32 | back, per thread, a cache line each; two sets, for k blocks in turn */
+    struct {
+        _Alignas(64) uint64_t w;
+    } left[2][SHARE_MAX_T];
 } share;
 
 static uint64_t share_range(int64_t pans, int t, int T) {
@@ -577,17 +582,17 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
             for (int64_t q = 0; q < npan; q++)
                 pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * kb * NR);
             /* the rows: all of them, or (shared) this thread's panels, then others' left-overs */
-            uint64_t *left = sh ? sh->left[blk & 1] : NULL;
+            int set = (int)(blk & 1);
             if (sh && me == 0) /* the other set, last used before the last barrier: for the next block */
-                for (int t = 0; t < sh->T; t++) sh->left[(blk + 1) & 1][t] = share_range(pans, t, sh->T);
+                for (int t = 0; t < sh->T; t++) sh->left[(blk + 1) & 1][t].w = share_range(pans, t, sh->T);
             int64_t p0 = 0, p1 = pans;
             for (;;) {
                 if (sh) {
-                    if (take_front(&left[me], &p0)) {
+                    if (take_front(&sh->left[set][me].w, &p0)) {
                         p1 = p0 + 1;
                     } else {
                         bool got = false;
-                        for (int d = 1; d < sh->T && !got; d++) got = take_back(&left[(me + d) % sh->T], &p0, &p1);
+                        for (int d = 1; d < sh->T && !got; d++) got = take_back(&sh->left[set][(me + d) % sh->T].w, &p0, &p1);
                         if (!got) break;
                     }
                 }
@@ -629,7 +634,7 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
     int slot;
     float *buf = scratch_take(per * (size_t)threads, &slot);
     if (buf == NULL) return false;
-    /* Threads share C out in blocks that need no synchronization: whole 48-column panels
+    /* Threads share C out in blocks that need no locks: whole 48-column panels
      * when op(A) is the smaller operand (each thread then reads all of A, and packs its own
      * part of B), whole 8-row panels otherwise (each packs all of B). Column blocks of an
      * untransposed A that stays in cache cost next to nothing to cut finer, so there each
@@ -659,7 +664,7 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 #pragma omp single
             {
                 sh->T = T;
-                for (int u = 0; u < T; u++) sh->left[0][u] = share_range(pans, u, T);
+                for (int u = 0; u < T; u++) sh->left[0][u].w = share_range(pans, u, T);
             } /* (implied barrier) */
         }
         /* A (<= 4 MB) stays in cache between blocks; blocks of at least four panels, and
@@ -731,9 +736,10 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     return it_cpu_sgemm_avx512_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* IT_CPU_SGEMM: "blas" never uses this kernel, "avx512" uses it for every product it
- * can take whatever the size (the tests use it to run the edge cases through it), unset or
- * "auto" for products above the small-size cut. */
+/* IT_CPU_SGEMM: "blas" never uses these kernels, "avx512" sends every product through the
+ * packed path whatever the size (the tests use it to run the edge cases through it), unset
+ * or "auto" chooses: small products unpacked, a few small deep ones to the BLAS, the rest
+ * packed (it_cpu_sgemm_avx512_ex). */
 static int g_mode; /* 0 off, 1 auto, 2 every size */
 static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
 

@@ -166,7 +166,8 @@ static void team_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
 }
 
 int main(void) {
-    /* every size through the kernel (by default products up to 64^3 go to the BLAS) */
+    /* every size through the packed path (by default small products are unpacked; sgemm_small
+     * is called directly below) */
     setenv("IT_CPU_SGEMM", "avx512", 1);
     if (!it_cpu_has_avx512()) {
         printf("test_sgemm_forms: this CPU has no AVX-512F/VL: the kernel is not used here, nothing to check\n");

@@ -79,7 +79,8 @@ IT_BANG_FN float it_bang_fabsf(float x) { return it_bang_bits_to_f32(it_bang_f32
 
 /* ---------------------------------------------------------------- exp, tanh, log
  * exp: cpu_util.h's vexpf, term for term (Cody-Waite reduction, Cephes degree-6 polynomial,
- * 2^k as two exponent-field factors). tanh: vtanhf_s / vtanhf. */
+ * 2^k as two exponent-field factors), and vexpf_normal (one factor, for [-87, 88]).
+ * tanh: vtanhf_s / vtanhf. */
 IT_BANG_FN float it_bang_exp_reduced(float x, float *k) { /* cpu_util.h's exp_reduced */
     float kk = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - kk * 0.693359375f;
@@ -164,25 +165,29 @@ IT_BANG_FN float it_bang_logf(float x) {
 
 /* ---------------------------------------------------------------- activations (elementwise.c) */
 #define IT_BANG_GELU_K 0.79788452386856079f /* sqrtf((float)(2.0 / M_PI)), as elementwise.c forms it */
-IT_BANG_FN float it_bang_gelu_z(float x, float x2) { /* -2u, clamped; NaN -> 0 */
-    float z = -2.0f * IT_BANG_GELU_K * (x + 0.044715f * x2 * x);
+IT_BANG_FN float it_bang_gelu_z(float x, float x2) { /* -2u */
+    return -2.0f * IT_BANG_GELU_K * (x + 0.044715f * x2 * x);
+}
+IT_BANG_FN float it_bang_clamp_z(float z) { /* into [-87, 88]; NaN -> 0 */
     z = z > 88.0f ? 88.0f : z;
     z = z < -87.0f ? -87.0f : z;
     return z == z ? z : 0.0f;
 }
-/* x s, s = 1 / (1 + e^(-2u)): elementwise.c's form (see there); NaN at -inf */
+/* x s, s = 1 / (1 + e^(-2u)): elementwise.c's form and edges (see there) */
 IT_BANG_FN float it_bang_gelu(float x) {
-    float y = x / (1.0f + it_bang_expf_normal(it_bang_gelu_z(x, x * x)));
-    return x == -1.0f / 0.0f ? 0.0f / 0.0f : y;
+    float z = it_bang_gelu_z(x, x * x);
+    float y = x / (1.0f + it_bang_expf_normal(it_bang_clamp_z(z)));
+    return z > 88.0f ? x * 0.0f : y;
 }
 /* s (1 + 2 x u' e s); NaN at +-inf */
 IT_BANG_FN float it_bang_gelu_bwd(float x, float dy) {
-    float x2 = x * x;
-    float e = it_bang_expf_normal(it_bang_gelu_z(x, x2));
+    float x2 = x * x, z = it_bang_gelu_z(x, x2), zc = it_bang_clamp_z(z);
+    float e = it_bang_expf_normal(zc);
     float s = 1.0f / (1.0f + e);
     float du = IT_BANG_GELU_K * (1.0f + 3.0f * 0.044715f * x2);
-    float g = s * (1.0f + 2.0f * x * du * (e * s));
-    return x - x == 0.0f ? g * dy : 0.0f / 0.0f;
+    float t = zc == z ? 2.0f * x * du * (e * s) : 0.0f;
+    float g = s * (1.0f + t);
+    return x - x == 0.0f ? g * dy : x - x;
 }
 IT_BANG_FN float it_bang_silu(float x) { return x / (1.0f + it_bang_expf(-x)); }
 IT_BANG_FN float it_bang_silu_bwd(float x, float dy) {
