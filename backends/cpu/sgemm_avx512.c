@@ -360,15 +360,16 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * from zero with FMAs, then alpha * acc (+ beta * C, an FMA), as kernel_tile does when k
  * fits one block (SMALL_K <= KC). test_sgemm_forms holds the two to that. */
 enum {
-    SMR = 4,        /* rows of a small tile */
-    SNR = 64,       /* columns: four zmm vectors */
-    SMALL_K = 256,  /* deepest product taken here: a transposed B's block is SMALL_K x SNR floats */
+    SMR = 4,       /* rows of a small tile */
+    SNR = 64,      /* columns: four zmm vectors */
+    SMALL_K = 256, /* deepest product taken here: a transposed B's block is SMALL_K x SNR floats */
 };
 _Static_assert((int)SMALL_K <= (int)KC, "one k block, as the packed path sums");
 
-AVX512 static inline __attribute__((always_inline)) void
-small_tile(int nv, bool ta, int64_t k, const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
-           float *c, int64_t ldc, int mr, int nr, float alpha, float beta) {
+AVX512 static inline __attribute__((always_inline)) void small_tile(int nv, bool ta, int64_t k, const float *restrict a,
+                                                                    int64_t lda, const float *restrict b, int64_t ldb,
+                                                                    float *c, int64_t ldc, int mr, int nr, float alpha,
+                                                                    float beta) {
     __mmask16 mk[4];
     for (int v = 0; v < 4; v++) {
         int cnt = nr - 16 * v;
@@ -443,8 +444,7 @@ AVX512 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k
         const float *pb = b + j;
         int64_t lb = ldb;
         if (tb) { /* op(B)[k][j] = b[j * ldb + k]: eight rows of B at a time become columns */
-            for (int g = 0; g < nr; g += 8)
-                pack_rows8(b + (j + g) * ldb, ldb, nr - g < 8 ? nr - g : 8, k, bt + g, SNR);
+            for (int g = 0; g < nr; g += 8) pack_rows8(b + (j + g) * ldb, ldb, nr - g < 8 ? nr - g : 8, k, bt + g, SNR);
             pb = bt;
             lb = SNR;
         }
@@ -592,7 +592,8 @@ AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t 
                         p1 = p0 + 1;
                     } else {
                         bool got = false;
-                        for (int d = 1; d < sh->T && !got; d++) got = take_back(&sh->left[set][(me + d) % sh->T].w, &p0, &p1);
+                        for (int d = 1; d < sh->T && !got; d++)
+                            got = take_back(&sh->left[set][(me + d) % sh->T].w, &p0, &p1);
                         if (!got) break;
                     }
                 }

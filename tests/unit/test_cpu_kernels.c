@@ -463,7 +463,8 @@ static void test_gelu_f32(void) {
     double worst_y = 0, worst_g = 0;
     for (int i = 0; i < SWEEP; i++) {
         double ry = gelu_ref(x[i]), rg = gelu_grad_ref(x[i]);
-        double ey = fabs(y[i] - ry) / (0x1p-24 * fmax(fabs(ry), 0.01)), eg = fabs(g[i] - rg) / (0x1p-24 * fmax(fabs(rg), 0.01));
+        double ey = fabs(y[i] - ry) / (0x1p-24 * fmax(fabs(ry), 0.01)),
+               eg = fabs(g[i] - rg) / (0x1p-24 * fmax(fabs(rg), 0.01));
         if (!(ey <= worst_y)) worst_y = ey;
         if (!(eg <= worst_g)) worst_g = eg;
     }
@@ -475,8 +476,8 @@ static void test_gelu_f32(void) {
             CHECK_MSG(y[i] == v && fabsf(g[i] - 1.0f) <= 0x1p-23f, "gelu(%g) = %g, gradient %g", (double)v,
                       (double)y[i], (double)g[i]);
         else
-            CHECK_MSG(y[i] <= 0.0f && y[i] >= -1e-38f && fabsf(g[i]) <= 1e-38f, "gelu(%g) = %g, gradient %g",
-                      (double)v, (double)y[i], (double)g[i]);
+            CHECK_MSG(y[i] <= 0.0f && y[i] >= -1e-38f && fabsf(g[i]) <= 1e-38f, "gelu(%g) = %g, gradient %g", (double)v,
+                      (double)y[i], (double)g[i]);
     }
     CHECK(y[N - 3] == INFINITY && isnan(g[N - 3]));
     CHECK(isnan(y[N - 2]) && isnan(g[N - 2]));

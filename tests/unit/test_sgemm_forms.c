@@ -67,7 +67,7 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     if (beta == 0.0f)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c0[i * ldc + j] = NAN; /* beta == 0 never reads C */
-    bool small = k <= SMALL_K; /* the unpacked form takes these */
+    bool small = k <= SMALL_K;                                     /* the unpacked form takes these */
     float *g_plain = malloc(bytes), *g_swap = malloc(bytes), *g_small = malloc(bytes);
     float *c_plain = g_plain + ldc, *c_swap = g_swap + ldc, *c_small = g_small + ldc;
     memcpy(g_plain, g0, bytes);
@@ -106,8 +106,7 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
             if (!inside && memcmp(&g[e], &g0[e], sizeof(float)) != 0) stray = e;
         }
         CHECK_MSG(stray < 0, "%s: the %s form wrote outside C, at row %lld column %lld", what, form_name[form],
-                  stray < 0 ? 0LL : (long long)(stray / ldc - 1),
-                  stray < 0 ? 0LL : (long long)(stray % ldc));
+                  stray < 0 ? 0LL : (long long)(stray / ldc - 1), stray < 0 ? 0LL : (long long)(stray % ldc));
     }
     double worst = 0.0;
     for (int64_t i = 0; i < m; i++)
@@ -224,8 +223,13 @@ int main(void) {
      * 1 to 4 threads, for an untransposed A (read in place, several B blocks each way) and a
      * transposed one (packed per panel), the swapped form, and a short last panel; then
      * again with thread 1 held back at the start, so that the others take its panels. */
-    static const struct { bool ta, tb; int64_t m, n, k; } team[] = {
-        {false, false, 1203, 500, 1100}, {true, false, 1500, 700, 200}, {false, true, 200, 2400, 600},
+    static const struct {
+        bool ta, tb;
+        int64_t m, n, k;
+    } team[] = {
+        {false, false, 1203, 500, 1100},
+        {true, false, 1500, 700, 200},
+        {false, true, 200, 2400, 600},
         {true, true, 999, 96, 64},
     };
     uint64_t stolen0 = g_stolen;

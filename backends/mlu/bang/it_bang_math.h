@@ -164,7 +164,7 @@ IT_BANG_FN float it_bang_logf(float x) {
 }
 
 /* ---------------------------------------------------------------- activations (elementwise.c) */
-#define IT_BANG_GELU_K 0.79788452386856079f /* sqrtf((float)(2.0 / M_PI)), as elementwise.c forms it */
+#define IT_BANG_GELU_K 0.79788452386856079f          /* sqrtf((float)(2.0 / M_PI)), as elementwise.c forms it */
 IT_BANG_FN float it_bang_gelu_z(float x, float x2) { /* -2u */
     return -2.0f * IT_BANG_GELU_K * (x + 0.044715f * x2 * x);
 }
