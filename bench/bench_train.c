@@ -85,7 +85,7 @@ typedef struct case_result {
     double rss_base_mb, rss_peak_mb; /* process RSS before the case's setup, peak through its steps */
 } case_result;
 
-static int opt_warmup = 2, opt_steps = 5, opt_profile_steps = 1;
+static int opt_warmup = 2, opt_steps = 5, opt_profile_steps = 1, opt_top = 30;
 
 /* ---------------------------------------------------------------- input files */
 
@@ -714,7 +714,8 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--cases a,b,...] [--warmup N] [--steps N] [--workdir DIR] [--no-profile]\n"
-            "          [--no-case-peaks] [--profile-steps N] [--list]\n"
+            "          [--no-case-peaks] [--profile-steps N] [--top N] [--list]\n"
+            "  --top N        call shapes listed in the per-shape profile (default 30)\n"
             "  --no-case-peaks  measure the GEMM peak at the start and the end only, not around every\n"
             "                 case nor between steps (quicker: for smoke tests; the MFU (case's peak) and\n"
             "                 MFU (steps' peaks) columns are then empty)\n"
@@ -761,6 +762,8 @@ int main(int argc, char **argv) {
             opt_steps = atoi(argv[++i]);
         } else if (v && strcmp(a, "--profile-steps") == 0 && atoi(v) >= 1) {
             opt_profile_steps = atoi(argv[++i]);
+        } else if (v && strcmp(a, "--top") == 0 && atoi(v) >= 1) {
+            opt_top = atoi(argv[++i]);
         } else {
             usage(argv[0]);
             return 2;
@@ -823,7 +826,7 @@ int main(int argc, char **argv) {
         }
     }
     if (profile && first_case >= 0) {
-        it_status st = run_profile(&all_cases[first_case], workdir, opt_profile_steps, true, 30);
+        it_status st = run_profile(&all_cases[first_case], workdir, opt_profile_steps, true, opt_top);
         if (st) {
             fprintf(stderr, "bench_train: profile: %s\n", it_last_error());
             failed++;
