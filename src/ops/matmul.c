@@ -247,13 +247,20 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
     it_tensor *x2 = rows2d(x);
     it_tensor *y2 = y ? rows2d(y) : NULL;
     OP_REQUIRE(y2 && x2);
-    float beta = 0.0f;
-    if (bias) { /* y = broadcast bias, then gemm adds x w^T */
+    /* fp32 and fp64: y = x w^T, then the bias added in place while y is still in cache;
+     * either order rounds the bias's sum once in y's type. (Broadcasting the bias into y
+     * and accumulating into it wrote the broadcast into a cold block.) A half-precision y
+     * takes the bias inside the gemm, which sums in fp32 and rounds once. */
+    bool bias_after = bias && (y->dtype == IT_DTYPE_FP32 || y->dtype == IT_DTYPE_FP64);
+    if (bias && !bias_after) {
         it_tdesc src = it__broadcast_desc(bias, 2, y2->shape), dst = it_tensor_desc(y2);
         if (KCALL(it_tensor_device(y), copy_strided, &src, &dst)) return NULL;
-        beta = 1.0f;
     }
-    if (gemm(x2, w, y2, false, true, 1.0f, beta)) return NULL;
+    if (gemm(x2, w, y2, false, true, 1.0f, bias && !bias_after ? 1.0f : 0.0f)) return NULL;
+    if (bias_after) {
+        it_tdesc dy = it_tensor_desc(y2), db = it__broadcast_desc(bias, 2, y2->shape);
+        if (KCALL(it_tensor_device(y), binary, IT_BINARY_ADD, &dy, &db, &dy)) return NULL;
+    }
     if (it__needs_grad(3, in)) {
         it_node *n = it__node_record("linear", linear_backward, y, bias ? 3 : 2, in);
         OP_REQUIRE(n);
