@@ -37,7 +37,11 @@ it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, in
 void it__node_save(it_node *node, it_tensor *t);
 /* Keep a copy of n host integers for backward in node->iv. */
 it_status it__node_set_ivec(it_node *node, const int64_t *v, size_t n);
-/* t.grad += g (g has t's shape). Takes g over when nothing else holds it. */
+/* True when nothing but the caller holds g (one reference to the tensor and to its
+ * storage) and it is contiguous: a backward may then write over the dy it was given, and
+ * it__accum_grad takes such a g over as t's gradient instead of copying it. */
+bool it__grad_owned(const it_tensor *g);
+/* t.grad += g (g has t's shape). Takes g over when nothing else holds it (it__grad_owned). */
 it_status it__accum_grad(it_tensor *t, it_tensor *g);
 /* For kernels that can accumulate themselves (gemm with beta): returns t's gradient buffer
  * to write into, with *beta = 1 if it already holds a gradient to add to, 0 if fresh.

@@ -166,6 +166,10 @@ it_tensor *it__grad_buffer(it_tensor *t, float *beta) {
     return t->grad;
 }
 
+bool it__grad_owned(const it_tensor *dy) {
+    return dy && atomic_load(&dy->refs) == 1 && atomic_load(&dy->storage->refs) == 1 && it_tensor_is_contiguous(dy);
+}
+
 it_status it__accum_grad(it_tensor *t, it_tensor *g) {
     if (!t || !t->requires_grad) return IT_OK;
     if (!g) return it_last_status() ? it_last_status() : it_error(IT_ERR_INTERNAL, "autograd: NULL gradient");
@@ -173,10 +177,11 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g) {
         return it_error(IT_ERR_INTERNAL, "autograd: gradient shape/dtype does not match its tensor");
     it_device dev = it_tensor_device(t);
     if (!t->grad) {
-        /* Take g over when only the current backward scope holds it: refcount 1 on the
-         * tensor and its storage. A gradient passed through from elsewhere is copied, so
-         * later in-place accumulation cannot change another tensor's gradient. */
-        if (atomic_load(&g->refs) == 1 && atomic_load(&g->storage->refs) == 1 && it_tensor_is_contiguous(g)) {
+        /* Take g over when nothing else holds it (it__grad_owned): a new tensor of the
+         * current backward's scope, or the dy the engine handed it. A gradient held
+         * elsewhere too (a leaf's, one given to two inputs, a view) is copied, so that later
+         * in-place accumulation cannot change another tensor's gradient. */
+        if (it__grad_owned(g)) {
             t->grad = it_tensor_retain(g);
             return IT_OK;
         }
@@ -228,7 +233,15 @@ it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx) {
         it_node *n = tape[k];
         it_tensor *dy = n->out->grad;
         if (dy) {
-            it_tensor_retain(dy); /* passed-through gradients then have refs > 1 (see accum) */
+            /* An intermediate's gradient is needed by its own node only: the backward gets the
+             * reference, so that when nothing else holds dy, it__accum_grad takes a
+             * passed-through dy over instead of copying it, and a backward may write its
+             * result over dy (it__grad_owned). A leaf's gradient stays (and is then never
+             * taken over: refs > 1). */
+            if (n->out->is_leaf)
+                it_tensor_retain(dy);
+            else
+                n->out->grad = NULL;
             it_scope_begin();
             st = n->backward(n, dy);
             it_scope_end();

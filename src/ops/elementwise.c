@@ -23,6 +23,14 @@ static it_tensor *binary_new(const char *name, it_binary_op op, it_tensor *a, it
     return out;
 }
 
+/* op(a, dy) for a backward, a broadcastable to dy (the op's output shape): written over dy
+ * when the backward holds it alone (it__grad_owned), else into a new tensor. */
+static it_tensor *binary_grad(const char *name, it_binary_op op, it_tensor *a, it_tensor *dy) {
+    if (!it__grad_owned(dy)) return binary_new(name, op, a, dy);
+    it_tensor *ab[2] = {a, dy};
+    return it__check_same(name, 2, ab) || binary_kernel(op, a, dy, dy) ? NULL : dy;
+}
+
 enum { ADD, SUB, MUL, DIV };
 
 /* d(a op b): ADD: (dy, dy); SUB: (dy, -dy); MUL: (dy*b, dy*a); DIV: (dy/b, -dy*a/b^2),
@@ -45,7 +53,7 @@ static it_status arith_backward(it_node *n, it_tensor *dy) {
         switch (kind) {
         case ADD: gb = dy; break;
         case SUB: gb = it_scale(dy, -1.0f); break;
-        case MUL: gb = binary_new("mul backward", IT_BINARY_MUL, dy, n->saved[0]); break;
+        case MUL: gb = binary_grad("mul backward", IT_BINARY_MUL, n->saved[0], dy); break; /* dy is done with */
         case DIV: { /* -dy * a / b^2 = -(dy / b) * (a / b) */
             it_tensor *q = binary_new("div backward", IT_BINARY_DIV, dy, n->saved[1]);
             it_tensor *r = binary_new("div backward", IT_BINARY_DIV, n->saved[0], n->saved[1]);
@@ -97,10 +105,10 @@ static it_status unary_backward(it_node *n, it_tensor *dy) {
     it_tensor *g = NULL;
     switch (op) {
     case IT_UNARY_SCALE: g = unary_new(IT_UNARY_SCALE, (float)n->f[0], dy); break;
-    case IT_UNARY_GELU: g = binary_new("gelu backward", IT_BINARY_GELU_BWD, n->saved[0], dy); break;
-    case IT_UNARY_SILU: g = binary_new("silu backward", IT_BINARY_SILU_BWD, n->saved[0], dy); break;
-    case IT_UNARY_TANH: g = binary_new("tanh backward", IT_BINARY_TANH_BWD, n->saved[0], dy); break;
-    case IT_UNARY_EXP: g = binary_new("exp backward", IT_BINARY_MUL, dy, n->saved[0]); break;
+    case IT_UNARY_GELU: g = binary_grad("gelu backward", IT_BINARY_GELU_BWD, n->saved[0], dy); break;
+    case IT_UNARY_SILU: g = binary_grad("silu backward", IT_BINARY_SILU_BWD, n->saved[0], dy); break;
+    case IT_UNARY_TANH: g = binary_grad("tanh backward", IT_BINARY_TANH_BWD, n->saved[0], dy); break;
+    case IT_UNARY_EXP: g = binary_grad("exp backward", IT_BINARY_MUL, n->saved[0], dy); break;
     default: return it_error(IT_ERR_INTERNAL, "unary backward: op %d has no backward", (int)op);
     }
     return it__accum_grad(n->in[0], g);
@@ -153,14 +161,14 @@ static it_status reduce_backward(it_node *n, it_tensor *dy) {
     it_tensor *g = it__empty_like(x);
     if (!g) return it_last_status();
     it_tdesc de = it_tensor_desc(e), dg = it_tensor_desc(g);
-    it_status st = n->i[0] == IT_REDUCE_MEAN ? KCALL(it_tensor_device(x), unary, IT_UNARY_SCALE, (float)n->f[0], &de, &dg)
-                                             : KCALL(it_tensor_device(x), copy_strided, &de, &dg);
+    it_status st = n->i[0] == IT_REDUCE_MEAN
+                       ? KCALL(it_tensor_device(x), unary, IT_UNARY_SCALE, (float)n->f[0], &de, &dg)
+                       : KCALL(it_tensor_device(x), copy_strided, &de, &dg);
     if (st) return st;
     return it__accum_grad(x, g);
 }
 
-static it_tensor *reduce_op(const char *name, it_reduce_op op, it_tensor *x, int ndims, const int *dims,
-                            bool keepdim) {
+static it_tensor *reduce_op(const char *name, it_reduce_op op, it_tensor *x, int ndims, const int *dims, bool keepdim) {
     OP_REQUIRE(x);
     bool mask[IT_MAX_DIMS];
     if (dims_mask(name, x, ndims, dims, mask)) return NULL;

@@ -4,9 +4,16 @@
 
 #include "ops/ops_common.h"
 
-/* reshape / contiguous: dx = dy viewed with x's shape. */
+/* reshape / contiguous: dx = dy viewed with x's shape. A dy that nothing else holds takes
+ * x's shape itself and is handed on whole (a view would share its storage, and be copied). */
 static it_status reshape_backward(it_node *n, it_tensor *dy) {
     it_tensor *x = n->in[0];
+    if (it__grad_owned(dy) && it_tensor_numel(dy) == it_tensor_numel(x)) {
+        dy->ndim = x->ndim;
+        memcpy(dy->shape, x->shape, sizeof dy->shape);
+        it__contiguous_strides(dy->ndim, dy->shape, dy->strides);
+        return it__accum_grad(x, dy);
+    }
     return it__accum_grad(x, it_tensor_view(dy, x->ndim, x->shape));
 }
 

@@ -1372,6 +1372,56 @@ static void test_saved_tensors_freed(void) {
     CHECK(mem_used() == before);
 }
 
+/* A backward owns the gradient it is given when nothing else holds it (it__grad_owned): it
+ * may write over it (unary and mul backward) or hand it on whole (reshape, add), instead of
+ * copying. These compositions mix every way a gradient is shared: the same leaf on both
+ * sides, a gradient given to two inputs, an intermediate used twice, views of views. */
+static it_tensor *f_residual_gelu(const void *c, it_tensor *const *in) {
+    (void)c;
+    return it_add(in[0], it_gelu(in[0]));
+}
+static it_tensor *f_self_sub_add(const void *c, it_tensor *const *in) {
+    (void)c; /* (x - x) + (x + x) * y */
+    return it_add(it_sub(in[0], in[0]), it_mul(it_add(in[0], in[0]), in[1]));
+}
+static it_tensor *f_views_twice(const void *c, it_tensor *const *in) {
+    (void)c; /* h = gelu(x viewed (6, 2)) seen as (3, 4) twice: h + h * tanh(h) */
+    it_tensor *h = it_gelu(it_reshape(in[0], 2, (int64_t[]){6, 2}));
+    it_tensor *a = it_reshape(h, 2, (int64_t[]){3, 4}), *b = it_reshape(h, 2, (int64_t[]){3, 4});
+    return it_add(a, it_mul(b, it_tanh(a)));
+}
+static it_tensor *f_exp_silu_mul(const void *c, it_tensor *const *in) {
+    (void)c; /* exp(x) * silu(y) * x: mul's second gradient written over its dy */
+    return it_mul(it_mul(it_exp(in[0]), it_silu(in[1])), in[0]);
+}
+
+static void test_grad_handed_on(void) {
+    GC("x + gelu(x) (dy to both inputs)", f_residual_gelu, NULL, randt(SHAPE(3, 4), -2, 2));
+    GC("(x - x) + (x + x) * y", f_self_sub_add, NULL, randt(SHAPE(3, 4), -1, 1), randt(SHAPE(4), -1, 1));
+    GC("h + h * tanh(h), h = gelu(reshape x), views", f_views_twice, NULL, randt(SHAPE(12), -2, 2));
+    GC("exp(x) * silu(y) * x", f_exp_silu_mul, NULL, randt(SHAPE(3, 4), -1, 1), randt(SHAPE(3, 4), -2, 2));
+    /* Gradients through reshapes and an elementwise map take no copy (each backward hands
+     * the gradient it holds alone on whole, or writes over it). */
+    it_tensor *x = randt(SHAPE(64, 32), -2, 2), *R = randt(SHAPE(64, 32), -1, 1);
+    CHECK_OK(it_tensor_set_requires_grad(x, true));
+    it_tensor *L =
+        it_sum_all(it_mul(it_reshape(it_gelu(it_reshape(x, 2, (int64_t[]){32, 64})), 2, (int64_t[]){64, 32}), R));
+    it_backend_stats_reset(cpu.backend);
+    CHECK_OK(L ? it_backward(L) : it_last_status());
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    CHECK_OK(it_backend_kernel_stats(cpu.backend, st));
+    uint64_t copies = 0, binaries = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        if (strcmp(st[i].slot, "copy_strided") == 0) copies = st[i].calls;
+        if (strcmp(st[i].slot, "binary") == 0) binaries = st[i].calls;
+    }
+    /* one: sum_all's backward broadcasts dL into a tensor; the two reshapes' took a copy each */
+    CHECK_MSG(copies == 1, "backward through reshape -> gelu -> reshape made %llu copies, expected 1 (sum_all's)",
+              (unsigned long long)copies);
+    CHECK_MSG(binaries == 2, "backward made %llu binary calls, expected 2 (mul's, gelu's)",
+              (unsigned long long)binaries);
+}
+
 /* it_backward_hooked reports each leaf once, when no node left would add to its gradient:
  * L = sum(tanh(x @ w) * w2 + x @ w)  uses w twice (early in the tape and late), w2 once at the
  * end, x twice. The hook sees each gradient final: it must already equal the plain backward's. */
@@ -1488,6 +1538,7 @@ int main(void) {
     run("backward needs a scalar", test_backward_needs_scalar);
     run("saved tensors freed", test_saved_tensors_freed);
     run("backward hook", test_backward_hook);
+    run("gradients handed on", test_grad_handed_on);
     CHECK_MSG(mem_used() == start, "memory in use %zu at the end, %zu at the start", mem_used(), start);
     CHECK_MSG(it_tape_size() == 0, "tape holds %zu nodes at the end", it_tape_size());
     printf("gradcheck: worst relative error over all ops %.2e (tolerance %.0e)\n", worst_rel, GC_TOL);
