@@ -24,6 +24,17 @@ static it_status permute_backward(it_node *n, it_tensor *dy) {
     return it__accum_grad(n->in[0], it_tensor_permute(dy, inv));
 }
 
+/* Elements [lo, hi) of the contiguous t set to zero. */
+static it_status zero_run(it_tensor *t, int64_t lo, int64_t hi) {
+    if (lo >= hi) return IT_OK;
+    it_tdesc d = it_tensor_desc(t);
+    d.data = (char *)d.data + lo * (int64_t)it_dtype_size(t->dtype);
+    d.ndim = 1;
+    d.shape[0] = hi - lo;
+    d.strides[0] = 1;
+    return KCALL(it_tensor_device(t), fill, &d, it_scalar_f64(0.0));
+}
+
 /* slice: dx = zeros with dy written into the sliced window. When x already holds a
  * gradient and the window is one contiguous run of it (attention's q, k and v: slices of
  * one (3, B, nh, T, hd) tensor along its first dim), dy is added into that window instead,
@@ -44,10 +55,21 @@ static it_status slice_backward(it_node *n, it_tensor *dy) {
             return KCALL(it_tensor_device(x), binary, IT_BINARY_ADD, &a, &b, &o);
         }
     }
-    it_tensor *g = it_tensor_zeros(it_tensor_device(x), x->dtype, x->ndim, x->shape);
-    it_tensor *w = it_tensor_slice(g, (int)n->i[0], n->i[1], n->i[2], n->i[3]);
+    /* x's first gradient: dy in the window, zeros around it (only around a contiguous
+     * window: the runs before and after it) */
+    it_tensor *g = it__empty_like(x);
+    it_tensor *w = g ? it_tensor_slice(g, (int)n->i[0], n->i[1], n->i[2], n->i[3]) : NULL;
     if (!w) return it_last_status();
-    it_status st = it_tensor_copy_(w, dy);
+    it_status st;
+    if (it_tensor_is_contiguous(w)) {
+        int64_t lo = w->offset - g->offset, hi = lo + it_tensor_numel(w);
+        if (!(st = zero_run(g, 0, lo))) st = zero_run(g, hi, it_tensor_numel(g));
+    } else {
+        st = it_tensor_fill(g, it_scalar_f64(0.0));
+    }
+    if (!st) st = it_tensor_copy_(w, dy);
+    /* the window's view goes now, so that g is the storage's only holder and is taken over */
+    it_tensor_release(it_scope_keep(w));
     return st ? st : it__accum_grad(x, g);
 }
 

@@ -1420,6 +1420,28 @@ static void test_grad_handed_on(void) {
               (unsigned long long)copies);
     CHECK_MSG(binaries == 2, "backward made %llu binary calls, expected 2 (mul's, gelu's)",
               (unsigned long long)binaries);
+    /* A slice's first gradient: zeros around the window (two runs), dy copied in, and the
+     * new gradient taken over by x, not copied again. */
+    it_tensor *x3 = randt(SHAPE(3, 4, 5), -1, 1), *R3 = randt(SHAPE(1, 4, 5), -1, 1);
+    CHECK_OK(it_tensor_set_requires_grad(x3, true));
+    L = it_sum_all(it_mul(it_slice(x3, 0, 1, 2, 1), R3));
+    it_backend_stats_reset(cpu.backend);
+    CHECK_OK(L ? it_backward(L) : it_last_status());
+    CHECK_OK(it_backend_kernel_stats(cpu.backend, st));
+    uint64_t fills = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        if (strcmp(st[i].slot, "copy_strided") == 0) copies = st[i].calls;
+        if (strcmp(st[i].slot, "fill") == 0) fills = st[i].calls;
+    }
+    CHECK_MSG(copies == 2, "slice backward: %llu copies, expected 2 (sum_all's broadcast, dy into the window)",
+              (unsigned long long)copies);
+    CHECK_MSG(fills == 3, "slice backward: %llu fills, expected 3 (dL = 1, the runs before and after the window)",
+              (unsigned long long)fills);
+    double gv[3], rv;
+    for (int i = 0; i < 3; i++) CHECK_OK(it_tensor_item(it_tensor_grad(x3), (int64_t[]){i, 2, 3}, &gv[i]));
+    CHECK_OK(it_tensor_item(R3, (int64_t[]){0, 2, 3}, &rv));
+    CHECK_MSG(gv[0] == 0.0 && gv[1] == rv && gv[2] == 0.0, "slice backward: gradient %g %g %g, expected 0 %g 0", gv[0],
+              gv[1], gv[2], rv);
 }
 
 /* it_backward_hooked reports each leaf once, when no node left would add to its gradient:
