@@ -30,6 +30,7 @@
 #define CHUNK 8192      /* elements per task of a long row */
 #define HBLOCK 256      /* bf16/fp16 elements converted at once */
 #define COLS 64         /* outputs a column reduction handles together */
+#define PF_ROWS 16      /* a column reduction fetches the rows this far ahead */
 #define TASK_LEAF 65536 /* a sum shorter than this is not split into tasks */
 
 /* ---------------------------------------------------------------- scalar math
@@ -474,6 +475,11 @@ static void rplan_build(rplan *p, const it_tdesc *x, const it_tdesc *out) {
             for (i = 8; i + 8 <= n; i += 8)                                                                            \
                 for (int j = 0; j < 8; j++) {                                                                          \
                     const T *xr = x + (i + j) * s;                                                                     \
+                    /* rows lie s apart, a stride the hardware does not follow: fetch ahead. (256, 3072)               \
+                     * summed over rows from DRAM: 16 -> 25 GB/s, 2 threads */                                         \
+                    if (i + j + PF_ROWS < n)                                                                           \
+                        for (int64_t c = 0; c < w; c += 64 / (int64_t)sizeof(T))                                       \
+                            __builtin_prefetch(xr + PF_ROWS * s + c);                                                  \
                     _Pragma("omp simd") for (int64_t c = 0; c < w; c++) r[j][c] += term_##SFX(xr[c], op);              \
                 }                                                                                                      \
             for (int64_t c = 0; c < w; c++)                                                                            \
