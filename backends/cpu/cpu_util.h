@@ -193,7 +193,8 @@ ALWAYS_INLINE float vtanhf(float x) { return vtanhf_s(x, vexpf(2.0f * fabsf(x)))
  * ROW without db leaves it alone). The pass runs in parallel when R * C >= PAR_MIN, the
  * including file's threshold. WITH_MEAN and WITH_DB are constants: the code a norm does not
  * use compiles away. */
-#define NORM_COLS 16  /* columns of dw/db one task sums */
+#define NORM_COLS 64  /* columns of dw/db one task sums */
+#define NORM_AHEAD 8  /* rows fetched ahead */
 #define NORM_CHUNK 32 /* rows summed into a partial before it joins the running total */
 
 #define DEFINE_NORM_PARAM_GRADS(T, SFX, WITH_MEAN, WITH_DB, ROW)                                                       \
@@ -216,6 +217,14 @@ ALWAYS_INLINE float vtanhf(float x) { return vtanhf_s(x, vexpf(2.0f * fabsf(x)))
                     const T *dy = ROW_AT(const T, dyd, nl, r) + c0 * sdy;                                              \
                     T m = WITH_MEAN ? ELEM_AT(const T, md, r) : (T)0;                                                  \
                     T s = ELEM_AT(const T, rd, r);                                                                     \
+                    if (r + NORM_AHEAD < R) { /* rows lie C apart: a stride the prefetcher does not follow */          \
+                        const T *xa = ROW_AT(const T, xd, nl, r + NORM_AHEAD) + c0 * sx;                               \
+                        const T *da = ROW_AT(const T, dyd, nl, r + NORM_AHEAD) + c0 * sdy;                             \
+                        for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(T)) {                                     \
+                            __builtin_prefetch(xa + i * sx);                                                           \
+                            __builtin_prefetch(da + i * sdy);                                                          \
+                        }                                                                                              \
+                    }                                                                                                  \
                     if (unit2)                                                                                         \
                         ROW(dy, 1, x, 1, m, s, pw, pb, n);                                                             \
                     else                                                                                               \
