@@ -1395,6 +1395,19 @@ static it_tensor *f_exp_silu_mul(const void *c, it_tensor *const *in) {
     return it_mul(it_mul(it_exp(in[0]), it_silu(in[1])), in[0]);
 }
 
+/* Runs L's backward and counts the calls of three kernel slots it made. */
+static void backward_counting(it_tensor *L, uint64_t *copies, uint64_t *binaries, uint64_t *fills) {
+    it_backend_stats_reset(cpu.backend);
+    CHECK_OK(L ? it_backward(L) : it_last_status());
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    CHECK_OK(it_backend_kernel_stats(cpu.backend, st));
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
+        if (strcmp(st[i].slot, "copy_strided") == 0) *copies = st[i].calls;
+        if (strcmp(st[i].slot, "binary") == 0) *binaries = st[i].calls;
+        if (strcmp(st[i].slot, "fill") == 0) *fills = st[i].calls;
+    }
+}
+
 static void test_grad_handed_on(void) {
     GC("x + gelu(x) (dy to both inputs)", f_residual_gelu, NULL, randt(SHAPE(3, 4), -2, 2));
     GC("(x - x) + (x + x) * y", f_self_sub_add, NULL, randt(SHAPE(3, 4), -1, 1), randt(SHAPE(4), -1, 1));
@@ -1404,17 +1417,10 @@ static void test_grad_handed_on(void) {
      * the gradient it holds alone on whole, or writes over it). */
     it_tensor *x = randt(SHAPE(64, 32), -2, 2), *R = randt(SHAPE(64, 32), -1, 1);
     CHECK_OK(it_tensor_set_requires_grad(x, true));
-    it_tensor *L =
-        it_sum_all(it_mul(it_reshape(it_gelu(it_reshape(x, 2, (int64_t[]){32, 64})), 2, (int64_t[]){64, 32}), R));
-    it_backend_stats_reset(cpu.backend);
-    CHECK_OK(L ? it_backward(L) : it_last_status());
-    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
-    CHECK_OK(it_backend_kernel_stats(cpu.backend, st));
-    uint64_t copies = 0, binaries = 0;
-    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
-        if (strcmp(st[i].slot, "copy_strided") == 0) copies = st[i].calls;
-        if (strcmp(st[i].slot, "binary") == 0) binaries = st[i].calls;
-    }
+    uint64_t copies = 0, binaries = 0, fills = 0;
+    backward_counting(
+        it_sum_all(it_mul(it_reshape(it_gelu(it_reshape(x, 2, (int64_t[]){32, 64})), 2, (int64_t[]){64, 32}), R)),
+        &copies, &binaries, &fills);
     /* one: sum_all's backward broadcasts dL into a tensor; the two reshapes' took a copy each */
     CHECK_MSG(copies == 1, "backward through reshape -> gelu -> reshape made %llu copies, expected 1 (sum_all's)",
               (unsigned long long)copies);
@@ -1424,15 +1430,7 @@ static void test_grad_handed_on(void) {
      * new gradient taken over by x, not copied again. */
     it_tensor *x3 = randt(SHAPE(3, 4, 5), -1, 1), *R3 = randt(SHAPE(1, 4, 5), -1, 1);
     CHECK_OK(it_tensor_set_requires_grad(x3, true));
-    L = it_sum_all(it_mul(it_slice(x3, 0, 1, 2, 1), R3));
-    it_backend_stats_reset(cpu.backend);
-    CHECK_OK(L ? it_backward(L) : it_last_status());
-    CHECK_OK(it_backend_kernel_stats(cpu.backend, st));
-    uint64_t fills = 0;
-    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
-        if (strcmp(st[i].slot, "copy_strided") == 0) copies = st[i].calls;
-        if (strcmp(st[i].slot, "fill") == 0) fills = st[i].calls;
-    }
+    backward_counting(it_sum_all(it_mul(it_slice(x3, 0, 1, 2, 1), R3)), &copies, &binaries, &fills);
     CHECK_MSG(copies == 2, "slice backward: %llu copies, expected 2 (sum_all's broadcast, dy into the window)",
               (unsigned long long)copies);
     CHECK_MSG(fills == 3, "slice backward: %llu fills, expected 3 (dL = 1, the runs before and after the window)",
