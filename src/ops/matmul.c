@@ -251,16 +251,11 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
      * either order rounds the bias's sum once in y's type. (Broadcasting the bias into y
      * and accumulating into it wrote the broadcast into a cold block.) A half-precision y
      * takes the bias inside the gemm, which sums in fp32 and rounds once. */
-    bool bias_after = bias && (y->dtype == IT_DTYPE_FP32 || y->dtype == IT_DTYPE_FP64);
-    if (bias && !bias_after) {
-        it_tdesc src = it__broadcast_desc(bias, 2, y2->shape), dst = it_tensor_desc(y2);
-        if (KCALL(it_tensor_device(y), copy_strided, &src, &dst)) return NULL;
-    }
-    if (gemm(x2, w, y2, false, true, 1.0f, bias && !bias_after ? 1.0f : 0.0f)) return NULL;
-    if (bias_after) {
-        it_tdesc dy = it_tensor_desc(y2), db = it__broadcast_desc(bias, 2, y2->shape);
-        if (KCALL(it_tensor_device(y), binary, IT_BINARY_ADD, &dy, &db, &dy)) return NULL;
-    }
+    bool half = y->dtype != IT_DTYPE_FP32 && y->dtype != IT_DTYPE_FP64;
+    it_tdesc yd = it_tensor_desc(y2), bd = bias ? it__broadcast_desc(bias, 2, y2->shape) : yd;
+    if (bias && half && KCALL(it_tensor_device(y), copy_strided, &bd, &yd)) return NULL;
+    if (gemm(x2, w, y2, false, true, 1.0f, bias && half ? 1.0f : 0.0f)) return NULL;
+    if (bias && !half && KCALL(it_tensor_device(y), binary, IT_BINARY_ADD, &yd, &bd, &yd)) return NULL;
     if (it__needs_grad(3, in)) {
         it_node *n = it__node_record("linear", linear_backward, y, bias ? 3 : 2, in);
         OP_REQUIRE(n);
