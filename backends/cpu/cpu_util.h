@@ -87,12 +87,19 @@ static inline int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const
  * (lane j takes IDX = j, j+8, ...), combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then the
  * n%8 tail in order. The order depends on n alone, and the lanes vectorize. EXPR is
  * evaluated 16 at a time (one 512-bit vector: for an exp that halves its cost against 8),
- * and the 16 values join the lanes as two rounds of 8, in the same order as before. */
-#define LANE_SUM(T, res, n, IDX, EXPR)                                                                                 \
+ * and the 16 values join the lanes as two rounds of 8, in the same order as before.
+ * LANE_SUM_HOOKED also runs the statement HOOK before each block of 16, with IDX the block's
+ * first index (a prefetch): it does not take part in the sum. */
+#define LANE_SUM_HOOKED(T, res, n, IDX, EXPR, HOOK)                                                                    \
     do {                                                                                                               \
         T r_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                                            \
         int64_t i_ = 0;                                                                                                \
         for (; i_ + 16 <= (n); i_ += 16) {                                                                             \
+            {                                                                                                          \
+                int64_t IDX = i_;                                                                                      \
+                (void)IDX;                                                                                             \
+                HOOK;                                                                                                  \
+            }                                                                                                          \
             T e_[16];                                                                                                  \
             _Pragma("omp simd") for (int j_ = 0; j_ < 16; j_++) {                                                      \
                 int64_t IDX = i_ + j_;                                                                                 \
@@ -113,6 +120,7 @@ static inline int64_t offset_of(int64_t idx, int nd, const int64_t *shape, const
             res += (EXPR);                                                                                             \
         }                                                                                                              \
     } while (0)
+#define LANE_SUM(T, res, n, IDX, EXPR) LANE_SUM_HOOKED(T, res, n, IDX, EXPR, (void)0)
 
 /* ---------------------------------------------------------------- fp32 exp and tanh
  * Written out in plain arithmetic so that loops over them vectorize (libm's expf/tanhf are

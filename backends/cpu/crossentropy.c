@@ -16,6 +16,17 @@
 
 #define PAR_MIN 16384 /* elements below which the kernel stays on the calling thread */
 
+/* Fetch the 16 elements of T at p + i into L2, one prefetch per line (nothing when p is
+ * NULL). A row of GPT-2's logits is 201 KB: while the forward's exp pass works on one row in
+ * L2, it fetches the next, which the max pass would otherwise read from DRAM as one stream
+ * (bench_kernels, (256, 50304): 3.7 -> 3.25 ms). The backward gained nothing from the same. */
+#define PREFETCH_16(T, p, i)                                                                                           \
+    do {                                                                                                               \
+        if (p)                                                                                                         \
+            for (int l_ = 0; l_ < (int)(16 * sizeof(T)); l_ += 64)                                                     \
+                __builtin_prefetch((const char *)((p) + (i)) + l_, 0, 2);                                              \
+    } while (0)
+
 static inline int64_t target_at(const it_tdesc *t, int64_t n) {
     int64_t off = offset_of(n, t->ndim, t->shape, t->strides);
     return t->dtype == IT_DTYPE_I32 ? (int64_t)((const int32_t *)t->data)[off] : ((const int64_t *)t->data)[off];
@@ -50,15 +61,15 @@ static it_status check_common(const char *kernel, const it_tdesc *logits, const 
 }
 
 #define DEFINE_CE(T, SFX, EXP, LOG)                                                                                    \
-    /* max and exp-sum of x[0..V) */                                                                                   \
-    ALWAYS_INLINE void stats_##SFX(const T *x, int64_t sx, int64_t V, T *m, T *sum) {                                  \
+    /* max and exp-sum of x[0..V); the exp pass fetches row `next` (NULL: none) into L2. */                            \
+    ALWAYS_INLINE void stats_##SFX(const T *x, int64_t sx, int64_t V, const T *next, T *m, T *sum) {                   \
         T mx = (T)-INFINITY, s;                                                                                        \
         _Pragma("omp simd reduction(max : mx)") for (int64_t v = 0; v < V; v++) mx = x[v * sx] > mx ? x[v * sx] : mx;  \
-        LANE_SUM(T, s, V, i, EXP(x[i * sx] - mx));                                                                     \
+        LANE_SUM_HOOKED(T, s, V, i, EXP(x[i * sx] - mx), PREFETCH_16(T, next, i));                                     \
         *m = mx;                                                                                                       \
         *sum = s;                                                                                                      \
     }                                                                                                                  \
-    /* (p - [v == t]) * dl, computed as p * dl everywhere, then the target column. The exps    \
+    /* (p - [v == t]) * dl, computed as p * dl everywhere, then the target column. The exps                            \
      * go into dx as they are summed, so each is computed once (x may be dx itself). */                                \
     ALWAYS_INLINE void bwd_row_##SFX(const T *x, int64_t sx, T *dx, int64_t sdx, int64_t V, int64_t Vp, int64_t t,     \
                                      T dl) {                                                                           \
@@ -77,9 +88,9 @@ static it_status check_common(const char *kernel, const it_tdesc *logits, const 
             const T *x = ROW_AT(const T, ld, nl, n);                                                                   \
             T m, sum;                                                                                                  \
             if (sx == 1)                                                                                               \
-                stats_##SFX(x, 1, V, &m, &sum);                                                                        \
+                stats_##SFX(x, 1, V, n + 1 < N ? ROW_AT(const T, ld, nl, n + 1) : NULL, &m, &sum);                     \
             else                                                                                                       \
-                stats_##SFX(x, sx, V, &m, &sum);                                                                       \
+                stats_##SFX(x, sx, V, NULL, &m, &sum);                                                                 \
             ELEM_AT(T, od, n) = LOG(sum) - (x[target_at(td, n) * sx] - m);                                             \
         }                                                                                                              \
     }                                                                                                                  \
