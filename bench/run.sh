@@ -217,15 +217,13 @@ if [ -n "$best" ]; then
         # each side's quickest run at its best settings: ours over the case's run and the
         # pairs', PyTorch's over its best setting's run and the pairs' (as many runs each)
         quickest() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$work/pairs.txt" | awk -v m="$2" '
-            BEGIN { b = m + 0 } { if ($1 + 0 < b) b = $1 + 0 } END { printf "%.1f", b }'; }
+            BEGIN { b = m + 0 } { if ($1 + 0 < b) b = $1 + 0 } END { printf "%.2f", b }'; }
         our_q=$(quickest ours_ms "$our_ms")
         their_q=$(quickest peer_ms "$their_ms")
         q_ratio=$(awk -v t="$their_q" -v o="$our_q" 'BEGIN { printf "%.6f", t / o }')
         echo "  ours / PyTorch, each side's quickest of $(($(wc -l <"$work/pairs.txt") + 1)) runs at its best settings" \
             "(the case's or a pair's run): $(r3 "$q_ratio")x (${our_q} vs ${their_q} ms)  [target >= 1.5x:" \
             "$(verdict "$q_ratio" 1.5)]"
-    fi
-    if [ -s "$work/pairs.txt" ]; then
         # the median of the pairs' ratios, each from its two times (not from the rounded ratio=)
         pair_med=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "ours_ms") o = kv[2] + 0
                                                      if (kv[1] == "peer_ms") p = kv[2] + 0 }
