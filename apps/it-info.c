@@ -288,7 +288,8 @@ int main(int argc, char **argv) {
 
     if (coverage) {
         printf("\nKernel coverage (native: the backend's own kernel; fallback: run by the CPU fallback,\n"
-               "inputs copied to the host and results back)\n");
+               "inputs copied to the host and results back; composed: an optional fused kernel the backend\n"
+               "lacks, which the core builds from the other slots on the device)\n");
         const char *ch[MAX_COLS] = {"SLOT", "REQUIRED"};
         int nbc = nb < MAX_COLS - 2 ? nb : MAX_COLS - 2;
         for (int i = 0; i < nbc; i++) ch[2 + i] = it_backend_at(i)->name;
@@ -302,7 +303,9 @@ int main(int argc, char **argv) {
                 table_set(&tab, r, 1, "%s", slot_required(s) ? "yes" : "");
                 for (int i = 0; i < cols; i++)
                     table_set(&tab, r, 2 + i, "%s",
-                              slot_native(it_backend_at(first + i), s) ? "native" : "fallback");
+                              slot_native(it_backend_at(first + i), s) ? "native"
+                              : it_kernel_slot_fused(s)                ? "composed"
+                                                                       : "fallback");
             }
             int r = table_row(&tab);
             table_set(&tab, r, 0, "native slots");

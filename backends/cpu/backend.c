@@ -23,6 +23,8 @@ static const it_kernels cpu_kernels = {
     .rmsnorm_bwd = it_cpu_rmsnorm_bwd,
     .rope = it_cpu_rope,
     .topk = it_cpu_topk,
+    .attention_fwd = it_cpu_attention_fwd,
+    .attention_bwd = it_cpu_attention_bwd,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

@@ -30,6 +30,12 @@ bool it_cpu_sgemm_avx512_usable(void);
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* gemm.c: one fp32 product with row-major operands (cblas_sgemm's CblasRowMajor contract,
+ * m, n, k > 0), through the same kernel choice the gemm slot makes for each matrix of a
+ * batch; on the calling thread inside a parallel region. */
+void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* elementwise.c */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
 it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
@@ -49,6 +55,12 @@ it_status it_cpu_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc 
 it_status it_cpu_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
 it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
                              it_tdesc *dx);
+/* the fused attention (it_kernels.attention_fwd / _bwd), fp32 */
+it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, it_tdesc *att, it_tdesc *y);
+it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
+                               it_tdesc *dv, it_tdesc *datt);
 
 /* crossentropy.c */
 it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,

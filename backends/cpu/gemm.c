@@ -141,6 +141,14 @@ static void gemm_one(bool f64, const operand *A, const void *pa, const operand *
                     (int)C->ld);
 }
 
+void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (it_cpu_sgemm_avx512_usable() && it_cpu_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
 static const char *elem(const operand *o, int64_t batch) {
     return (const char *)o->d->data + (size_t)(batch * o->sbatch) * it_dtype_size(o->d->dtype);
 }

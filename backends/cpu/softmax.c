@@ -123,3 +123,126 @@ it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it
         bwd_f64(args, y, dy, dx, R, T, S);
     return IT_OK;
 }
+
+/* ---------------------------------------------------------------- fused attention
+ *
+ * it_kernels.attention_fwd / _bwd: per (batch, head), the products and the softmax the
+ * core's composition runs (it_matmul, it_softmax and their backwards), on the heads where
+ * they lie in the caller's buffers and with the probabilities kept in one (T, S) block:
+ *   fwd: att = q k^T; att = softmax(scale att) in place; y = att v
+ *   bwd: dv = att^T dy; datt = dy v^T; datt = softmax_bwd(att, datt) in place;
+ *        dq = datt k; dk = datt^T q
+ * Each product goes through it_cpu_sgemm_rm, the kernel the gemm slot runs for each matrix
+ * of a batch, and each row through the softmax slot's row functions: the results are bitwise
+ * the composition's (test_cpu_nn checks it). What is saved: the copies that split the heads
+ * out of qkv and merge them back (and their backward), the (B, H, T, S) scores, and a
+ * kernel launch and a pass over memory per step of the composition. fp32 only (other
+ * dtypes are declined and composed). */
+
+/* The (T, D) matrix of head (b, h) of a (B, H, T, D) view. */
+#define HEAD(d, b, h) ((float *)(d)->data + (b) * (d)->strides[0] + (h) * (d)->strides[1])
+
+/* Checks a (B, H, R, D) view of heads: IT_ERR_INVALID_ARG for a wrong shape,
+ * IT_ERR_UNSUPPORTED for what this kernel does not take (not fp32, rows not row-major). */
+static it_status check_heads(const char *kernel, const char *name, const it_tdesc *t, int64_t B, int64_t H, int64_t R,
+                             int64_t D) {
+    if (t == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s is NULL", kernel, name);
+    if (t->ndim != 4 || t->shape[0] != B || t->shape[1] != H || t->shape[2] != R || t->shape[3] != D)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s must be (%lld, %lld, %lld, %lld)", kernel, name, (long long)B,
+                        (long long)H, (long long)R, (long long)D);
+    if (t->dtype != IT_DTYPE_FP32)
+        return it_error(IT_ERR_UNSUPPORTED, "%s: %s is %s, this kernel takes fp32", kernel, name,
+                        it_dtype_name(t->dtype));
+    if (B * H * R * D > 0 && t->data == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: %s.data is NULL", kernel, name);
+    if (t->strides[0] < 0 || t->strides[1] < 0 || (D > 1 && t->strides[3] != 1) || (R > 1 && t->strides[2] < D))
+        return it_error(IT_ERR_UNSUPPORTED, "%s: %s's rows are not row-major (strides %lld, %lld)", kernel, name,
+                        (long long)t->strides[2], (long long)t->strides[3]);
+    return IT_OK;
+}
+
+/* A (B, H, T, S) block, contiguous. */
+static it_status check_scores(const char *kernel, const char *name, const it_tdesc *t, int64_t B, int64_t H, int64_t T,
+                              int64_t S) {
+    it_status st = check_heads(kernel, name, t, B, H, T, S);
+    if (st) return st;
+    if (B * H * T * S > 0 &&
+        !(t->strides[3] == 1 && t->strides[2] == S && t->strides[1] == T * S && (B == 1 || t->strides[0] == H * T * S)))
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s must be contiguous", kernel, name);
+    return IT_OK;
+}
+
+/* The leading dimension of a head's rows (any value >= D serves a single row). */
+static int64_t ld_of(const it_tdesc *t) {
+    return t->shape[2] > 1 ? t->strides[2] : (t->shape[3] > 0 ? t->shape[3] : 1);
+}
+
+it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
+    (void)s;
+    const char *kn = "attention_fwd";
+    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
+    if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
+        return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], S = k->shape[2];
+    it_status st;
+    if ((st = check_heads(kn, "q", q, B, H, T, D)) || (st = check_heads(kn, "k", k, B, H, S, D)) ||
+        (st = check_heads(kn, "v", v, B, H, S, D)) || (st = check_heads(kn, "y", y, B, H, T, D)) ||
+        (st = check_scores(kn, "att", att, B, H, T, S)))
+        return st;
+    if (args->causal && S < T)
+        return it_error(IT_ERR_INVALID_ARG, "%s: causal mask needs keys >= queries (%lld < %lld)", kn, (long long)S,
+                        (long long)T);
+    if (B * H * T == 0) return IT_OK;
+    if (S == 0 || D == 0) return it_error(IT_ERR_UNSUPPORTED, "%s: no keys or an empty head dimension", kn);
+    const float scale = args->scale;
+    int64_t n = B * H;
+#pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
+    for (int64_t bh = 0; bh < n; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        float *a = (float *)att->data + bh * T * S;
+        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(q, b, h), ld_of(q), HEAD(k, b, h), ld_of(k), 0.0f, a, S);
+        for (int64_t t = 0; t < T; t++)
+            fwd_row_f32(a + t * S, 1, a + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
+        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, a, S, HEAD(v, b, h), ld_of(v), 0.0f, HEAD(y, b, h), ld_of(y));
+    }
+    return IT_OK;
+}
+
+it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
+                               it_tdesc *dv, it_tdesc *datt) {
+    (void)s;
+    const char *kn = "attention_bwd";
+    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
+    if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
+        return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], S = k->shape[2];
+    it_status st;
+    if ((st = check_heads(kn, "q", q, B, H, T, D)) || (st = check_heads(kn, "k", k, B, H, S, D)) ||
+        (st = check_heads(kn, "v", v, B, H, S, D)) || (st = check_scores(kn, "att", att, B, H, T, S)) ||
+        (st = check_heads(kn, "dy", dy, B, H, T, D)) || (st = check_heads(kn, "dq", dq, B, H, T, D)) ||
+        (st = check_heads(kn, "dk", dk, B, H, S, D)) || (st = check_heads(kn, "dv", dv, B, H, S, D)) ||
+        (st = check_scores(kn, "datt", datt, B, H, T, S)))
+        return st;
+    if (args->causal && S < T)
+        return it_error(IT_ERR_INVALID_ARG, "%s: causal mask needs keys >= queries (%lld < %lld)", kn, (long long)S,
+                        (long long)T);
+    if (B * H * T == 0) return IT_OK;
+    if (S == 0 || D == 0) return it_error(IT_ERR_UNSUPPORTED, "%s: no keys or an empty head dimension", kn);
+    const float scale = args->scale;
+    int64_t n = B * H;
+#pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
+    for (int64_t bh = 0; bh < n; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        const float *a = (const float *)att->data + bh * T * S;
+        float *da = (float *)datt->data + bh * T * S;
+        it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, a, S, HEAD(dy, b, h), ld_of(dy), 0.0f, HEAD(dv, b, h), ld_of(dv));
+        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(dy, b, h), ld_of(dy), HEAD(v, b, h), ld_of(v), 0.0f, da, S);
+        for (int64_t t = 0; t < T; t++)
+            bwd_row_f32(a + t * S, 1, da + t * S, 1, da + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
+        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, da, S, HEAD(k, b, h), ld_of(k), 0.0f, HEAD(dq, b, h), ld_of(dq));
+        it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, da, S, HEAD(q, b, h), ld_of(q), 0.0f, HEAD(dk, b, h), ld_of(dk));
+    }
+    return IT_OK;
+}
+#undef HEAD

@@ -28,7 +28,7 @@
 
 #include "sim.h"
 
-#define SIM_MAX_ARGS 8 /* layernorm_bwd has the most descriptors */
+#define SIM_MAX_ARGS 9 /* attention_bwd has the most descriptors */
 
 typedef struct sim_kernel sim_kernel;
 /* Runs the CPU kernel on the item's copies. */
@@ -292,6 +292,69 @@ static it_status sim_softmax_bwd(it_stream *s, const it_softmax_args *args, cons
     return kernel_launch(s, k, "softmax_bwd");
 }
 
+/* ---------------------------------------------------------------- fused attention
+ * (optional slots: a port may leave them NULL and the core composes attention from gemm and
+ * softmax). A fused kernel that declines must do so at launch, before anything is queued:
+ * here, what the CPU kernel declines (not fp32, rows not row-major) is declined up front. */
+
+#ifndef IT_SIM_HALF /* simhalf leaves them to the core */
+static it_status att_declines(const char *name, int n, const it_tdesc *const *d) {
+    for (int i = 0; i < n; i++) {
+        if (!d[i]) return it_error(IT_ERR_INVALID_ARG, "sim: %s: argument %d is NULL", name, i);
+        if (d[i]->dtype != IT_DTYPE_FP32)
+            return it_error(IT_ERR_UNSUPPORTED, "sim: %s: takes fp32 only (got %s)", name, it_dtype_name(d[i]->dtype));
+        if (d[i]->ndim == 4 && ((d[i]->shape[3] > 1 && d[i]->strides[3] != 1) ||
+                                (d[i]->shape[2] > 1 && d[i]->strides[2] < d[i]->shape[3])))
+            return it_error(IT_ERR_UNSUPPORTED, "sim: %s: rows that are not row-major", name);
+    }
+    return IT_OK;
+}
+
+static it_status call_attention_fwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->attention_fwd(NULL, &k->a.softmax, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4));
+}
+static it_status sim_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *kk,
+                                   const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
+    if (!args) return it_error(IT_ERR_INVALID_ARG, "sim: attention_fwd: args is NULL");
+    const it_tdesc *all[5] = {q, kk, v, att, y};
+    it_status st = att_declines("attention_fwd", 5, all);
+    if (st) return st;
+    sim_kernel *k = kernel_new("attention_fwd", call_attention_fwd);
+    ARG(k, "q", q);
+    ARG(k, "k", kk);
+    ARG(k, "v", v);
+    ARG(k, "att", att);
+    ARG(k, "y", y);
+    if (k) k->a.softmax = *args;
+    return kernel_launch(s, k, "attention_fwd");
+}
+
+static it_status call_attention_bwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->attention_bwd(NULL, &k->a.softmax, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4), D(k, 5), D(k, 6),
+                              D(k, 7), D(k, 8));
+}
+static it_status sim_attention_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *kk,
+                                   const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
+                                   it_tdesc *dk, it_tdesc *dv, it_tdesc *datt) {
+    if (!args) return it_error(IT_ERR_INVALID_ARG, "sim: attention_bwd: args is NULL");
+    const it_tdesc *all[9] = {q, kk, v, att, dy, dq, dk, dv, datt};
+    it_status st = att_declines("attention_bwd", 9, all);
+    if (st) return st;
+    sim_kernel *k = kernel_new("attention_bwd", call_attention_bwd);
+    ARG(k, "q", q);
+    ARG(k, "k", kk);
+    ARG(k, "v", v);
+    ARG(k, "att", att);
+    ARG(k, "dy", dy);
+    ARG(k, "dq", dq);
+    ARG(k, "dk", dk);
+    ARG(k, "dv", dv);
+    ARG(k, "datt", datt);
+    if (k) k->a.softmax = *args;
+    return kernel_launch(s, k, "attention_bwd");
+}
+#endif
+
 /* ---------------------------------------------------------------- cross entropy */
 
 static it_status call_cross_entropy_fwd(sim_kernel *k, const it_kernels *cpu) {
@@ -432,9 +495,11 @@ const it_kernels sim_kernels = {
     .rmsnorm_bwd = sim_rmsnorm_bwd,
     .rope = sim_rope,
     .topk = sim_topk,
+    .attention_fwd = sim_attention_fwd,
+    .attention_bwd = sim_attention_bwd,
 };
 #else
-/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 21 slots,
+/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 23 slots,
  * the rest left empty so the core's CPU fallback serves them. It shows that a backend
  * with half its kernels trains identically, and what the coverage report says about it. */
 const it_kernels sim_kernels = {

@@ -35,7 +35,9 @@ extern "C" {
 
 /* Bump on any incompatible change of the structs below; plugins built against another
  * version are refused at load time. */
-#define IT_BACKEND_API_VERSION 3 /* 3: it_ccl gained all_reduce_start / request_test / request_wait */
+/* 3: it_ccl gained all_reduce_start / request_test / request_wait;
+ * 4: it_kernels gained the optional fused attention_fwd / attention_bwd */
+#define IT_BACKEND_API_VERSION 4
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -266,11 +268,36 @@ typedef struct it_kernels {
      * int32; equal values keep the lower index first; NaN ranks above +Inf (as torch.topk).
      * 1 <= k <= E. */
     it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
+
+    /* ---- optional fused kernels. Unlike the slots above, an empty one is not served by the
+     * CPU fallback: the core composes the op from the slots above instead, on the device.
+     * A native one may decline a call (IT_ERR_UNSUPPORTED before writing anything: a dtype
+     * or layout it does not take); the core then composes that call. */
+    /* Multi-head attention, the fused form of the core's composition
+     *   att = softmax(args->scale * q k^T, args->causal)   (softmax_fwd's semantics)
+     *   y   = att v
+     * q (B, H, T, D), k and v (B, H, S, D), y (B, H, T, D) are views with any strides but a
+     * unit last one (the core passes the heads where they lie in (B, T, 3, H, D) or
+     * (B, T, H, D) buffers, and y into a (B, T, H, D) one); att (B, H, T, S) contiguous, kept
+     * for the backward. A backend that takes a forward call must take the backward of the
+     * same shapes. */
+    it_status (*attention_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, it_tdesc *att, it_tdesc *y);
+    /* From dy (B, H, T, D) (any strides, unit last one) and the forward's q, k, v and att:
+     *   dv = att^T dy,  datt = softmax_bwd(att, dy v^T),  dq = datt k,  dk = datt^T q
+     * dq, dk, dv written (not accumulated) as views with a unit last stride; datt
+     * (B, H, T, S) contiguous gets the scores' gradient (softmax_bwd's dx). */
+    it_status (*attention_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
+                               it_tdesc *dk, it_tdesc *dv, it_tdesc *datt);
 } it_kernels;
 
 /* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
 IT_API const char *it_kernel_slot_name(size_t slot);
+/* True for the optional fused slots (attention_fwd, attention_bwd): empty, they are composed
+ * by the core from the other slots, not served by the CPU fallback. */
+IT_API bool it_kernel_slot_fused(size_t slot);
 
 /* ---------------------------------------------------------------- collectives (optional) */
 typedef struct it_comm it_comm;               /* opaque, owned by the backend */

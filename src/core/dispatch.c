@@ -6,7 +6,9 @@
  * stream, copies every input's memory span to the host, runs the CPU kernel there, and
  * copies every output's span back, counting the bytes moved. Results are bitwise those of
  * the CPU backend, so a backend with half its slots empty still trains identically, only
- * slower; the report says where the time goes. */
+ * slower; the report says where the time goes. The optional fused slots (attention) have
+ * no fallback: an op asks it__kernel_native first and composes itself from the other
+ * slots when the backend lacks one. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,10 +353,17 @@ bool it__kpre(it_device dev, size_t slot) {
 
 const it_kernels *it__fallback_kernels(void) { return &fallback_kernels; }
 
+bool it__kernel_native(it_device dev, size_t slot) {
+    it__dispatch *d = it__dispatch_of(dev.backend);
+    return d != NULL && slot < IT_KERNEL_SLOT_COUNT && d->native[slot];
+}
+
 bool it__kretry(it_status st) {
     it__kc.st = st;
     it__dispatch *d = it__kc.d;
-    if (st != IT_ERR_UNSUPPORTED || d->is_cpu || !d->native[it__kc.slot]) return false;
+    /* a fused slot that declines is composed by its op instead (no fallback to retry on) */
+    if (st != IT_ERR_UNSUPPORTED || d->is_cpu || !d->native[it__kc.slot] || it_kernel_slot_fused(it__kc.slot))
+        return false;
     it_error_clear();
     it__kc.retried = true;
     return true;
@@ -399,22 +408,28 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
     it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
     it_status s = it_backend_kernel_stats(b, st);
     if (s) return s;
-    int native = 0;
+    int native = 0, composed = 0;
     double total = 0, fb_ms = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         native += st[i].native;
+        composed += !st[i].native && it_kernel_slot_fused(i);
         total += st[i].ms;
         if (!st[i].native) fb_ms += st[i].ms;
         bytes += st[i].bytes_moved;
     }
-    fprintf(f, "backend '%s': %d of %zu kernel slots native, %zu served by the CPU fallback\n", b->name, native,
-            (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native);
+    fprintf(f,
+            "backend '%s': %d of %zu kernel slots native, %zu served by the CPU fallback, %d fused ones composed "
+            "by the core from the others\n",
+            b->name, native, (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native - composed,
+            composed);
     fprintf(f, "  %-18s %-8s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
             "fallback MB");
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         /* "native+cpu": a native slot that declined some calls (IT_ERR_UNSUPPORTED) */
-        const char *path = !st[i].native ? "fallback" : st[i].fallback_calls ? "native+cpu" : "native";
+        const char *path = !st[i].native             ? (it_kernel_slot_fused(i) ? "composed" : "fallback")
+                           : st[i].fallback_calls ? "native+cpu"
+                                                  : "native";
         fprintf(f, "  %-18s %-8s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));

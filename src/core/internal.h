@@ -87,6 +87,9 @@ it_status it__kpost(it_status st);
  * CPU): KCALL then runs it on the CPU fallback. Otherwise keeps st in it__kc.st. */
 bool it__kretry(it_status st);
 const it_kernels *it__fallback_kernels(void);
+/* True when dev's backend has its own kernel in the slot (for the optional fused slots, which
+ * have no fallback: see it_kernels). */
+bool it__kernel_native(it_device dev, size_t slot);
 #define IT_SLOT(slot) (offsetof(it_kernels, slot) / sizeof(void (*)(void)))
 /* The arguments are evaluated again for a retried call: pass no expression with side effects. */
 #define KCALL(dev, slot, ...)                                                                          \

@@ -44,12 +44,14 @@ static const char *const slot_names[] = {
     "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_fwd",
     "softmax_bwd",   "cross_entropy_fwd", "cross_entropy_bwd", "sgd_step",
     "adam_step",     "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
-    "topk",
+    "topk",          "attention_fwd", "attention_bwd",
 };
 _Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
                "slot_names must list every it_kernels slot");
 
 const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
+
+bool it_kernel_slot_fused(size_t slot) { return slot >= IT_SLOT(attention_fwd) && slot < IT_KERNEL_SLOT_COUNT; }
 
 static bool valid_name(const char *name) {
     if (!name || !*name || strlen(name) > 32) return false;

@@ -1,10 +1,121 @@
-/* Causal multi-head self-attention, composed of differentiable ops so its backward comes
- * from theirs. Heads are laid out (B, nh, T, hd):
+/* Causal multi-head self-attention:
  *   att = softmax(q k^T / sqrt(hd), causal)   (B, nh, T, T)
- *   y   = att v -> (B, T, nh, hd) -> (B, T, C) */
+ *   y   = att v -> (B, T, nh, hd) -> (B, T, C)
+ * On a backend with the fused kernels (it_kernels.attention_fwd / _bwd) it is one node that
+ * reads the heads where they lie in qkv (or q, k, v) and writes y and the gradients in
+ * place. Otherwise, and for what the kernel declines (a dtype, autocast), it is composed of
+ * differentiable ops (heads copied out to (B, nh, T, hd), matmul, softmax, matmul, merged
+ * back), whose backward comes from theirs. The CPU's fused kernels compute bitwise what the
+ * composition computes. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/ops_common.h"
+
+/* ---------------------------------------------------------------- the fused kernels */
+
+/* The (B, H, T, D) view of the heads in t, a (B, T, ...) tensor whose element
+ * (b, t, col0 + h * D + d) is head h's (t, d); hs: t's stride between heads' starts. */
+static it_tdesc heads_of(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds) {
+    it_tdesc d = it_tensor_desc(t);
+    int64_t B = t->shape[0], T = t->shape[1];
+    d.data = (char *)d.data + (size_t)(col0 * t->strides[2]) * it_dtype_size(t->dtype);
+    d.ndim = 4;
+    int64_t shape[4] = {B, H, T, D}, strides[4] = {t->strides[0], hs, t->strides[1], ds};
+    for (int i = 0; i < 4; i++) d.shape[i] = shape[i], d.strides[i] = strides[i];
+    return d;
+}
+
+/* Whether to try the fused kernels on this device for these inputs. IT_FUSED_KERNELS=0 in
+ * the environment composes them everywhere (to compare the two, as test_attention does). */
+static bool fused_wanted(const it_tensor *x) {
+    const char *env = getenv("IT_FUSED_KERNELS");
+    if (env && strcmp(env, "0") == 0) return false;
+    it_dtype ac;
+    /* under autocast the composition runs its products in the autocast dtype */
+    if (it_autocast_enabled(&ac) && x->dtype == IT_DTYPE_FP32) return false;
+    return it__kernel_native(it_tensor_device(x), IT_SLOT(attention_fwd)) &&
+           it__kernel_native(it_tensor_device(x), IT_SLOT(attention_bwd));
+}
+
+/* y (B, T, H * D) from the fused forward on q, k, v (B, H, T|S, D views of src's storage);
+ * *att gets the probabilities. NULL with *declined when the backend declined the call (the
+ * error is cleared: the caller composes instead). */
+static it_tensor *fused_forward(const it_tensor *src, const it_tdesc *q, const it_tdesc *k, const it_tdesc *v,
+                                float scale, it_tensor **att, bool *declined) {
+    *declined = false;
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], S = k->shape[2];
+    it_device dev = it_tensor_device(src);
+    it_tensor *y = it__scope_add(it__tensor_new_owned(dev, src->dtype, 3, (int64_t[]){B, T, H * D}));
+    *att = it__scope_add(it__tensor_new_owned(dev, src->dtype, 4, (int64_t[]){B, H, T, S}));
+    OP_REQUIRE(y && *att);
+    it_tdesc yd = heads_of(y, H, D, 0, D, 1), ad = it_tensor_desc(*att);
+    it_softmax_args args = {scale, true};
+    it_status st = KCALL(dev, attention_fwd, &args, q, k, v, &ad, &yd);
+    if (st == IT_ERR_UNSUPPORTED) {
+        it_error_clear();
+        *declined = true;
+        return NULL;
+    }
+    return st ? NULL : y;
+}
+
+/* dy (B, T, H * D) -> the heads' gradients, through the fused backward. */
+static it_status fused_backward(it_node *n, it_tensor *dy, const it_tdesc *q, const it_tdesc *k, const it_tdesc *v,
+                                it_tdesc *dq, it_tdesc *dk, it_tdesc *dv) {
+    it_tensor *att = n->saved[0], *dyc = it_tensor_contiguous(dy), *datt = it__empty_like(att);
+    if (!dyc || !datt) return it_last_status();
+    int64_t H = q->shape[1], D = q->shape[3];
+    it_tdesc dyd = heads_of(dyc, H, D, 0, D, 1), ad = it_tensor_desc(att), dad = it_tensor_desc(datt);
+    it_softmax_args args = {(float)n->f[0], true};
+    return KCALL(it_tensor_device(att), attention_bwd, &args, q, k, v, &ad, &dyd, dq, dk, dv, &dad);
+}
+
+/* GPT-2's node: qkv (B, T, 3C) in, y (B, T, C) out. */
+static it_status qkv_attention_backward(it_node *n, it_tensor *dy) {
+    it_tensor *qkv = n->in[0], *dqkv = it__empty_like(qkv);
+    if (!dqkv) return it_last_status();
+    int64_t H = n->i[0], C = qkv->shape[2] / 3, D = C / H;
+    it_tdesc q = heads_of(qkv, H, D, 0, D, 1), k = heads_of(qkv, H, D, C, D, 1), v = heads_of(qkv, H, D, 2 * C, D, 1);
+    it_tdesc dq = heads_of(dqkv, H, D, 0, D, 1), dk = heads_of(dqkv, H, D, C, D, 1),
+             dv = heads_of(dqkv, H, D, 2 * C, D, 1);
+    it_status st = fused_backward(n, dy, &q, &k, &v, &dq, &dk, &dv);
+    return st ? st : it__accum_grad(qkv, dqkv);
+}
+
+/* qkv (B, T, 3C) with unit column stride; NULL with *declined when the fused kernel declined. */
+static it_tensor *qkv_attention_fused(it_tensor *qkv, int64_t H, bool *declined) {
+    int64_t C = qkv->shape[2] / 3, D = C / H;
+    it_tdesc q = heads_of(qkv, H, D, 0, D, 1), k = heads_of(qkv, H, D, C, D, 1), v = heads_of(qkv, H, D, 2 * C, D, 1);
+    float scale = 1.0f / sqrtf((float)D);
+    it_tensor *att = NULL, *y = fused_forward(qkv, &q, &k, &v, scale, &att, declined);
+    OP_REQUIRE(y);
+    if (it__needs_grad(1, &qkv)) {
+        it_node *n = it__node_record("attention", qkv_attention_backward, y, 1, &qkv);
+        OP_REQUIRE(n);
+        it__node_save(n, att);
+        n->f[0] = scale;
+        n->i[0] = H;
+    }
+    return y;
+}
+
+/* LLaMA's node: q, k, v (B, T, H, D) in (as many kv heads as query heads), y (B, T, H * D). */
+static it_status qkv3_attention_backward(it_node *n, it_tensor *dy) {
+    it_tensor *qt = n->in[0], *kt = n->in[1], *vt = n->in[2];
+    int64_t H = qt->shape[2], D = qt->shape[3];
+    it_tensor *dqt = it__empty_like(qt), *dkt = it__empty_like(kt), *dvt = it__empty_like(vt);
+    if (!dqt || !dkt || !dvt) return it_last_status();
+#define BHTD(t) heads_of((t), H, D, 0, (t)->strides[2], (t)->strides[3])
+    it_tdesc q = BHTD(qt), k = BHTD(kt), v = BHTD(vt), dq = BHTD(dqt), dk = BHTD(dkt), dv = BHTD(dvt);
+#undef BHTD
+    it_status st = fused_backward(n, dy, &q, &k, &v, &dq, &dk, &dv);
+    if (!st && qt->requires_grad) st = it__accum_grad(qt, dqt);
+    if (!st && kt->requires_grad) st = it__accum_grad(kt, dkt);
+    if (!st && vt->requires_grad) st = it__accum_grad(vt, dvt);
+    return st;
+}
 
 /* q, k, v (B, nh, T, hd) contiguous -> (B, T, nh*hd). */
 static it_tensor *attend(it_tensor *q, it_tensor *k, it_tensor *v) {
@@ -23,6 +134,11 @@ it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) {
     if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * (int64_t)n_head) != 0) {
         it_error(IT_ERR_INVALID_ARG, "attention: qkv must be (B, T, 3C) with C divisible by n_head=%d", n_head);
         return NULL;
+    }
+    if (fused_wanted(qkv) && qkv->strides[2] == 1) {
+        bool declined;
+        it_tensor *y = qkv_attention_fused(qkv, n_head, &declined);
+        if (y || !declined) return y;
     }
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, hd = C / n_head;
     /* (B, T, 3, nh, hd) -> (3, B, nh, T, hd) */
@@ -56,6 +172,28 @@ it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) {
         q->shape[2] % k->shape[2] != 0) {
         it_error(IT_ERR_INVALID_ARG, "attention: q (B, T, nh, hd), k and v (B, T, nkv, hd) with nh divisible by nkv");
         return NULL;
+    }
+    if (k->shape[2] == q->shape[2] && fused_wanted(q) && q->dtype == k->dtype && q->dtype == v->dtype &&
+        it_device_equal(it_tensor_device(k), it_tensor_device(q)) &&
+        it_device_equal(it_tensor_device(v), it_tensor_device(q))) {
+        int64_t H = q->shape[2], D = q->shape[3];
+#define BHTD(t) heads_of((t), H, D, 0, (t)->strides[2], (t)->strides[3])
+        it_tdesc qd = BHTD(q), kd = BHTD(k), vd = BHTD(v);
+#undef BHTD
+        float scale = 1.0f / sqrtf((float)D);
+        bool declined;
+        it_tensor *att = NULL, *y = fused_forward(q, &qd, &kd, &vd, scale, &att, &declined);
+        if (y) {
+            it_tensor *in[3] = {q, k, v};
+            if (it__needs_grad(3, in)) {
+                it_node *n = it__node_record("attention", qkv3_attention_backward, y, 3, in);
+                OP_REQUIRE(n);
+                it__node_save(n, att);
+                n->f[0] = scale;
+            }
+            return y;
+        }
+        if (!declined) return NULL;
     }
     int perm[4] = {0, 2, 1, 3};
     return attend(it_contiguous(it_permute(q, perm)), kv_heads(k, q->shape[2]), kv_heads(v, q->shape[2]));

@@ -362,3 +362,86 @@ static void opt_cases(conf_ctx *ctx, bool adam) {
 
 void conf_cases_sgd_step(conf_ctx *ctx) { opt_cases(ctx, false); }
 void conf_cases_adam_step(conf_ctx *ctx) { opt_cases(ctx, true); }
+
+/* ---------------------------------------------------------------- fused attention
+ * (optional slots: a backend without them is composed by the core, and the suite lists
+ * them as absent rather than testing a fallback) */
+
+it_status conf_call_attention_fwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    it_softmax_args a = c->sm;
+    return k->attention_fwd(s, &a, d[0], d[1], d[2], d[3], d[4]);
+}
+
+it_status conf_call_attention_bwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    it_softmax_args a = c->sm;
+    return k->attention_bwd(s, &a, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]);
+}
+
+typedef struct att_shape {
+    const char *label;
+    int64_t B, H, T, S, D;
+    bool causal;
+    int interleave; /* heads stored as in (B, T, interleave, H, D) (3: GPT-2's qkv), at part `part` */
+} att_shape;
+
+static const att_shape att_shapes[] = {
+    {"B2 H3 T7 D5 causal", 2, 3, 7, 7, 5, true, 1},
+    {"B2 H3 T7 D5 causal, heads in qkv", 2, 3, 7, 7, 5, true, 3},
+    {"B1 H2 T16 D16 causal", 1, 2, 16, 16, 16, true, 1},
+    {"B2 H2 T5 S9 D8", 2, 2, 5, 9, 8, false, 1},
+    {"B1 H2 T5 S9 D8 causal", 1, 2, 5, 9, 8, true, 3},
+    {"B1 H1 T1 D4 causal", 1, 1, 1, 1, 4, true, 1},
+    {"B1 H12 T64 D64 causal, heads in qkv", 1, 12, 64, 64, 64, true, 3},
+    {"B0 H2 T4 D4 causal", 0, 2, 4, 4, 4, true, 1},
+};
+
+/* A (B, H, R, D) view of heads stored as in a (B, R, interleave, H, D) buffer, at part `part`. */
+static conf_operand *att_heads(conf_case *c, const char *name, conf_role role, it_dtype dt, int64_t B, int64_t H,
+                               int64_t R, int64_t D, int interleave, int part) {
+    int64_t whole[3] = {B, R, interleave * H * D};
+    conf_operand *o = conf_add(c, name, role, dt, 3, whole, CONF_CONTIG, 0);
+    int64_t row = interleave * H * D;
+    o->ndim = 4;
+    o->shape[0] = B, o->shape[1] = H, o->shape[2] = R, o->shape[3] = D;
+    o->strides[0] = (R > 0 ? R : 1) * row, o->strides[1] = D, o->strides[2] = row, o->strides[3] = 1;
+    o->offset = part * H * D;
+    return o;
+}
+
+static void att_cases(conf_ctx *ctx, bool bwd) {
+    for (int t = 0; t < 4; t++) {
+        it_dtype dt = conf_float_dtypes[t];
+        for (size_t i = 0; i < sizeof att_shapes / sizeof att_shapes[0]; i++) {
+            const att_shape *e = &att_shapes[i];
+            conf_case c;
+            conf_case_init(&c, conf_dtype_short(dt), "%s", e->label);
+            conf_case_tol(&c, CONF_TOL_SUM, dt); /* the products' and the exp sums' order is the backend's */
+            c.sm.scale = 1.0f / sqrtf((float)e->D);
+            c.sm.causal = e->causal;
+            conf_rng r = conf_rng_seed(c.label, (uint64_t)dt + (bwd ? 101u : 0u));
+            int il = e->interleave;
+            att_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
+            att_heads(&c, "k", CONF_IN, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 1 : 0);
+            att_heads(&c, "v", CONF_IN, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 2 : 0);
+            int64_t ash[4] = {e->B, e->H, e->T, e->S};
+            if (!bwd) {
+                conf_add(&c, "att", CONF_OUT, dt, 4, ash, CONF_CONTIG, 0);
+                att_heads(&c, "y", CONF_OUT, dt, e->B, e->H, e->T, e->D, 1, 0);
+            } else {
+                conf_operand *att = conf_add(&c, "att", CONF_IN, dt, 4, ash, CONF_CONTIG, 0);
+                host_prepare_softmax(&c.sm, att, &r); /* probabilities, causal zeros included */
+                att_heads(&c, "dy", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
+                att_heads(&c, "dq", CONF_OUT, dt, e->B, e->H, e->T, e->D, il, 0);
+                att_heads(&c, "dk", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 1 : 0);
+                att_heads(&c, "dv", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 2 : 0);
+                conf_add(&c, "datt", CONF_OUT, dt, 4, ash, CONF_CONTIG, 0);
+            }
+            bool noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
+            conf_case_free(&c);
+            if (noref) break;
+        }
+    }
+}
+
+void conf_cases_attention_fwd(conf_ctx *ctx) { att_cases(ctx, false); }
+void conf_cases_attention_bwd(conf_ctx *ctx) { att_cases(ctx, true); }

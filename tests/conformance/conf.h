@@ -25,7 +25,7 @@
 #include "infinitrain/backend.h"
 #include "infinitrain/tensor.h"
 
-#define CONF_MAX_OPS 8
+#define CONF_MAX_OPS 10        /* attention_bwd has nine */
 #define CONF_SENTINEL_BYTES 64 /* before and after every storage; a multiple of 64 keeps alignment */
 #define CONF_SENTINEL 0xA5
 
@@ -223,6 +223,8 @@ CONF_DECLARE_SLOT(rmsnorm_fwd)
 CONF_DECLARE_SLOT(rmsnorm_bwd)
 CONF_DECLARE_SLOT(rope)
 CONF_DECLARE_SLOT(topk)
+CONF_DECLARE_SLOT(attention_fwd)
+CONF_DECLARE_SLOT(attention_bwd)
 
 /* cos / sin (T, D/2) tables of LLaMA's rotary angles (cases_llama.c). */
 void conf_rope_tables(conf_operand *cos_t, conf_operand *sin_t, int64_t D);

@@ -37,7 +37,9 @@
     X(rmsnorm_fwd, NULL)                                                                                               \
     X(rmsnorm_bwd, conf_grad_rmsnorm_bwd)                                                                              \
     X(rope, conf_grad_rope)                                                                                            \
-    X(topk, NULL)
+    X(topk, NULL)                                                                                                      \
+    X(attention_fwd, NULL)                                                                                             \
+    X(attention_bwd, NULL)
 
 #define PRESENT_FN(name, grad)                                                                                         \
     static bool present_##name(const it_kernels *k) { return k->name != NULL; }
@@ -126,7 +128,7 @@ static void list_table(const targets *ts) {
             bool cpu = strcmp(ts->t[i].backend->name, "cpu") == 0;
             bool native = conf_slots[s].present(ts->t[i].backend->kernels);
             /* an empty cpu slot has nothing to fall back to */
-            printf(" %-10s", native ? "native" : cpu ? "(NULL)" : "fallback");
+            printf(" %-10s", native ? "native" : cpu ? "(NULL)" : it_kernel_slot_fused(s) ? "composed" : "fallback");
         }
         printf("\n");
     }
@@ -149,6 +151,10 @@ static void run_target(conf_ctx *ctx, const char *only_slot, bool grad, conf_slo
         ctx->slot = sl->name;
         ctx->call = sl->call;
         ctx->stats = &stats[s];
+        if (!sl->present(ctx->dev.backend->kernels) && it_kernel_slot_fused(s)) {
+            conf_line(ctx, "-", "-", "-", "absent (an optional fused kernel: the core composes the op)");
+            continue;
+        }
         if (!sl->present(ctx->dev.backend->kernels)) {
             conf_line(ctx, "-", "-", "-", "fallback (not native: the core runs the CPU kernel)");
             ctx->fallback++;

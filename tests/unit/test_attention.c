@@ -1,0 +1,208 @@
+/* The fused attention kernels (it_kernels.attention_fwd / _bwd) against the composition they
+ * replace, through the ops and the autograd engine on the cpu device, in fp32.
+ *
+ * The CPU's fused kernels run the composition's own products (the kernel the gemm slot runs
+ * per matrix) and its softmax rows, so the outputs and every gradient must be bitwise equal
+ * to those of the composed path (IT_FUSED_KERNELS=0), which test_gradcheck checks against
+ * finite differences in fp64 and test_gpt2_exact against PyTorch. Shapes cover GPT-2 124M's
+ * (hd 64), head sizes that are not a multiple of the 16-wide vectors (whose last vector is
+ * stored masked: a store past a head would overwrite its neighbour in place), one head, one
+ * token, and LLaMA's it_attention on non-contiguous inputs. The kernel statistics show which
+ * path ran. fp64 is declined by the fused kernel and composed: checked too. */
+#include <stdint.h>
+
+#include "infinitrain/backend.h"
+#include "infinitrain/ops.h"
+#include "it_test.h"
+
+static it_device cpu;
+
+static uint64_t lcg = 0x9E3779B97F4A7C15ULL;
+static float frand(void) {
+    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(lcg >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static int64_t numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+/* A tensor of dt with the given host values (fp32). */
+static it_tensor *from(it_dtype dt, int ndim, const int64_t *shape, const float *v) {
+    int64_t n = numel(ndim, shape);
+    if (dt == IT_DTYPE_FP32) return it_tensor_from_host(cpu, dt, ndim, shape, v, (size_t)n * sizeof(float));
+    double *d = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) d[i] = v[i];
+    it_tensor *t = it_tensor_from_host(cpu, dt, ndim, shape, d, (size_t)n * sizeof(double));
+    free(d);
+    return t;
+}
+
+/* t's bytes, row-major (any view). */
+static unsigned char *bytes_of(it_tensor *t, size_t *size) {
+    *size = (size_t)it_tensor_numel(t) * it_dtype_size(it_tensor_dtype(t));
+    unsigned char *h = malloc(*size ? *size : 1);
+    if (h && it_tensor_copy_to_host(t, h, *size)) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static uint64_t slot_calls(const char *slot) {
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    if (it_backend_kernel_stats(cpu.backend, st)) return 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++)
+        if (strcmp(st[i].slot, slot) == 0) return st[i].calls;
+    return 0;
+}
+
+/* The outputs of one run: y and the inputs' gradients, as bytes. */
+typedef struct run_out {
+    unsigned char *b[4];
+    size_t n[4];
+    int count;
+} run_out;
+
+static void run_free(run_out *r) {
+    for (int i = 0; i < r->count; i++) free(r->b[i]);
+}
+
+/* it_causal_self_attention on qkv (B, T, 3C) from host values; loss sum(y * R). */
+static run_out run_qkv(it_dtype dt, int64_t B, int64_t T, int64_t C, int nh, const float *qkv_h, const float *r_h,
+                       bool fused) {
+    run_out o = {0};
+    if (fused)
+        unsetenv("IT_FUSED_KERNELS");
+    else
+        setenv("IT_FUSED_KERNELS", "0", 1);
+    it_scope_begin();
+    int64_t sq[3] = {B, T, 3 * C}, sy[3] = {B, T, C};
+    it_tensor *qkv = from(dt, 3, sq, qkv_h), *R = from(dt, 3, sy, r_h);
+    CHECK_OK(it_tensor_set_requires_grad(qkv, true));
+    it_tensor *y = it_causal_self_attention(qkv, nh);
+    CHECK_MSG(y != NULL, "attention: %s", it_last_error());
+    if (y) {
+        CHECK_OK(it_backward(it_sum_all(it_mul(y, R))));
+        o.b[0] = bytes_of(y, &o.n[0]);
+        o.b[1] = bytes_of(it_tensor_grad(qkv), &o.n[1]);
+        o.count = 2;
+    }
+    it_scope_end(); /* releases what the scope made, the inputs included */
+    unsetenv("IT_FUSED_KERNELS");
+    return o;
+}
+
+static void compare(const char *what, const run_out *a, const run_out *b) {
+    CHECK_MSG(a->count == b->count && a->count > 0, "%s: %d against %d outputs", what, a->count, b->count);
+    static const char *names[4] = {"y", "grad 0", "grad 1", "grad 2"};
+    for (int i = 0; i < a->count && i < b->count; i++) {
+        bool same = a->b[i] && b->b[i] && a->n[i] == b->n[i] && memcmp(a->b[i], b->b[i], a->n[i]) == 0;
+        size_t first = 0;
+        if (!same && a->b[i] && b->b[i] && a->n[i] == b->n[i])
+            while (first < a->n[i] && a->b[i][first] == b->b[i][first]) first++;
+        CHECK_MSG(same, "%s: %s differs from the composition's (first at byte %zu of %zu)", what, names[i], first,
+                  a->n[i]);
+    }
+}
+
+static void test_qkv(int64_t B, int64_t T, int64_t C, int nh) {
+    char what[96];
+    snprintf(what, sizeof what, "causal_self_attention B=%lld T=%lld C=%lld nh=%d", (long long)B, (long long)T,
+             (long long)C, nh);
+    int64_t nq = B * T * 3 * C, ny = B * T * C;
+    float *qkv = malloc((size_t)nq * sizeof(float)), *r = malloc((size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < nq; i++) qkv[i] = frand() * 2.0f;
+    for (int64_t i = 0; i < ny; i++) r[i] = frand();
+    uint64_t f0 = slot_calls("attention_fwd"), b0 = slot_calls("attention_bwd");
+    run_out fz = run_qkv(IT_DTYPE_FP32, B, T, C, nh, qkv, r, true);
+    uint64_t f1 = slot_calls("attention_fwd"), b1 = slot_calls("attention_bwd");
+    CHECK_MSG(f1 == f0 + 1 && b1 == b0 + 1, "%s: the fused kernels ran %llu and %llu times, expected once each", what,
+              (unsigned long long)(f1 - f0), (unsigned long long)(b1 - b0));
+    run_out cp = run_qkv(IT_DTYPE_FP32, B, T, C, nh, qkv, r, false);
+    CHECK_MSG(slot_calls("attention_fwd") == f1, "%s: IT_FUSED_KERNELS=0 still ran the fused kernel", what);
+    compare(what, &fz, &cp);
+    run_free(&fz);
+    run_free(&cp);
+    free(qkv);
+    free(r);
+}
+
+/* fp64: the fused kernel declines, the op composes; the call is counted, nothing is left behind. */
+static void test_fp64_composed(void) {
+    int64_t B = 2, T = 5, C = 12;
+    float qkv[2 * 5 * 36], r[2 * 5 * 12];
+    for (int i = 0; i < 2 * 5 * 36; i++) qkv[i] = frand();
+    for (int i = 0; i < 2 * 5 * 12; i++) r[i] = frand();
+    uint64_t b0 = slot_calls("attention_bwd");
+    run_out a = run_qkv(IT_DTYPE_FP64, B, T, C, 3, qkv, r, true);
+    CHECK_MSG(slot_calls("attention_bwd") == b0, "fp64: the fused backward ran");
+    run_out b = run_qkv(IT_DTYPE_FP64, B, T, C, 3, qkv, r, false);
+    compare("causal_self_attention fp64 (declined, composed)", &a, &b);
+    CHECK_MSG(it_last_status() == IT_OK, "a declined fused call left an error behind: %s", it_last_error());
+    run_free(&a);
+    run_free(&b);
+}
+
+/* it_attention on q, k, v (B, T, H, D): q a transposed-storage view (not contiguous), k and v
+ * slices of one buffer, as LLaMA's RoPE outputs and projections give them. */
+static run_out run_qkv3(int64_t B, int64_t T, int64_t H, int64_t D, const float *h, const float *r_h, bool fused) {
+    run_out o = {0};
+    if (!fused) setenv("IT_FUSED_KERNELS", "0", 1);
+    it_scope_begin();
+    int64_t sq[4] = {B, H, T, D}, skv[4] = {B, T, 2 * H, D}, sy[3] = {B, T, H * D};
+    it_tensor *qs = from(IT_DTYPE_FP32, 4, sq, h), *kv = from(IT_DTYPE_FP32, 4, skv, h + B * H * T * D);
+    it_tensor *R = from(IT_DTYPE_FP32, 3, sy, r_h);
+    CHECK_OK(it_tensor_set_requires_grad(qs, true));
+    CHECK_OK(it_tensor_set_requires_grad(kv, true));
+    it_tensor *q = it_transpose(qs, 1, 2); /* (B, T, H, D) over (B, H, T, D) storage */
+    it_tensor *k = it_slice(kv, 2, 0, H, 1), *v = it_slice(kv, 2, H, 2 * H, 1);
+    it_tensor *y = it_attention(q, k, v);
+    CHECK_MSG(y != NULL, "it_attention: %s", it_last_error());
+    if (y) {
+        CHECK_OK(it_backward(it_sum_all(it_mul(y, R))));
+        o.b[0] = bytes_of(y, &o.n[0]);
+        o.b[1] = bytes_of(it_tensor_grad(qs), &o.n[1]);
+        o.b[2] = bytes_of(it_tensor_grad(kv), &o.n[2]);
+        o.count = 3;
+    }
+    it_scope_end();
+    unsetenv("IT_FUSED_KERNELS");
+    return o;
+}
+
+static void test_qkv3(int64_t B, int64_t T, int64_t H, int64_t D) {
+    char what[96];
+    snprintf(what, sizeof what, "attention B=%lld T=%lld H=%lld D=%lld (views)", (long long)B, (long long)T,
+             (long long)H, (long long)D);
+    int64_t n = 3 * B * T * H * D, ny = B * T * H * D;
+    float *h = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = frand() * 2.0f;
+    for (int64_t i = 0; i < ny; i++) r[i] = frand();
+    uint64_t f0 = slot_calls("attention_fwd");
+    run_out fz = run_qkv3(B, T, H, D, h, r, true);
+    CHECK_MSG(slot_calls("attention_fwd") == f0 + 1, "%s: the fused forward did not run", what);
+    run_out cp = run_qkv3(B, T, H, D, h, r, false);
+    compare(what, &fz, &cp);
+    run_free(&fz);
+    run_free(&cp);
+    free(h);
+    free(r);
+}
+
+int main(void) {
+    cpu = it_device_cpu();
+    test_qkv(2, 5, 12, 3);    /* hd 4 */
+    test_qkv(1, 3, 4, 1);     /* one head */
+    test_qkv(1, 1, 8, 2);     /* one token */
+    test_qkv(2, 9, 30, 3);    /* hd 10: the last vector of each head's row is masked */
+    test_qkv(2, 17, 96, 3);   /* hd 32, T not a multiple of the 4-row tiles */
+    test_qkv(4, 64, 768, 12); /* GPT-2 124M's attention, T = 64 */
+    test_qkv(1, 256, 128, 2); /* T = 256: scores through the packed path */
+    test_fp64_composed();
+    test_qkv3(2, 7, 3, 8);
+    test_qkv3(1, 33, 2, 20);
+    return it_test_report("test_attention");
+}
