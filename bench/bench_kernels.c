@@ -35,7 +35,9 @@ enum kind {
     K_GELU,
     K_GELU_BWD,
     K_ADD,
-    K_COPY
+    K_COPY,
+    K_ATT_FWD,
+    K_ATT_BWD
 };
 
 /* One benchmark: a kernel call with its arguments (descriptors over buffers it owns). */
@@ -47,6 +49,7 @@ typedef struct kbench {
     it_softmax_args sm;
     it_adam_args adam;
     int64_t valid; /* cross entropy */
+    int64_t heads; /* attention */
     void *buf[6];
     double flops, bytes; /* per call */
 } kbench;
@@ -80,6 +83,26 @@ static it_status kb_call(const it_kernels *k, kbench *b) {
     case K_GELU_BWD: return k->binary(NULL, IT_BINARY_GELU_BWD, &d[0], &d[1], &d[2]);
     case K_ADD: return k->binary(NULL, IT_BINARY_ADD, &d[0], &d[1], &d[2]);
     case K_COPY: return k->copy_strided(NULL, &d[0], &d[1]);
+    case K_ATT_FWD:
+    case K_ATT_BWD: { /* d[0] qkv (B, T, 3C), d[1] att (B, H, T, T), d[2] y or dy (B, T, C), d[3] dqkv */
+        int64_t H = b->heads, C = d[0].shape[2] / 3, D = C / H;
+        it_tdesc h[6];
+        const it_tdesc *src[6] = {&d[0], &d[0], &d[0], &d[2], &d[3], &d[3]};
+        const int64_t col[6] = {0, C, 2 * C, 0, 0, C};
+        for (int i = 0; i < 6; i++) {
+            it_tdesc x = *src[i];
+            x.data = (float *)x.data + col[i];
+            x.ndim = 4;
+            int64_t sh[4] = {x.shape[0], H, x.shape[1], D}, st[4] = {x.strides[0], D, x.strides[1], 1};
+            for (int j = 0; j < 4; j++) x.shape[j] = sh[j], x.strides[j] = st[j];
+            h[i] = x;
+        }
+        if (b->kind == K_ATT_FWD) return k->attention_fwd(NULL, &b->sm, &h[0], &h[1], &h[2], &d[1], &h[3]);
+        it_tdesc dv = h[4], datt = d[1];
+        dv.data = (float *)d[3].data + 2 * C;
+        datt.data = b->buf[4];
+        return k->attention_bwd(NULL, &b->sm, &h[0], &h[1], &h[2], &d[1], &h[3], &h[4], &h[5], &dv, &datt);
+    }
     }
     return IT_ERR_INTERNAL;
 }
@@ -194,6 +217,44 @@ static int bench_attention(int64_t BH, int64_t T, int64_t hd) {
     snprintf(n, sizeof n, "attn bwd att^T@dy T=%lld", (long long)T);
     fails += bench_gemm(n, BH, T, hd, T, true, false, false);
     return fails;
+}
+
+/* The fused attention slots on GPT-2's layout: the heads read where they lie in qkv (B, T, 3C),
+ * y written into (B, T, C); the backward writes dqkv the same way. What the composition does
+ * instead is the split and merge copies, the four or six GEMMs above and the softmax. */
+static int bench_fused_attention(bool bwd, int64_t B, int64_t T, int64_t H, int64_t D) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = bwd ? K_ATT_BWD : K_ATT_FWD;
+    snprintf(b.name, sizeof b.name, "attention %s (fused)", bwd ? "bwd" : "fwd");
+    snprintf(b.shape, sizeof b.shape, "B%lld H%lld T%lld D%lld causal", (long long)B, (long long)H, (long long)T,
+             (long long)D);
+    int64_t C = H * D, sq[3] = {B, T, 3 * C}, sa[4] = {B, H, T, T}, sy[3] = {B, T, C};
+    float *qkv = kb_buf(&b, 0, (size_t)(B * T * 3 * C), 0.5f), *att = kb_buf(&b, 1, (size_t)(B * H * T * T), 0.0f);
+    float *y = kb_buf(&b, 2, (size_t)(B * T * C), 0.5f), *dqkv = kb_buf(&b, 3, (size_t)(B * T * 3 * C), 0.0f);
+    float *datt = kb_buf(&b, 4, (size_t)(B * H * T * T), 0.0f);
+    if (!qkv || !att || !y || !dqkv || !datt) {
+        kb_free(&b);
+        fprintf(stderr, "fused attention: out of memory\n");
+        return 1;
+    }
+    b.d[0] = bench_desc(qkv, IT_DTYPE_FP32, 3, sq);
+    b.d[1] = bench_desc(att, IT_DTYPE_FP32, 4, sa);
+    b.d[2] = bench_desc(y, IT_DTYPE_FP32, 3, sy);
+    b.d[3] = bench_desc(dqkv, IT_DTYPE_FP32, 3, sq);
+    b.heads = H;
+    b.sm = (it_softmax_args){1.0f / sqrtf((float)D), true};
+    if (bwd) { /* att as the forward leaves it */
+        b.kind = K_ATT_FWD;
+        if (kb_call(it_cpu_kernels(), &b)) {
+            fprintf(stderr, "fused attention: %s\n", it_last_error());
+            kb_free(&b);
+            return 1;
+        }
+        b.kind = K_ATT_BWD;
+    }
+    b.flops = (bwd ? 4.0 : 2.0) * 2.0 * (double)(B * H) * (double)T * (double)T * (double)D;
+    return kb_run(&b);
 }
 
 static int bench_norm(bool rms, bool bwd, int64_t R, int64_t C) {
@@ -407,6 +468,12 @@ int main(int argc, char **argv) {
     printf("-- attention's batched GEMMs, B*nh = %lld heads of hd = %lld\n", (long long)(B * NH), (long long)HD);
     fails += bench_attention(B * NH, T, HD);
     fails += bench_attention(B * NH, 256, HD);
+    printf("-- the fused attention slots (heads read in place in qkv; the composition is the GEMMs above, the softmax\n"
+           "   and the head split / merge copies below)\n");
+    fails += bench_fused_attention(false, B, T, NH, HD);
+    fails += bench_fused_attention(true, B, T, NH, HD);
+    fails += bench_fused_attention(false, B, 256, NH, HD);
+    fails += bench_fused_attention(true, B, 256, NH, HD);
     printf("-- memory-bound kernels (GB/s = least bytes moved / time)\n");
     fails += bench_norm(false, false, R, C);
     fails += bench_norm(false, true, R, C);

@@ -28,7 +28,7 @@
  * Then a per-kernel breakdown of the first case's measured steps (GPT-2 124M T=64 in a full run)
  * (it_backend_kernel_stats), and a per-shape profile of one step of it on "benchprof", a
  * backend registered here with the CPU backend's runtime and kernels, which times gemm,
- * copy_strided, binary, unary, reduce and fill per argument shape and traces malloc.
+ * copy_strided, binary, unary, reduce, fill and the fused attention per argument shape and traces malloc.
  *
  * Lines starting with "RESULT " and "PEAK " are for bench/run.sh. See docs/performance.md. */
 #include <math.h>
@@ -583,6 +583,39 @@ static it_status prof_fill(it_stream *s, it_tdesc *dst, it_scalar v) {
     return st;
 }
 
+/* The fused attention: "B4 H12 T64 S64 D64 causal", rated in GFLOP/s of its products. */
+static void att_key(const it_softmax_args *a, const it_tdesc *q, const it_tdesc *k, char *key, size_t size) {
+    snprintf(key, size, "B%lld H%lld T%lld S%lld D%lld%s", (long long)q->shape[0], (long long)q->shape[1],
+             (long long)q->shape[2], (long long)k->shape[2], (long long)q->shape[3], a && a->causal ? " causal" : "");
+}
+static double att_flops(const it_tdesc *q, const it_tdesc *k) {
+    return 2.0 * (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)k->shape[2] *
+           (double)q->shape[3];
+}
+
+static it_status prof_att_fwd(it_stream *s, const it_softmax_args *a, const it_tdesc *q, const it_tdesc *k,
+                              const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
+    double t0 = bench_now_ms();
+    it_status st = prof_cpu->attention_fwd(s, a, q, k, v, att, y);
+    double ms = bench_now_ms() - t0;
+    char key[PROF_KEY];
+    att_key(a, q, k, key, sizeof key);
+    prof_add("attention_fwd", key, ms, 2.0 * att_flops(q, k), 0);
+    return st;
+}
+
+static it_status prof_att_bwd(it_stream *s, const it_softmax_args *a, const it_tdesc *q, const it_tdesc *k,
+                              const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
+                              it_tdesc *dv, it_tdesc *datt) {
+    double t0 = bench_now_ms();
+    it_status st = prof_cpu->attention_bwd(s, a, q, k, v, att, dy, dq, dk, dv, datt);
+    double ms = bench_now_ms() - t0;
+    char key[PROF_KEY];
+    att_key(a, q, k, key, sizeof key);
+    prof_add("attention_bwd", key, ms, 4.0 * att_flops(q, k), 0);
+    return st;
+}
+
 static int cmp_prof_ms(const void *a, const void *b) {
     double x = ((const prof_entry *)a)->ms, y = ((const prof_entry *)b)->ms;
     return (x < y) - (x > y);
@@ -619,6 +652,8 @@ static it_status prof_device(it_device *dev) {
         prof_kernels.binary = prof_binary;
         prof_kernels.reduce = prof_reduce;
         prof_kernels.fill = prof_fill;
+        prof_kernels.attention_fwd = prof_att_fwd;
+        prof_kernels.attention_bwd = prof_att_bwd;
         prof_runtime = *cpu->runtime;
         prof_runtime.malloc = prof_malloc;
         prof_backend = *cpu;
@@ -688,10 +723,11 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
     qsort(prof, (size_t)prof_n, sizeof prof[0], cmp_prof_ms);
     double shown = 0, all = 0;
     for (int i = 0; i < prof_n; i++) all += prof[i].ms / steps;
-    printf("  step %.1f ms; gemm, copy_strided, unary, binary, reduce and fill: %.1f ms (%.1f%%). Top %d call "
-           "shapes by time:\n",
-           step_ms, all, 100.0 * all / step_ms, top);
-    printf("  %-12s %-62s %6s %9s %6s %10s\n", "slot", "shape (b x M x N x K for gemm; /s = strides)", "calls",
+    printf(
+        "  step %.1f ms; gemm, copy_strided, unary, binary, reduce, fill and attention: %.1f ms (%.1f%%). Top %d call "
+        "shapes by time:\n",
+        step_ms, all, 100.0 * all / step_ms, top);
+    printf("  %-13s %-61s %6s %9s %6s %10s\n", "slot", "shape (b x M x N x K for gemm; /s = strides)", "calls",
            "ms/step", "%step", "rate");
     for (int i = 0; i < prof_n && i < top; i++) {
         const prof_entry *e = &prof[i];
@@ -702,7 +738,7 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
             snprintf(rate, sizeof rate, "%.1f GF/s", e->flops / (e->ms * 1e-3) / 1e9);
         else
             snprintf(rate, sizeof rate, "%.2f GB/s", e->bytes / (e->ms * 1e-3) / 1e9);
-        printf("  %-12s %-62s %6llu %9.2f %5.1f%% %10s\n", e->slot, e->key,
+        printf("  %-13s %-61s %6llu %9.2f %5.1f%% %10s\n", e->slot, e->key,
                (unsigned long long)(e->calls / (uint64_t)steps), ms, 100.0 * ms / step_ms, rate);
     }
     printf("  (these %d: %.1f ms of the step, %.1f%%)\n", top < prof_n ? top : prof_n, shown, 100.0 * shown / step_ms);
