@@ -171,6 +171,32 @@ static it_status check_scores(const char *kernel, const char *name, const it_tde
     return IT_OK;
 }
 
+/* What both directions check first: args, then q, k and v; g = B, H, T, S, D from q and k. */
+static it_status att_shape(const char *kn, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                           const it_tdesc *v, int64_t g[5]) {
+    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
+    if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
+        return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
+    g[0] = q->shape[0], g[1] = q->shape[1], g[2] = q->shape[2], g[3] = k->shape[2], g[4] = q->shape[3];
+    it_status st;
+    if ((st = check_heads(kn, "q", q, g[0], g[1], g[2], g[4])) ||
+        (st = check_heads(kn, "k", k, g[0], g[1], g[3], g[4])))
+        return st;
+    return check_heads(kn, "v", v, g[0], g[1], g[3], g[4]);
+}
+
+/* What both check last, the operands being right: the mask's geometry, then *none when there
+ * is nothing to compute, or a decline for what this kernel does not take. */
+static it_status att_work(const char *kn, const it_softmax_args *args, const int64_t g[5], bool *none) {
+    int64_t B = g[0], H = g[1], T = g[2], S = g[3], D = g[4];
+    *none = B * H * T == 0;
+    if (args->causal && S < T)
+        return it_error(IT_ERR_INVALID_ARG, "%s: causal mask needs keys >= queries (%lld < %lld)", kn, (long long)S,
+                        (long long)T);
+    if (!*none && (S == 0 || D == 0)) return it_error(IT_ERR_UNSUPPORTED, "%s: no keys or an empty head dimension", kn);
+    return IT_OK;
+}
+
 /* The leading dimension of a head's rows (any value >= D serves a single row). */
 static int64_t ld_of(const it_tdesc *t) {
     return t->shape[2] > 1 ? t->strides[2] : (t->shape[3] > 0 ? t->shape[3] : 1);
@@ -180,20 +206,14 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
     (void)s;
     const char *kn = "attention_fwd";
-    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
-    if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
-        return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], S = k->shape[2];
-    it_status st;
-    if ((st = check_heads(kn, "q", q, B, H, T, D)) || (st = check_heads(kn, "k", k, B, H, S, D)) ||
-        (st = check_heads(kn, "v", v, B, H, S, D)) || (st = check_heads(kn, "y", y, B, H, T, D)) ||
-        (st = check_scores(kn, "att", att, B, H, T, S)))
+    int64_t g[5];
+    bool none;
+    it_status st = att_shape(kn, args, q, k, v, g);
+    if (st) return st;
+    int64_t B = g[0], H = g[1], T = g[2], S = g[3], D = g[4];
+    if ((st = check_heads(kn, "y", y, B, H, T, D)) || (st = check_scores(kn, "att", att, B, H, T, S)) ||
+        (st = att_work(kn, args, g, &none)) || none)
         return st;
-    if (args->causal && S < T)
-        return it_error(IT_ERR_INVALID_ARG, "%s: causal mask needs keys >= queries (%lld < %lld)", kn, (long long)S,
-                        (long long)T);
-    if (B * H * T == 0) return IT_OK;
-    if (S == 0 || D == 0) return it_error(IT_ERR_UNSUPPORTED, "%s: no keys or an empty head dimension", kn);
     const float scale = args->scale;
     int64_t n = B * H;
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
@@ -213,22 +233,16 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
                                it_tdesc *dv, it_tdesc *datt) {
     (void)s;
     const char *kn = "attention_bwd";
-    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
-    if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
-        return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], S = k->shape[2];
-    it_status st;
-    if ((st = check_heads(kn, "q", q, B, H, T, D)) || (st = check_heads(kn, "k", k, B, H, S, D)) ||
-        (st = check_heads(kn, "v", v, B, H, S, D)) || (st = check_scores(kn, "att", att, B, H, T, S)) ||
-        (st = check_heads(kn, "dy", dy, B, H, T, D)) || (st = check_heads(kn, "dq", dq, B, H, T, D)) ||
-        (st = check_heads(kn, "dk", dk, B, H, S, D)) || (st = check_heads(kn, "dv", dv, B, H, S, D)) ||
-        (st = check_scores(kn, "datt", datt, B, H, T, S)))
+    int64_t g[5];
+    bool none;
+    it_status st = att_shape(kn, args, q, k, v, g);
+    if (st) return st;
+    int64_t B = g[0], H = g[1], T = g[2], S = g[3], D = g[4];
+    if ((st = check_scores(kn, "att", att, B, H, T, S)) || (st = check_heads(kn, "dy", dy, B, H, T, D)) ||
+        (st = check_heads(kn, "dq", dq, B, H, T, D)) || (st = check_heads(kn, "dk", dk, B, H, S, D)) ||
+        (st = check_heads(kn, "dv", dv, B, H, S, D)) || (st = check_scores(kn, "datt", datt, B, H, T, S)) ||
+        (st = att_work(kn, args, g, &none)) || none)
         return st;
-    if (args->causal && S < T)
-        return it_error(IT_ERR_INVALID_ARG, "%s: causal mask needs keys >= queries (%lld < %lld)", kn, (long long)S,
-                        (long long)T);
-    if (B * H * T == 0) return IT_OK;
-    if (S == 0 || D == 0) return it_error(IT_ERR_UNSUPPORTED, "%s: no keys or an empty head dimension", kn);
     const float scale = args->scale;
     int64_t n = B * H;
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)

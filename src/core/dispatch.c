@@ -427,9 +427,11 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
             "fallback MB");
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         /* "native+cpu": a native slot that declined some calls (IT_ERR_UNSUPPORTED) */
-        const char *path = !st[i].native             ? (it_kernel_slot_fused(i) ? "composed" : "fallback")
-                           : st[i].fallback_calls ? "native+cpu"
-                                                  : "native";
+        const char *path = "native";
+        if (!st[i].native)
+            path = it_kernel_slot_fused(i) ? "composed" : "fallback";
+        else if (st[i].fallback_calls)
+            path = "native+cpu";
         fprintf(f, "  %-18s %-8s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
