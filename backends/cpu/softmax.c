@@ -134,10 +134,12 @@ it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it
  *        dq = datt k; dk = datt^T q
  * Each product goes through it_cpu_sgemm_rm, the kernel the gemm slot runs for each matrix
  * of a batch, and each row through the softmax slot's row functions: the results are bitwise
- * the composition's (test_cpu_nn checks it). What is saved: the copies that split the heads
- * out of qkv and merge them back (and their backward), the (B, H, T, S) scores, and a
- * kernel launch and a pass over memory per step of the composition. fp32 only (other
- * dtypes are declined and composed). */
+ * the composition's (test_attention checks it). That is also why the masked half of a causal
+ * block is computed and then zeroed, as the composition does: skipping it would stop a NaN
+ * or Inf in a masked key from reaching y. What is saved: the copies that split the heads out
+ * of qkv and merge them back (and their backward), the (B, H, T, S) scores, and a kernel
+ * launch and a pass over memory per step of the composition. fp32 only (other dtypes are
+ * declined and composed). */
 
 /* The (T, D) matrix of head (b, h) of a (B, H, T, D) view. */
 #define HEAD(d, b, h) ((float *)(d)->data + (b) * (d)->strides[0] + (h) * (d)->strides[1])

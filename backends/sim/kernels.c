@@ -303,10 +303,16 @@ static it_status att_declines(const char *name, int n, const it_tdesc *const *d)
         if (!d[i]) return it_error(IT_ERR_INVALID_ARG, "sim: %s: argument %d is NULL", name, i);
         if (d[i]->dtype != IT_DTYPE_FP32)
             return it_error(IT_ERR_UNSUPPORTED, "sim: %s: takes fp32 only (got %s)", name, it_dtype_name(d[i]->dtype));
-        if (d[i]->ndim == 4 && ((d[i]->shape[3] > 1 && d[i]->strides[3] != 1) ||
-                                (d[i]->shape[2] > 1 && d[i]->strides[2] < d[i]->shape[3])))
+        if (d[i]->ndim == 4 &&
+            (d[i]->strides[0] < 0 || d[i]->strides[1] < 0 || (d[i]->shape[3] > 1 && d[i]->strides[3] != 1) ||
+             (d[i]->shape[2] > 1 && d[i]->strides[2] < d[i]->shape[3])))
             return it_error(IT_ERR_UNSUPPORTED, "sim: %s: rows that are not row-major", name);
     }
+    /* d[0] is q (B, H, T, D), d[1] k (B, H, S, D): keys and a head dimension are needed */
+    const it_tdesc *q = d[0], *k = d[1];
+    if (q->ndim == 4 && k->ndim == 4 && q->shape[0] * q->shape[1] * q->shape[2] > 0 &&
+        (k->shape[2] == 0 || q->shape[3] == 0))
+        return it_error(IT_ERR_UNSUPPORTED, "sim: %s: no keys or an empty head dimension", name);
     return IT_OK;
 }
 
