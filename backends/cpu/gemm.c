@@ -117,6 +117,16 @@ static void scatter(const operand *o, int64_t batch, const void *tmp, bool f64) 
  * column-major form): returns the trans flag to pass. */
 static bool blas_trans(const operand *o) { return o->layout == LAYOUT_COL ? !o->trans : o->trans; }
 
+/* One fp32 product, row-major operands: the AVX-512 kernel when it takes it, else the BLAS.
+ * The fused attention calls it per head, so that its products are the gemm slot's. */
+void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (it_cpu_sgemm_avx512_usable() && it_cpu_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
 /* C (M, N) = alpha op(A) op(B) + beta C with every operand already BLAS-usable. */
 static void gemm_one(bool f64, const operand *A, const void *pa, const operand *B, const void *pb, const operand *C,
                      void *pc, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
@@ -129,24 +139,12 @@ static void gemm_one(bool f64, const operand *A, const void *pa, const operand *
         tb = !t;
         p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
     }
-    if (!f64 && it_cpu_sgemm_avx512_usable() &&
-        it_cpu_sgemm_avx512(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, C->ld))
+    if (!f64) {
+        it_cpu_sgemm_rm(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, C->ld);
         return;
-    enum CBLAS_TRANSPOSE t1 = ta ? CblasTrans : CblasNoTrans, t2 = tb ? CblasTrans : CblasNoTrans;
-    if (f64)
-        cblas_dgemm(CblasRowMajor, t1, t2, (int)m, (int)n, (int)K, alpha, p1, (int)ld1, p2, (int)ld2, beta, pc,
-                    (int)C->ld);
-    else
-        cblas_sgemm(CblasRowMajor, t1, t2, (int)m, (int)n, (int)K, alpha, p1, (int)ld1, p2, (int)ld2, beta, pc,
-                    (int)C->ld);
-}
-
-void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (it_cpu_sgemm_avx512_usable() && it_cpu_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
-        return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
-                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    }
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)K,
+                alpha, p1, (int)ld1, p2, (int)ld2, beta, pc, (int)C->ld);
 }
 
 static const char *elem(const operand *o, int64_t batch) {

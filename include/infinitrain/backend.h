@@ -269,7 +269,8 @@ typedef struct it_kernels {
      * 1 <= k <= E. */
     it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
 
-    /* ---- optional fused kernels. Unlike the slots above, an empty one is not served by the
+    /* ---- optional fused kernels, last in the table (it_kernel_slot_fused counts from the
+     * first of them). Unlike the slots above, an empty one is not served by the
      * CPU fallback: the core composes the op from the slots above instead, on the device.
      * A native one may decline a call (IT_ERR_UNSUPPORTED before writing anything: a dtype
      * or layout it does not take); the core then composes that call. */
