@@ -132,6 +132,8 @@ it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it
  *   fwd: att = q k^T; att = softmax(scale att) in place; y = att v
  *   bwd: dv = att^T dy; datt = dy v^T; datt = softmax_bwd(att, datt) in place;
  *        dq = datt k; dk = datt^T q
+ * With grouped kv heads (Hkv < H) query head h reads kv head h / (H / Hkv), and dk, dv are
+ * still per query head: the core sums each group, as the composition's expand does.
  * Each product goes through it_cpu_sgemm_rm, the kernel the gemm slot runs for each matrix
  * of a batch, and each row through the softmax slot's row functions: the results are bitwise
  * the composition's (test_attention checks it). That is also why the masked half of a causal
@@ -173,23 +175,28 @@ static it_status check_scores(const char *kernel, const char *name, const it_tde
     return IT_OK;
 }
 
-/* What both directions check first: args, then q, k and v; g = B, H, T, S, D from q and k. */
+/* What both directions check first: args, then q, k and v; g = B, H, T, S, D, Hkv from q and
+ * k (k and v have Hkv heads, each serving H / Hkv query heads). */
 static it_status att_shape(const char *kn, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
-                           const it_tdesc *v, int64_t g[5]) {
+                           const it_tdesc *v, int64_t g[6]) {
     if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", kn);
     if (q == NULL || k == NULL || q->ndim != 4 || k->ndim != 4)
         return it_error(IT_ERR_INVALID_ARG, "%s: q and k must be 4-D (B, H, T, D)", kn);
     g[0] = q->shape[0], g[1] = q->shape[1], g[2] = q->shape[2], g[3] = k->shape[2], g[4] = q->shape[3];
+    g[5] = k->shape[1];
+    if (g[5] < 0 || (g[5] == 0 ? g[1] != 0 : g[1] % g[5] != 0))
+        return it_error(IT_ERR_INVALID_ARG, "%s: k has %lld heads, which must divide q's %lld", kn, (long long)g[5],
+                        (long long)g[1]);
     it_status st;
     if ((st = check_heads(kn, "q", q, g[0], g[1], g[2], g[4])) ||
-        (st = check_heads(kn, "k", k, g[0], g[1], g[3], g[4])))
+        (st = check_heads(kn, "k", k, g[0], g[5], g[3], g[4])))
         return st;
-    return check_heads(kn, "v", v, g[0], g[1], g[3], g[4]);
+    return check_heads(kn, "v", v, g[0], g[5], g[3], g[4]);
 }
 
 /* What both check last, the operands being right: the mask's geometry, then *none when there
  * is nothing to compute, or a decline for what this kernel does not take. */
-static it_status att_work(const char *kn, const it_softmax_args *args, const int64_t g[5], bool *none) {
+static it_status att_work(const char *kn, const it_softmax_args *args, const int64_t g[6], bool *none) {
     int64_t B = g[0], H = g[1], T = g[2], S = g[3], D = g[4];
     *none = B * H * T == 0;
     if (args->causal && S < T)
@@ -208,7 +215,7 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
     (void)s;
     const char *kn = "attention_fwd";
-    int64_t g[5];
+    int64_t g[6];
     bool none;
     it_status st = att_shape(kn, args, q, k, v, g);
     if (st) return st;
@@ -217,15 +224,15 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H;
+    int64_t n = B * H, r = H / g[5];
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
     for (int64_t bh = 0; bh < n; bh++) {
         int64_t b = bh / H, h = bh % H;
         float *a = (float *)att->data + bh * T * S;
-        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(q, b, h), ld_of(q), HEAD(k, b, h), ld_of(k), 0.0f, a, S);
+        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(q, b, h), ld_of(q), HEAD(k, b, h / r), ld_of(k), 0.0f, a, S);
         for (int64_t t = 0; t < T; t++)
             fwd_row_f32(a + t * S, 1, a + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
-        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, a, S, HEAD(v, b, h), ld_of(v), 0.0f, HEAD(y, b, h), ld_of(y));
+        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, a, S, HEAD(v, b, h / r), ld_of(v), 0.0f, HEAD(y, b, h), ld_of(y));
     }
     return IT_OK;
 }
@@ -235,7 +242,7 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
                                it_tdesc *dv, it_tdesc *datt) {
     (void)s;
     const char *kn = "attention_bwd";
-    int64_t g[5];
+    int64_t g[6];
     bool none;
     it_status st = att_shape(kn, args, q, k, v, g);
     if (st) return st;
@@ -246,17 +253,18 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H;
+    int64_t n = B * H, r = H / g[5];
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
     for (int64_t bh = 0; bh < n; bh++) {
         int64_t b = bh / H, h = bh % H;
         const float *a = (const float *)att->data + bh * T * S;
         float *da = (float *)datt->data + bh * T * S;
         it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, a, S, HEAD(dy, b, h), ld_of(dy), 0.0f, HEAD(dv, b, h), ld_of(dv));
-        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(dy, b, h), ld_of(dy), HEAD(v, b, h), ld_of(v), 0.0f, da, S);
+        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(dy, b, h), ld_of(dy), HEAD(v, b, h / r), ld_of(v), 0.0f, da, S);
         for (int64_t t = 0; t < T; t++)
             bwd_row_f32(a + t * S, 1, da + t * S, 1, da + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
-        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, da, S, HEAD(k, b, h), ld_of(k), 0.0f, HEAD(dq, b, h), ld_of(dq));
+        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, da, S, HEAD(k, b, h / r), ld_of(k), 0.0f, HEAD(dq, b, h),
+                        ld_of(dq));
         it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, da, S, HEAD(q, b, h), ld_of(q), 0.0f, HEAD(dk, b, h), ld_of(dk));
     }
     return IT_OK;

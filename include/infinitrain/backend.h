@@ -36,8 +36,9 @@ extern "C" {
 /* Bump on any incompatible change of the structs below; plugins built against another
  * version are refused at load time. */
 /* 3: it_ccl gained all_reduce_start / request_test / request_wait;
- * 4: it_kernels gained the optional fused attention_fwd / attention_bwd */
-#define IT_BACKEND_API_VERSION 4
+ * 4: it_kernels gained the optional fused attention_fwd / attention_bwd;
+ * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q) */
+#define IT_BACKEND_API_VERSION 5
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -277,17 +278,20 @@ typedef struct it_kernels {
     /* Multi-head attention, the fused form of the core's composition
      *   att = softmax(args->scale * q k^T, args->causal)   (softmax_fwd's semantics)
      *   y   = att v
-     * q (B, H, T, D), k and v (B, H, S, D), y (B, H, T, D) are views with any strides but a
+     * q (B, H, T, D), k and v (B, Hkv, S, D), y (B, H, T, D) are views with any strides but a
      * unit last one (the core passes the heads where they lie in (B, T, 3, H, D) or
      * (B, T, H, D) buffers, and y into a (B, T, H, D) one); att (B, H, T, S) contiguous, kept
-     * for the backward. A backend that takes a forward call must take the backward of the
-     * same shapes. */
+     * for the backward. Hkv divides H: query head h attends with kv head h / (H / Hkv)
+     * (grouped-query attention; Hkv == H is plain multi-head). A backend that takes a forward
+     * call must take the backward of the same shapes. */
     it_status (*attention_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y);
     /* From dy (B, H, T, D) (any strides, unit last one) and the forward's q, k, v and att:
      *   dv = att^T dy,  datt = softmax_bwd(att, dy v^T),  dq = datt k,  dk = datt^T q
-     * dq, dk, dv written (not accumulated) as views with a unit last stride; datt
-     * (B, H, T, S) contiguous gets the scores' gradient (softmax_bwd's dx). */
+     * dq (B, H, T, D) and dk, dv (B, H, S, D) written (not accumulated) as views with a unit
+     * last stride; dk and dv are per query head even when kv heads are grouped (the core sums
+     * each group with the reduce slot, as the composition's expand does); datt (B, H, T, S)
+     * contiguous gets the scores' gradient (softmax_bwd's dx). */
     it_status (*attention_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
                                it_tdesc *dk, it_tdesc *dv, it_tdesc *datt);

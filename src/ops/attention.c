@@ -3,7 +3,8 @@
  *   y   = att v -> (B, T, nh, hd) -> (B, T, C)
  * On a backend with the fused kernels (it_kernels.attention_fwd / _bwd) it is one node that
  * reads the heads where they lie in qkv (or q, k, v) and writes y and the gradients in
- * place. Otherwise, and for what the kernel declines (a dtype, autocast), it is composed of
+ * place (grouped kv heads included: k and v are read once per group, not expanded).
+ * Otherwise, and for what the kernel declines (a dtype, autocast), it is composed of
  * differentiable ops (heads copied out to (B, nh, T, hd), matmul, softmax, matmul, merged
  * back), whose backward comes from theirs. The CPU's fused kernels compute bitwise what the
  * composition computes. */
@@ -101,19 +102,49 @@ static it_tensor *qkv_attention_fused(it_tensor *qkv, int64_t H, bool *declined)
     return y;
 }
 
-/* LLaMA's node: q, k, v (B, T, H, D) in (as many kv heads as query heads), y (B, T, H * D). */
+/* (B, T, H, D) per query head -> (B, T, Hkv, D): each group of H / Hkv heads summed by the
+ * reduce slot over a (B, T, Hkv, H / Hkv, D) view, the reduction the composition's expand
+ * runs in its backward (its order depends on the group's size alone), so the bits are the
+ * same. */
+static it_tensor *group_sum(it_tensor *e, int64_t Hkv) {
+    int64_t B = e->shape[0], T = e->shape[1], H = e->shape[2], D = e->shape[3], r = H / Hkv;
+    it_device dev = it_tensor_device(e);
+    it_tensor *out = it__scope_add(it__tensor_new_owned(dev, e->dtype, 4, (int64_t[]){B, T, Hkv, D}));
+    if (!out) return NULL;
+    it_tdesc x = it_tensor_desc(e), o = it_tensor_desc(out);
+    int64_t xs[5] = {B, T, Hkv, r, D}, os[5] = {B, T, Hkv, 1, D};
+    int64_t xst[5] = {T * H * D, H * D, r * D, D, 1}, ost[5] = {T * Hkv * D, Hkv * D, D, D, 1};
+    x.ndim = o.ndim = 5;
+    for (int i = 0; i < 5; i++) x.shape[i] = xs[i], x.strides[i] = xst[i], o.shape[i] = os[i], o.strides[i] = ost[i];
+    return KCALL(dev, reduce, IT_REDUCE_SUM, &x, &o) ? NULL : out;
+}
+
+/* LLaMA's node: q (B, T, H, D), k and v (B, T, Hkv, D) in, y (B, T, H * D). */
 static it_status qkv3_attention_backward(it_node *n, it_tensor *dy) {
     it_tensor *qt = n->in[0], *kt = n->in[1], *vt = n->in[2];
-    int64_t H = qt->shape[2], D = qt->shape[3];
-    it_tensor *dqt = it__empty_like(qt), *dkt = it__empty_like(kt), *dvt = it__empty_like(vt);
-    if (!dqt || !dkt || !dvt) return it_last_status();
-#define BHTD(t) heads_of((t), H, D, 0, (t)->strides[2], (t)->strides[3])
-    it_tdesc q = BHTD(qt), k = BHTD(kt), v = BHTD(vt), dq = BHTD(dqt), dk = BHTD(dkt), dv = BHTD(dvt);
+    int64_t H = qt->shape[2], Hkv = kt->shape[2], D = qt->shape[3];
+    /* the kernel's dk and dv are per query head: with grouped kv heads they go to (B, S, H, D)
+     * buffers and are summed per group afterwards */
+    it_device dev = it_tensor_device(qt);
+    int64_t es[4] = {kt->shape[0], kt->shape[1], H, D};
+    it_tensor *dqt = it__empty_like(qt);
+    it_tensor *dke = Hkv == H ? it__empty_like(kt) : it__scope_add(it__tensor_new_owned(dev, kt->dtype, 4, es));
+    it_tensor *dve = Hkv == H ? it__empty_like(vt) : it__scope_add(it__tensor_new_owned(dev, vt->dtype, 4, es));
+    if (!dqt || !dke || !dve) return it_last_status();
+#define BHTD(t, h) heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
+    it_tdesc q = BHTD(qt, H), k = BHTD(kt, Hkv), v = BHTD(vt, Hkv), dq = BHTD(dqt, H), dk = BHTD(dke, H),
+             dv = BHTD(dve, H);
 #undef BHTD
     it_status st = fused_backward(n, dy, &q, &k, &v, &dq, &dk, &dv);
     if (!st && qt->requires_grad) st = it__accum_grad(qt, dqt);
-    if (!st && kt->requires_grad) st = it__accum_grad(kt, dkt);
-    if (!st && vt->requires_grad) st = it__accum_grad(vt, dvt);
+    if (!st && kt->requires_grad) {
+        it_tensor *dkt = Hkv == H ? dke : group_sum(dke, Hkv);
+        st = dkt ? it__accum_grad(kt, dkt) : it_last_status();
+    }
+    if (!st && vt->requires_grad) {
+        it_tensor *dvt = Hkv == H ? dve : group_sum(dve, Hkv);
+        st = dvt ? it__accum_grad(vt, dvt) : it_last_status();
+    }
     return st;
 }
 
@@ -173,12 +204,12 @@ it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) {
         it_error(IT_ERR_INVALID_ARG, "attention: q (B, T, nh, hd), k and v (B, T, nkv, hd) with nh divisible by nkv");
         return NULL;
     }
-    if (k->shape[2] == q->shape[2] && fused_wanted(q) && q->dtype == k->dtype && q->dtype == v->dtype &&
+    if (fused_wanted(q) && q->dtype == k->dtype && q->dtype == v->dtype &&
         it_device_equal(it_tensor_device(k), it_tensor_device(q)) &&
         it_device_equal(it_tensor_device(v), it_tensor_device(q))) {
-        int64_t H = q->shape[2], D = q->shape[3];
-#define BHTD(t) heads_of((t), H, D, 0, (t)->strides[2], (t)->strides[3])
-        it_tdesc qd = BHTD(q), kd = BHTD(k), vd = BHTD(v);
+        int64_t H = q->shape[2], Hkv = k->shape[2], D = q->shape[3];
+#define BHTD(t, h) heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
+        it_tdesc qd = BHTD(q, H), kd = BHTD(k, Hkv), vd = BHTD(v, Hkv);
 #undef BHTD
         float scale = 1.0f / sqrtf((float)D);
         bool declined;

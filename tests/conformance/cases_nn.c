@@ -382,17 +382,20 @@ typedef struct att_shape {
     int64_t B, H, T, S, D;
     bool causal;
     int interleave; /* heads stored as in (B, T, interleave, H, D) (3: GPT-2's qkv), at part `part` */
+    int64_t Hkv;    /* k's and v's heads (grouped-query attention); 0: H */
 } att_shape;
 
 static const att_shape att_shapes[] = {
-    {"B2 H3 T7 D5 causal", 2, 3, 7, 7, 5, true, 1},
-    {"B2 H3 T7 D5 causal, heads in qkv", 2, 3, 7, 7, 5, true, 3},
-    {"B1 H2 T16 D16 causal", 1, 2, 16, 16, 16, true, 1},
-    {"B2 H2 T5 S9 D8", 2, 2, 5, 9, 8, false, 1},
-    {"B1 H2 T5 S9 D8 causal", 1, 2, 5, 9, 8, true, 3},
-    {"B1 H1 T1 D4 causal", 1, 1, 1, 1, 4, true, 1},
-    {"B1 H12 T64 D64 causal, heads in qkv", 1, 12, 64, 64, 64, true, 3},
-    {"B0 H2 T4 D4 causal", 0, 2, 4, 4, 4, true, 1},
+    {"B2 H3 T7 D5 causal", 2, 3, 7, 7, 5, true, 1, 0},
+    {"B2 H3 T7 D5 causal, heads in qkv", 2, 3, 7, 7, 5, true, 3, 0},
+    {"B1 H2 T16 D16 causal", 1, 2, 16, 16, 16, true, 1, 0},
+    {"B2 H2 T5 S9 D8", 2, 2, 5, 9, 8, false, 1, 0},
+    {"B1 H2 T5 S9 D8 causal", 1, 2, 5, 9, 8, true, 3, 0},
+    {"B1 H1 T1 D4 causal", 1, 1, 1, 1, 4, true, 1, 0},
+    {"B1 H12 T64 D64 causal, heads in qkv", 1, 12, 64, 64, 64, true, 3, 0},
+    {"B0 H2 T4 D4 causal", 0, 2, 4, 4, 4, true, 1, 0},
+    {"B2 H6 Hkv2 T9 D8 causal (grouped kv heads)", 2, 6, 9, 9, 8, true, 1, 2},
+    {"B1 H4 Hkv1 T3 S6 D5 (one kv head)", 1, 4, 3, 6, 5, false, 1, 1},
 };
 
 /* A (B, H, R, D) view of heads stored as in a (B, R, interleave, H, D) buffer, at part `part`. */
@@ -420,9 +423,10 @@ static void att_cases(conf_ctx *ctx, bool bwd) {
             c.sm.causal = e->causal;
             conf_rng r = conf_rng_seed(c.label, (uint64_t)dt + (bwd ? 101u : 0u));
             int il = e->interleave;
+            int64_t hkv = e->Hkv ? e->Hkv : e->H; /* (interleaved heads have hkv == H) */
             att_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
-            att_heads(&c, "k", CONF_IN, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 1 : 0);
-            att_heads(&c, "v", CONF_IN, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 2 : 0);
+            att_heads(&c, "k", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 1 : 0);
+            att_heads(&c, "v", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 2 : 0);
             int64_t ash[4] = {e->B, e->H, e->T, e->S};
             if (!bwd) {
                 conf_add(&c, "att", CONF_OUT, dt, 4, ash, CONF_CONTIG, 0);
