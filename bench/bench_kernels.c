@@ -253,6 +253,8 @@ static int bench_fused_attention(bool bwd, int64_t B, int64_t T, int64_t H, int6
         }
         b.kind = K_ATT_BWD;
     }
+    /* the composition's products, masked half included (the CPU's kernel skips most of that
+     * half: its rate here is the composition's work per second) */
     b.flops = (bwd ? 4.0 : 2.0) * 2.0 * (double)(B * H) * (double)T * (double)T * (double)D;
     return kb_run(&b);
 }

@@ -136,12 +136,13 @@ it_status it_cpu_softmax_bwd(it_stream *s, const it_softmax_args *args, const it
  * still per query head: the core sums each group, as the composition's expand does.
  * Each product goes through it_cpu_sgemm_rm, the kernel the gemm slot runs for each matrix
  * of a batch, and each row through the softmax slot's row functions: the results are bitwise
- * the composition's (test_attention checks it). That is also why the masked half of a causal
- * block is computed and then zeroed, as the composition does: skipping it would stop a NaN
- * or Inf in a masked key from reaching y. What is saved: the copies that split the heads out
- * of qkv and merge them back (and their backward), the (B, H, T, S) scores, and a kernel
- * launch and a pass over memory per step of the composition. fp32 only (other dtypes are
- * declined and composed). */
+ * the composition's for finite inputs (test_attention checks it). Causal products skip most
+ * of their masked half, in blocks of rows (see causal_rows); a NaN or Inf in a masked key
+ * then reaches only the rows of its block, where the composition's 0 x Inf spreads it to
+ * every row. What is saved: the copies that split the heads out of qkv and merge them back
+ * (and their backward), the (B, H, T, S) scores, a kernel launch and a pass over memory per
+ * step of the composition, and about half of the causal products' work. fp32 only (other
+ * dtypes are declined and composed). */
 
 /* The (T, D) matrix of head (b, h) of a (B, H, T, D) view. */
 #define HEAD(d, b, h) ((float *)(d)->data + (b) * (d)->strides[0] + (h) * (d)->strides[1])
@@ -211,6 +212,30 @@ static int64_t ld_of(const it_tdesc *t) {
     return t->shape[2] > 1 ? t->strides[2] : (t->shape[3] > 0 ? t->shape[3] : 1);
 }
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Rows per block of the causal products, or T (one block: every product whole).
+ *
+ * With a causal mask, a block of query rows needs the keys up to its last row's only, and a
+ * block of key rows the queries from its first row's on: the products are cut into blocks of
+ * CAUSAL_ROWS rows that skip what is masked (the scores are left unwritten there, as the
+ * softmax rows overwrite them with zeros; the sums lose only terms that are products with a
+ * zero probability). The sums keep their bits: each element is one accumulator summing k in
+ * order from zero in every path the products can take when every k is at most SMALL_K (256:
+ * the unpacked and the packed AVX-512 paths agree there, and nothing goes to the BLAS), and a
+ * sum gains nothing from the zero terms at its ends (from +0, x + 0 = x and no sum reaches
+ * -0). So blocks only when T, S and D are at most 256. What changes is that a masked key's NaN
+ * or Inf reaches only the rows of its own block, not the earlier ones (the composition's
+ * 0 x Inf is NaN in every row); with finite inputs the results are the composition's bits. */
+/* 16 rows: bench_kernels' fused slots (B4 H12 D64), against whole products: T = 64 fwd 0.301
+ * -> 0.278 ms, bwd 0.406 -> 0.298; T = 256 fwd 3.74 -> 3.09, bwd 6.91 -> 4.40 (8, 32 and 64
+ * rows were slower or no better) */
+enum { CAUSAL_ROWS = 16, CAUSAL_MAX = 256 };
+static int64_t causal_rows(const it_softmax_args *args, int64_t T, int64_t S, int64_t D) {
+    return args->causal && T > CAUSAL_ROWS && S <= CAUSAL_MAX && D <= CAUSAL_MAX ? CAUSAL_ROWS : T;
+}
+
 it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
     (void)s;
@@ -224,15 +249,26 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H, r = H / g[5];
+    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D), o = S - T;
+    int64_t ldq = ld_of(q), ldk = ld_of(k), ldv = ld_of(v), ldy = ld_of(y);
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
     for (int64_t bh = 0; bh < n; bh++) {
         int64_t b = bh / H, h = bh % H;
         float *a = (float *)att->data + bh * T * S;
-        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(q, b, h), ld_of(q), HEAD(k, b, h / r), ld_of(k), 0.0f, a, S);
+        const float *qh = HEAD(q, b, h), *kh = HEAD(k, b, h / r), *vh = HEAD(v, b, h / r);
+        float *yh = HEAD(y, b, h);
+        /* rows [t0, t0 + m) see keys [0, t0 + m + o) at most: the scores beyond are masked and
+         * the probabilities zero */
+        for (int64_t t0 = 0; t0 < T; t0 += br) {
+            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            it_cpu_sgemm_rm(false, true, m, c, D, 1.0f, qh + t0 * ldq, ldq, kh, ldk, 0.0f, a + t0 * S, S);
+        }
         for (int64_t t = 0; t < T; t++)
             fwd_row_f32(a + t * S, 1, a + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
-        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, a, S, HEAD(v, b, h / r), ld_of(v), 0.0f, HEAD(y, b, h), ld_of(y));
+        for (int64_t t0 = 0; t0 < T; t0 += br) {
+            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            it_cpu_sgemm_rm(false, false, m, D, c, 1.0f, a + t0 * S, S, vh, ldv, 0.0f, yh + t0 * ldy, ldy);
+        }
     }
     return IT_OK;
 }
@@ -253,19 +289,40 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H, r = H / g[5];
+    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D), o = S - T;
+    int64_t ldq = ld_of(q), ldk = ld_of(k), ldv = ld_of(v), lddy = ld_of(dy), lddq = ld_of(dq), lddk = ld_of(dk),
+            lddv = ld_of(dv);
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
     for (int64_t bh = 0; bh < n; bh++) {
         int64_t b = bh / H, h = bh % H;
         const float *a = (const float *)att->data + bh * T * S;
         float *da = (float *)datt->data + bh * T * S;
-        it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, a, S, HEAD(dy, b, h), ld_of(dy), 0.0f, HEAD(dv, b, h), ld_of(dv));
-        it_cpu_sgemm_rm(false, true, T, S, D, 1.0f, HEAD(dy, b, h), ld_of(dy), HEAD(v, b, h / r), ld_of(v), 0.0f, da, S);
+        const float *qh = HEAD(q, b, h), *kh = HEAD(k, b, h / r), *vh = HEAD(v, b, h / r), *dyh = HEAD(dy, b, h);
+        float *dqh = HEAD(dq, b, h), *dkh = HEAD(dk, b, h), *dvh = HEAD(dv, b, h);
+        /* key rows [s0, s0 + m) are seen by query rows [s0 - o, T) only (the sums over the
+         * queries before are of zeros) */
+        for (int64_t s0 = 0; s0 < S; s0 += br) {
+            int64_t m = min64(br, S - s0), t0 = br < T ? max64(s0 - o, 0) : 0;
+            it_cpu_sgemm_rm(true, false, m, D, T - t0, 1.0f, a + t0 * S + s0, S, dyh + t0 * lddy, lddy, 0.0f,
+                            dvh + s0 * lddv, lddv);
+        }
+        /* query rows [t0, t0 + m): the scores' gradient of the keys they see (the rows'
+         * softmax zeroes the rest) */
+        for (int64_t t0 = 0; t0 < T; t0 += br) {
+            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            it_cpu_sgemm_rm(false, true, m, c, D, 1.0f, dyh + t0 * lddy, lddy, vh, ldv, 0.0f, da + t0 * S, S);
+        }
         for (int64_t t = 0; t < T; t++)
             bwd_row_f32(a + t * S, 1, da + t * S, 1, da + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
-        it_cpu_sgemm_rm(false, false, T, D, S, 1.0f, da, S, HEAD(k, b, h / r), ld_of(k), 0.0f, HEAD(dq, b, h),
-                        ld_of(dq));
-        it_cpu_sgemm_rm(true, false, S, D, T, 1.0f, da, S, HEAD(q, b, h), ld_of(q), 0.0f, HEAD(dk, b, h), ld_of(dk));
+        for (int64_t t0 = 0; t0 < T; t0 += br) {
+            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            it_cpu_sgemm_rm(false, false, m, D, c, 1.0f, da + t0 * S, S, kh, ldk, 0.0f, dqh + t0 * lddq, lddq);
+        }
+        for (int64_t s0 = 0; s0 < S; s0 += br) {
+            int64_t m = min64(br, S - s0), t0 = br < T ? max64(s0 - o, 0) : 0;
+            it_cpu_sgemm_rm(true, false, m, D, T - t0, 1.0f, da + t0 * S + s0, S, qh + t0 * ldq, ldq, 0.0f,
+                            dkh + s0 * lddk, lddk);
+        }
     }
     return IT_OK;
 }

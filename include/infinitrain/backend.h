@@ -282,8 +282,10 @@ typedef struct it_kernels {
      * unit last one (the core passes the heads where they lie in (B, T, 3, H, D) or
      * (B, T, H, D) buffers, and y into a (B, T, H, D) one); att (B, H, T, S) contiguous, kept
      * for the backward. Hkv divides H: query head h attends with kv head h / (H / Hkv)
-     * (grouped-query attention; Hkv == H is plain multi-head). A backend that takes a forward
-     * call must take the backward of the same shapes. */
+     * (grouped-query attention; Hkv == H is plain multi-head). With causal, masked keys need
+     * not take part (a kernel may skip them): a NaN or Inf in a masked key's k or v may or may
+     * not reach the rows that do not see it. A backend that takes a forward call must take the
+     * backward of the same shapes. */
     it_status (*attention_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y);
     /* From dy (B, H, T, D) (any strides, unit last one) and the forward's q, k, v and att:

@@ -219,6 +219,31 @@ static void test_qkv3(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
     free(r);
 }
 
+/* A non-finite value in a masked key: the composition's 0 x Inf makes every row NaN; the
+ * fused kernel, which skips masked blocks of keys (backends/cpu/softmax.c, causal_rows), keeps
+ * the rows of the first block finite. The last row sees the key and is not finite either way. */
+static void test_masked_inf(void) {
+    int64_t B = 1, T = 40, C = 16;
+    float qkv[40 * 48];
+    for (int i = 0; i < 40 * 48; i++) qkv[i] = frand();
+    for (int d = 0; d < C; d++) qkv[(T - 1) * 3 * C + 2 * C + d] = INFINITY; /* v of the last token */
+    for (int fused = 1; fused >= 0; fused--) {
+        if (!fused) setenv("IT_FUSED_KERNELS", "0", 1);
+        it_scope_begin();
+        it_tensor *x = from(IT_DTYPE_FP32, 3, (int64_t[]){B, T, 3 * C}, qkv);
+        it_tensor *y = it_causal_self_attention(x, 1);
+        float h[40 * 16];
+        CHECK_MSG(y && it_tensor_copy_to_host(y, h, sizeof h) == IT_OK, "attention: %s", it_last_error());
+        bool first_finite = true, last_inf = true;
+        for (int d = 0; d < C; d++) first_finite &= isfinite(h[d]), last_inf &= !isfinite(h[(T - 1) * C + d]);
+        CHECK_MSG(last_inf, "%s: the row that sees the Inf key is finite", fused ? "fused" : "composed");
+        CHECK_MSG(first_finite == (bool)fused, "%s: row 0 is %s", fused ? "fused" : "composed",
+                  first_finite ? "finite" : "not finite");
+        it_scope_end();
+        unsetenv("IT_FUSED_KERNELS");
+    }
+}
+
 int main(void) {
     cpu = it_device_cpu();
     printf("test_attention: fp32 products through %s\n",
@@ -231,6 +256,7 @@ int main(void) {
     test_qkv(4, 64, 768, 12); /* GPT-2 124M's attention, T = 64 */
     test_qkv(1, 256, 128, 2); /* T = 256: scores through the packed path */
     test_fp64_composed();
+    test_masked_inf();
     test_qkv3(2, 7, 3, 3, 8);
     test_qkv3(1, 33, 2, 2, 20);
     /* grouped kv heads: the per-head gradients summed per group as the expand's backward does
