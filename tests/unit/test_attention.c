@@ -11,7 +11,8 @@
  * groups' gradient sums then go through the reduce slot on both paths). The kernel statistics
  * show which path ran. fp64 is declined by the fused kernel and composed: checked too. With
  * the BLAS's fp32 products (test_attention_blas) the comparison allows for their order: see
- * exact_products. */
+ * exact_products. The kernels are also called directly with more keys than queries (the
+ * causal offset the ops never pass) against an fp64 reference (test_kernel_offset). */
 #include <math.h>
 #include <stdint.h>
 
@@ -244,6 +245,114 @@ static void test_masked_inf(void) {
     }
 }
 
+/* A contiguous (B, H, R, D) descriptor over p. */
+static it_tdesc bhrd(float *p, int64_t B, int64_t H, int64_t R, int64_t D) {
+    it_tdesc d;
+    memset(&d, 0, sizeof d);
+    d.data = p, d.dtype = IT_DTYPE_FP32, d.ndim = 4;
+    int64_t sh[4] = {B, H, R, D}, st[4] = {H * R * D, R * D, D, 1};
+    for (int i = 0; i < 4; i++) d.shape[i] = sh[i], d.strides[i] = st[i];
+    return d;
+}
+
+static double max_abs(const double *x, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+/* got (fp32) against want (fp64) within tol of want's largest magnitude. */
+static void near(const char *what, const float *got, const double *want, int64_t n, double tol) {
+    double big = max_abs(want, n), err = 0;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(got[i] - want[i]) > err) err = fabs(got[i] - want[i]), worst = i;
+    CHECK_MSG(err <= tol * big, "%s: off by %.3g at %lld (bound %.3g)", what, err, (long long)worst, tol * big);
+}
+
+/* The CPU's fused kernels called directly, with more keys than queries (S > T: the causal
+ * mask's offset, which the ops never pass) and grouped kv heads, against an fp64 reference
+ * computed here: the causal blocks' offsets are checked against the definition, not against
+ * the kernel itself. Tolerance 1e-5 of each output's largest magnitude: fp32 products of at
+ * most 37 terms and one softmax (seen: a few 1e-7). */
+static void test_kernel_offset(int64_t T, int64_t S, int64_t H, int64_t Hkv, int64_t D) {
+    char what[96];
+    snprintf(what, sizeof what, "kernels T=%lld S=%lld H=%lld Hkv=%lld D=%lld causal", (long long)T, (long long)S,
+             (long long)H, (long long)Hkv, (long long)D);
+    int64_t nq = H * T * D, nk = Hkv * S * D, na = H * T * S, ne = H * S * D, r = H / Hkv, o = S - T;
+    float *f = calloc((size_t)(3 * nq + 2 * nk + 2 * na + 2 * ne), sizeof(float));
+    double *w = calloc((size_t)(2 * nq + 2 * ne + 2 * na), sizeof(double));
+    if (!f || !w) {
+        CHECK_MSG(false, "%s: out of memory", what);
+        free(f), free(w);
+        return;
+    }
+    float *q = f, *dy = q + nq, *y = dy + nq, *k = y + nq, *v = k + nk, *att = v + nk, *datt = att + na;
+    float *dk = datt + na, *dv = dk + ne, *dq = y; /* dq overwrites y once y is checked */
+    double *ry = w, *rdq = ry + nq, *rdk = rdq + nq, *rdv = rdk + ne, *ra = rdv + ne, *rda = ra + na;
+    for (int64_t i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
+    for (int64_t i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
+    double scale = 1.0 / sqrt((double)D);
+    for (int64_t h = 0; h < H; h++) {
+        const float *qh = q + h * T * D, *kh = k + h / r * S * D, *vh = v + h / r * S * D, *dyh = dy + h * T * D;
+        double *a = ra + h * T * S, *da = rda + h * T * S;
+        for (int64_t t = 0; t < T; t++) {
+            double mx = -INFINITY, sum = 0, dot = 0;
+            for (int64_t s = 0; s <= t + o; s++) {
+                double z = 0;
+                for (int64_t d = 0; d < D; d++) z += (double)qh[t * D + d] * kh[s * D + d];
+                a[t * S + s] = z * scale;
+                mx = a[t * S + s] > mx ? a[t * S + s] : mx;
+            }
+            for (int64_t s = 0; s <= t + o; s++) sum += a[t * S + s] = exp(a[t * S + s] - mx);
+            for (int64_t s = 0; s <= t + o; s++) a[t * S + s] /= sum;
+            for (int64_t s = 0; s <= t + o; s++) {
+                double g = 0;
+                for (int64_t d = 0; d < D; d++) g += (double)dyh[t * D + d] * vh[s * D + d];
+                da[t * S + s] = g;
+                dot += g * a[t * S + s];
+            }
+            for (int64_t s = 0; s <= t + o; s++) da[t * S + s] = scale * a[t * S + s] * (da[t * S + s] - dot);
+            for (int64_t d = 0; d < D; d++) {
+                double yv = 0, gq = 0;
+                for (int64_t s = 0; s <= t + o; s++)
+                    yv += a[t * S + s] * vh[s * D + d], gq += da[t * S + s] * kh[s * D + d];
+                ry[h * T * D + t * D + d] = yv, rdq[h * T * D + t * D + d] = gq;
+            }
+        }
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t d = 0; d < D; d++) {
+                double gv = 0, gk = 0;
+                for (int64_t t = 0; t < T; t++)
+                    gv += a[t * S + s] * dyh[t * D + d], gk += da[t * S + s] * qh[t * D + d];
+                rdv[h * S * D + s * D + d] = gv, rdk[h * S * D + s * D + d] = gk;
+            }
+    }
+    const it_kernels *kt = it_cpu_kernels();
+    it_softmax_args args = {(float)scale, true};
+    it_tdesc dq_ = bhrd(q, 1, H, T, D), dk_ = bhrd(k, 1, Hkv, S, D), dv_ = bhrd(v, 1, Hkv, S, D);
+    it_tdesc dy_ = bhrd(dy, 1, H, T, D), y_ = bhrd(y, 1, H, T, D), a_ = bhrd(att, 1, H, T, S);
+    it_tdesc da_ = bhrd(datt, 1, H, T, S), gq_ = bhrd(dq, 1, H, T, D), gk_ = bhrd(dk, 1, H, S, D),
+             gv_ = bhrd(dv, 1, H, S, D);
+    CHECK_OK(kt->attention_fwd(NULL, &args, &dq_, &dk_, &dv_, &a_, &y_));
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s: y", what);
+    near(sub, y, ry, nq, 1e-5);
+    snprintf(sub, sizeof sub, "%s: att", what);
+    near(sub, att, ra, na, 1e-5);
+    CHECK_OK(kt->attention_bwd(NULL, &args, &dq_, &dk_, &dv_, &a_, &dy_, &gq_, &gk_, &gv_, &da_));
+    snprintf(sub, sizeof sub, "%s: datt", what);
+    near(sub, datt, rda, na, 1e-5);
+    snprintf(sub, sizeof sub, "%s: dq", what);
+    near(sub, dq, rdq, nq, 1e-5);
+    snprintf(sub, sizeof sub, "%s: dk", what);
+    near(sub, dk, rdk, ne, 1e-5);
+    snprintf(sub, sizeof sub, "%s: dv", what);
+    near(sub, dv, rdv, ne, 1e-5);
+    free(f);
+    free(w);
+}
+
 int main(void) {
     cpu = it_device_cpu();
     printf("test_attention: fp32 products through %s\n",
@@ -257,6 +366,9 @@ int main(void) {
     test_qkv(1, 256, 128, 2); /* T = 256: scores through the packed path */
     test_fp64_composed();
     test_masked_inf();
+    test_kernel_offset(20, 37, 4, 2, 8);  /* blocks of rows, 17 keys more than queries */
+    test_kernel_offset(40, 40, 3, 1, 16); /* self-attention, one kv head */
+    test_kernel_offset(5, 9, 2, 2, 4);    /* one block */
     test_qkv3(2, 7, 3, 3, 8);
     test_qkv3(1, 33, 2, 2, 20);
     /* grouped kv heads: the per-head gradients summed per group as the expand's backward does
