@@ -396,6 +396,7 @@ static const att_shape att_shapes[] = {
     {"B0 H2 T4 D4 causal", 0, 2, 4, 4, 4, true, 1, 0},
     {"B2 H6 Hkv2 T9 D8 causal (grouped kv heads)", 2, 6, 9, 9, 8, true, 1, 2},
     {"B1 H4 Hkv1 T3 S6 D5 (one kv head)", 1, 4, 3, 6, 5, false, 1, 1},
+    {"B1 H4 Hkv2 T20 S37 D8 causal (keys ahead)", 1, 4, 20, 37, 8, true, 1, 2},
 };
 
 /* A (B, H, R, D) view of heads stored as in a (B, R, interleave, H, D) buffer, at part `part`. */
