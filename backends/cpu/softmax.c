@@ -236,6 +236,15 @@ static int64_t causal_rows(const it_softmax_args *args, int64_t T, int64_t S, in
     return args->causal && T > CAUSAL_ROWS && S <= CAUSAL_MAX && D <= CAUSAL_MAX ? CAUSAL_ROWS : T;
 }
 
+/* With br = causal_rows(): the keys [0, n) that query rows [t0, t0 + m) see (all S when the
+ * products are whole), and the first query row that sees key row s0 (0 when whole). */
+static inline int64_t keys_seen(int64_t br, int64_t T, int64_t S, int64_t t0, int64_t m) {
+    return br < T ? t0 + m + (S - T) : S;
+}
+static inline int64_t first_query(int64_t br, int64_t T, int64_t S, int64_t s0) {
+    return br < T ? max64(s0 - (S - T), 0) : 0;
+}
+
 it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
     (void)s;
@@ -249,7 +258,7 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D), o = S - T;
+    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D);
     int64_t ldq = ld_of(q), ldk = ld_of(k), ldv = ld_of(v), ldy = ld_of(y);
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
     for (int64_t bh = 0; bh < n; bh++) {
@@ -257,16 +266,16 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
         float *a = (float *)att->data + bh * T * S;
         const float *qh = HEAD(q, b, h), *kh = HEAD(k, b, h / r), *vh = HEAD(v, b, h / r);
         float *yh = HEAD(y, b, h);
-        /* rows [t0, t0 + m) see keys [0, t0 + m + o) at most: the scores beyond are masked and
+        /* rows [t0, t0 + m) see keys [0, t0 + m + S - T) at most: the scores beyond are masked and
          * the probabilities zero */
         for (int64_t t0 = 0; t0 < T; t0 += br) {
-            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            int64_t m = min64(br, T - t0), c = keys_seen(br, T, S, t0, m);
             it_cpu_sgemm_rm(false, true, m, c, D, 1.0f, qh + t0 * ldq, ldq, kh, ldk, 0.0f, a + t0 * S, S);
         }
         for (int64_t t = 0; t < T; t++)
             fwd_row_f32(a + t * S, 1, a + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
         for (int64_t t0 = 0; t0 < T; t0 += br) {
-            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            int64_t m = min64(br, T - t0), c = keys_seen(br, T, S, t0, m);
             it_cpu_sgemm_rm(false, false, m, D, c, 1.0f, a + t0 * S, S, vh, ldv, 0.0f, yh + t0 * ldy, ldy);
         }
     }
@@ -289,7 +298,7 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
         (st = att_work(kn, args, g, &none)) || none)
         return st;
     const float scale = args->scale;
-    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D), o = S - T;
+    int64_t n = B * H, r = H / g[5], br = causal_rows(args, T, S, D);
     int64_t ldq = ld_of(q), ldk = ld_of(k), ldv = ld_of(v), lddy = ld_of(dy), lddq = ld_of(dq), lddk = ld_of(dk),
             lddv = ld_of(dv);
 #pragma omp parallel for schedule(static) if (n > 1 && n * T * S * D >= 65536)
@@ -302,24 +311,24 @@ it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const 
         /* key rows [s0, s0 + m) are seen by query rows [s0 - o, T) only (the sums over the
          * queries before are of zeros) */
         for (int64_t s0 = 0; s0 < S; s0 += br) {
-            int64_t m = min64(br, S - s0), t0 = br < T ? max64(s0 - o, 0) : 0;
+            int64_t m = min64(br, S - s0), t0 = first_query(br, T, S, s0);
             it_cpu_sgemm_rm(true, false, m, D, T - t0, 1.0f, a + t0 * S + s0, S, dyh + t0 * lddy, lddy, 0.0f,
                             dvh + s0 * lddv, lddv);
         }
         /* query rows [t0, t0 + m): the scores' gradient of the keys they see (the rows'
          * softmax zeroes the rest) */
         for (int64_t t0 = 0; t0 < T; t0 += br) {
-            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            int64_t m = min64(br, T - t0), c = keys_seen(br, T, S, t0, m);
             it_cpu_sgemm_rm(false, true, m, c, D, 1.0f, dyh + t0 * lddy, lddy, vh, ldv, 0.0f, da + t0 * S, S);
         }
         for (int64_t t = 0; t < T; t++)
             bwd_row_f32(a + t * S, 1, da + t * S, 1, da + t * S, 1, scale, args->causal ? t + (S - T) + 1 : S, S);
         for (int64_t t0 = 0; t0 < T; t0 += br) {
-            int64_t m = min64(br, T - t0), c = br < T ? t0 + m + o : S;
+            int64_t m = min64(br, T - t0), c = keys_seen(br, T, S, t0, m);
             it_cpu_sgemm_rm(false, false, m, D, c, 1.0f, da + t0 * S, S, kh, ldk, 0.0f, dqh + t0 * lddq, lddq);
         }
         for (int64_t s0 = 0; s0 < S; s0 += br) {
-            int64_t m = min64(br, S - s0), t0 = br < T ? max64(s0 - o, 0) : 0;
+            int64_t m = min64(br, S - s0), t0 = first_query(br, T, S, s0);
             it_cpu_sgemm_rm(true, false, m, D, T - t0, 1.0f, da + t0 * S + s0, S, qh + t0 * ldq, ldq, 0.0f,
                             dkh + s0 * lddk, lddk);
         }
