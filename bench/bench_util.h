@@ -139,7 +139,11 @@ static inline double bench_gemm_peak(int64_t n, int reps, double *best_ms) {
 
 /* Which sgemm the CPU backend's gemm slot runs for fp32. */
 static inline const char *bench_sgemm_name(void) {
-    return it_cpu_sgemm_is_avx512() ? "the CPU backend's AVX-512 sgemm (small products unpacked)" : "OpenBLAS";
+    switch (it_cpu_sgemm_isa()) {
+    case IT_CPU_SGEMM_AVX512: return "the CPU backend's AVX-512 sgemm (small products unpacked)";
+    case IT_CPU_SGEMM_AVX2: return "the CPU backend's AVX2 sgemm (products up to 64^3 on OpenBLAS)";
+    default: return "OpenBLAS";
+    }
 }
 
 /* The machine's fp32 GEMM peak as this run sees it: with the training's thread count, the

@@ -30,6 +30,15 @@ bool it_cpu_sgemm_avx512_usable(void);
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* sgemm_avx2.c: the same contract with AVX2 and FMA, for CPUs without AVX-512 (and for any
+ * CPU with IT_CPU_SGEMM=avx2). _usable: it is the kernel sgemm_select.h chooses. Products
+ * up to 64^3 are declined (false) unless IT_CPU_SGEMM sends every size to the kernel. */
+bool it_cpu_sgemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool it_cpu_sgemm_avx2_usable(void);
+bool it_cpu_sgemm_avx2_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* gemm.c: one fp32 product with row-major operands (cblas_sgemm's CblasRowMajor contract,
  * m, n, k > 0), through the same kernel choice the gemm slot makes for each matrix of a
  * batch; on the calling thread inside a parallel region. */

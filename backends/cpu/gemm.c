@@ -117,12 +117,14 @@ static void scatter(const operand *o, int64_t batch, const void *tmp, bool f64) 
  * column-major form): returns the trans flag to pass. */
 static bool blas_trans(const operand *o) { return o->layout == LAYOUT_COL ? !o->trans : o->trans; }
 
-/* One fp32 product, row-major operands: the AVX-512 kernel when it takes it, else the BLAS.
- * The fused attention calls it per head, so that its products are the gemm slot's. */
+/* One fp32 product, row-major operands: the own kernel (AVX-512 or AVX2, sgemm_select.h)
+ * when it takes it, else the BLAS. The fused attention calls it per head, so that its
+ * products are the gemm slot's. */
 void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (it_cpu_sgemm_avx512_usable() && it_cpu_sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
         return;
+    if (it_cpu_sgemm_avx2_usable() && it_cpu_sgemm_avx2(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
                 alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }

@@ -55,103 +55,10 @@ enum {
     MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
 };
 
-/* ------------------------------------------------------------------ scratch buffers */
-
-/* Packing buffers are kept between calls: a GEMM of a training step must not go to malloc
- * (and page faults on fresh memory would cost more than small products take). Callers on
- * several threads at once (the batched path, several devices in one process) each take a
- * free slot; when all are taken the call allocates for itself. */
-enum { SLOTS = 8 };
-static struct {
-    float *p;
-    size_t cap; /* floats */
-    int busy;
-} g_slots[SLOTS];
-static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static float *scratch_take(size_t floats, int *slot) {
-    float *p = NULL;
-    pthread_mutex_lock(&g_slots_lock);
-    int pick = -1;
-    for (int i = 0; i < SLOTS; i++) {
-        if (g_slots[i].busy) continue;
-        if (g_slots[i].cap >= floats) {
-            pick = i;
-            break;
-        }
-        if (pick < 0) pick = i;
-    }
-    if (pick >= 0) {
-        g_slots[pick].busy = 1;
-        p = g_slots[pick].p;
-        if (g_slots[pick].cap < floats) {
-            free(g_slots[pick].p);
-            p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-            g_slots[pick].p = p;
-            g_slots[pick].cap = p ? floats : 0;
-            if (p == NULL) g_slots[pick].busy = 0;
-        }
-    }
-    pthread_mutex_unlock(&g_slots_lock);
-    *slot = pick;
-    if (pick < 0) p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    return p;
-}
-
-static void scratch_give(float *p, int slot) {
-    if (slot < 0) {
-        free(p);
-        return;
-    }
-    pthread_mutex_lock(&g_slots_lock);
-    g_slots[slot].busy = 0;
-    pthread_mutex_unlock(&g_slots_lock);
-}
-
 /* ------------------------------------------------------------------ packing */
 
-/* r[0..7] rows -> columns. */
-AVX512 static inline void transpose8(__m256 r[8]) {
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
-           s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
-           s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
-           s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
-           s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-/* dst[k * ds + j] = src[j * ls + k] for j < 8 (rows of src), k < kc: eight rows of src
- * become kc columns of eight. Rows j >= rows are written as zeros. */
-AVX512 static void pack_rows8(const float *src, int64_t ls, int rows, int64_t kc, float *dst, int64_t ds) {
-    int64_t k = 0;
-    if (rows == 8) {
-        for (; k + 8 <= kc; k += 8) {
-            __m256 r[8];
-            /* the source is usually a weight matrix on its way from DRAM: ask for each row's
-             * data 256 bytes ahead */
-            for (int j = 0; j < 8; j++) _mm_prefetch((const char *)(src + j * ls + k + 64), _MM_HINT_T0);
-            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(src + j * ls + k);
-            transpose8(r);
-            for (int t = 0; t < 8; t++) _mm256_storeu_ps(dst + (k + t) * ds, r[t]);
-        }
-    }
-    for (; k < kc; k++)
-        for (int j = 0; j < 8; j++) dst[k * ds + j] = j < rows ? src[j * ls + k] : 0.0f;
-}
+#define SGEMM_TARGET AVX512
+#include "cpu/sgemm_pack.h"
 
 /* The (mr <= 8, kc) panel of op(A) at rows i0, depth k0 -> pa[k * 8 + r]. */
 AVX512 static void pack_a(bool ta, const float *a, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc, float *pa) {
@@ -348,18 +255,6 @@ static inline void kernel(bool tc, int64_t kc, const float *pa, int64_t ars, con
     g_kernels[tc][ars != 0][nr > 32 ? 2 : nr > 16 ? 1 : 0](kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
 }
 
-/* The last, short panel of an untransposed A (mr < 8 rows): copied with zero rows below,
- * ars = kc, so that the kernel never reads past A. */
-static void copy_tail_rows(const float *a, int64_t lda, int64_t i0, int mr, int64_t k0, int64_t kc, float *dst) {
-    for (int r = 0; r < MR; r++)
-        if (r < mr)
-            memcpy(dst + r * kc, a + (i0 + r) * lda + k0, (size_t)kc * sizeof(float));
-        else
-            memset(dst + r * kc, 0, (size_t)kc * sizeof(float));
-}
-
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 /* ------------------------------------------------------------------ small products */
 
 /* Attention's per-head products (48 of 64 x 64 x 64 per call at GPT-2's T = 64, one per
@@ -475,245 +370,8 @@ AVX512 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k
 
 static int sgemm_mode(void);
 
-/* Rows shared by a team (see sgemm_threads): for each thread, the 8-row panels [front,
- * back) of its share that nobody has taken yet, packed in one word so that one
- * compare-and-swap claims panels. The owner takes panels one at a time from the front (it
- * streams its rows in order); a thread with nothing left takes half of what another has
- * left, from the back. Each panel is computed by exactly one thread. */
-enum { SHARE_MAX_T = 64 };
-typedef struct share {
-    int T;
-    /* front << 32 | back, per thread, a cache line each; two sets, for k blocks in turn */
-    struct {
-        _Alignas(64) uint64_t w;
-    } left[2][SHARE_MAX_T];
-} share;
+#include "cpu/sgemm_driver.h"
 
-static uint64_t share_range(int64_t pans, int t, int T) {
-    return (uint64_t)(pans * t / T) << 32 | (uint64_t)(pans * (t + 1) / T);
-}
-
-/* Claims the next panel from the front of *w; false when none is left. */
-static bool take_front(uint64_t *w, int64_t *p) {
-    uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
-    for (;;) {
-        uint64_t f = v >> 32, b = v & 0xffffffffu;
-        if (f >= b) return false;
-        if (__atomic_compare_exchange_n(w, &v, v + ((uint64_t)1 << 32), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-            *p = (int64_t)f;
-            return true;
-        }
-    }
-}
-
-/* For the tests: panels taken from another thread's share so far, and a function every
- * thread of a sharing team calls first (test_sgemm_forms delays one to force stealing). */
-static uint64_t g_stolen;
-static void (*g_share_hook)(int thread);
-
-/* Claims the back half (rounded up) of what is left in *w as [*p0, *p1). */
-static bool take_back(uint64_t *w, int64_t *p0, int64_t *p1) {
-    uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
-    for (;;) {
-        uint64_t f = v >> 32, b = v & 0xffffffffu;
-        if (f >= b) return false;
-        uint64_t nb = b - (b - f + 1) / 2;
-        if (__atomic_compare_exchange_n(w, &v, (f << 32) | nb, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-            *p0 = (int64_t)nb;
-            *p1 = (int64_t)b;
-            __atomic_fetch_add(&g_stolen, b - nb, __ATOMIC_RELAXED);
-            return true;
-        }
-    }
-}
-
-/* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
- * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC). tc: C is stored
- * transposed, element (i, j) at c[j * ldc + i] (the swapped form, see it_cpu_sgemm_avx512).
- *
- * Short products (m <= MA, the rows of a training batch) pack all of a transposed op(A)'s
- * rows for a k block once and keep them for every block of columns; the B block is the
- * inner one. Tall ones (weight gradients: m in the thousands) keep the B block and pack one
- * A panel at a time; when k is shorter than KC their B block is as much wider, so that
- * the A panels (packed again for every block of columns) are packed fewer times. An
- * untransposed A is never packed (only its short last panel copied). Either way each
- * operand's k block is packed once per block of the other, and the micro-kernel and the
- * order of summation are the same.
- *
- * sh != NULL: called by every thread of a team for the whole product, whose rows they
- * share (the tall loop nest): each thread packs each B block, computes the panels it
- * claims (see struct share), and waits at a barrier for the others before the next block,
- * so that every element is still summed by one thread, k blocks in order. */
-AVX512 static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, bool tc,
-                                float *bbuf, float *abuf, share *sh) {
-    /* op(A)'s 8-row panel i of the k block at pc, as the kernel reads it (pa, ars): an
-     * untransposed A in place (its tail copied once into abuf), a transposed one packed */
-#define A_PANEL(i, pc, kc, packed, pa, ars)                                                                            \
-    do {                                                                                                               \
-        if (ta) {                                                                                                      \
-            pa = (packed);                                                                                             \
-            ars = 0;                                                                                                   \
-        } else if ((i) + MR <= m) {                                                                                    \
-            pa = a + (i)*lda + (pc);                                                                                   \
-            ars = lda;                                                                                                 \
-        } else {                                                                                                       \
-            pa = abuf;                                                                                                 \
-            ars = (kc);                                                                                                \
-        }                                                                                                              \
-    } while (0)
-    /* C's tile at row i, column j */
-#define C_AT(i, j) (tc ? c + (j)*ldc + (i) : c + (i)*ldc + (j))
-    int64_t tail = m - m % MR; /* first row of the short panel, if any */
-    if (m <= MA && sh == NULL) {
-        for (int64_t pc = 0; pc < k; pc += KC) {
-            int64_t kc = min64(KC, k - pc);
-            if (ta)
-                for (int64_t i = 0; i < m; i += MR) pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
-            else if (tail < m)
-                copy_tail_rows(a, lda, tail, (int)(m - tail), pc, kc, abuf);
-            for (int64_t jc = 0; jc < n; jc += NC) {
-                int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
-                for (int64_t q = 0; q < npan; q++)
-                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
-                for (int64_t i = 0; i < m; i += MR) {
-                    const float *pa;
-                    int64_t ars;
-                    A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
-                    for (int64_t q = 0; q < npan; q++)
-                        kernel(tc, kc, pa, ars, bbuf + q * KC * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
-                               (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
-                }
-            }
-        }
-        return;
-    }
-    /* the B block: kb deep (each k block's panels kb * NR apart), nb wide, nb * kb <= NC * KC */
-    int64_t kb = min64(KC, k), nb = KC * NC / kb / NR * NR, pans = (m + MR - 1) / MR, blk = 0;
-    int me = sh ? omp_get_thread_num() : 0;
-    for (int64_t jc = 0; jc < n; jc += nb) {
-        int64_t nc = min64(nb, n - jc), npan = (nc + NR - 1) / NR;
-        for (int64_t pc = 0; pc < k; pc += KC, blk++) {
-            int64_t kc = min64(KC, k - pc);
-            for (int64_t q = 0; q < npan; q++)
-                pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * kb * NR);
-            /* the rows: all of them, or (shared) this thread's panels, then others' left-overs */
-            int set = (int)(blk & 1);
-            if (sh && me == 0) /* the other set, last used before the last barrier: for the next block */
-                for (int t = 0; t < sh->T; t++) sh->left[(blk + 1) & 1][t].w = share_range(pans, t, sh->T);
-            int64_t p0 = 0, p1 = pans;
-            for (;;) {
-                if (sh) {
-                    if (take_front(&sh->left[set][me].w, &p0)) {
-                        p1 = p0 + 1;
-                    } else {
-                        bool got = false;
-                        for (int d = 1; d < sh->T && !got; d++)
-                            got = take_back(&sh->left[set][(me + d) % sh->T].w, &p0, &p1);
-                        if (!got) break;
-                    }
-                }
-                for (int64_t i = p0 * MR; i < p1 * MR; i += MR) {
-                    int mr = (int)min64(MR, m - i);
-                    if (ta)
-                        pack_a(ta, a, lda, i, mr, pc, kc, abuf);
-                    else if (mr < MR)
-                        copy_tail_rows(a, lda, i, mr, pc, kc, abuf);
-                    const float *pa;
-                    int64_t ars;
-                    A_PANEL(i, pc, kc, abuf, pa, ars);
-                    for (int64_t q = 0; q < npan; q++)
-                        kernel(tc, kc, pa, ars, bbuf + q * kb * NR, C_AT(i, jc + q * NR), ldc, mr,
-                               (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
-                }
-                if (!sh) break;
-            }
-            if (sh) {
-                /* every row of this k block is done before any starts the next */
-#pragma omp barrier
-            }
-        }
-    }
-
-#undef C_AT
-#undef A_PANEL
-}
-
-/* The product on every thread; tc as for sgemm_serial. */
-static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc, bool tc) {
-    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* A team costs microseconds to start: below ~2 M multiply-adds one thread is faster. */
-    if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
-    if (threads < 1) threads = 1;
-    _Static_assert(MA >= MR, "abuf holds a short last A panel too");
-    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)MA * KC; /* floats per thread */
-    int slot;
-    float *buf = scratch_take(per * (size_t)threads, &slot);
-    if (buf == NULL) return false;
-    /* Threads share C out in blocks that need no locks: whole 48-column panels
-     * when op(A) is the smaller operand (each thread then reads all of A, and packs its own
-     * part of B), whole 8-row panels otherwise (each packs all of B). Column blocks of an
-     * untransposed A that stays in cache cost next to nothing to cut finer, so there each
-     * thread's share is four blocks handed out as threads come free: a core that the host
-     * slows down then does less instead of leaving the other idle at the end. (With A in
-     * DRAM, as lm_head's 51 MB gradient, every block would read it again: 329 -> 294
-     * GFLOP/s.) Which thread computes a block does not change its bits. */
-    bool split_n = m * k < k * n;
-    int64_t unit = split_n ? NR : MR, len = split_n ? n : m, pans = (len + unit - 1) / unit;
-    /* Rows are shared with stealing (struct share) through the tall loop nest, which packs
-     * a transposed A per panel and B block: chosen when that packs A no more often than
-     * each thread's own share would (A untransposed, each share tall, or one B block).
-     * Measured on GPT-2's step replayed, 2 threads: the threads of a static split waited
-     * ~21 ms a step for each other in these products (one core is often slower). */
-    int64_t kb0 = min64(KC, k), nb0 = KC * NC / kb0 / NR * NR;
-    share sh_state;
-    share *sh = !split_n && threads > 1 && threads <= SHARE_MAX_T && (!ta || m > (int64_t)MA * threads || n <= nb0)
-                    ? &sh_state
-                    : NULL;
-    /* the C block of rows (split_n false) or columns [lo, hi) */
-#define C_PART(lo) (split_n != tc ? c + (lo) : c + (lo)*ldc)
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads();
-        float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KC * ((NC + NR - 1) / NR * NR);
-        if (sh != NULL) {
-#pragma omp single
-            {
-                sh->T = T;
-                for (int u = 0; u < T; u++) sh->left[0][u].w = share_range(pans, u, T);
-            } /* (implied barrier) */
-        }
-        /* A (<= 4 MB) stays in cache between blocks; blocks of at least four panels, and
-         * of whole NC-wide column blocks when there are enough of them */
-        bool fine = split_n && !ta && m * k <= (int64_t)1 << 20;
-        int64_t g = pans >= (int64_t)T * 4 * (NC / NR) ? NC / NR : 1, gp = (pans + g - 1) / g;
-        int64_t blocks = min64(min64(pans / 4, (int64_t)T * 4), gp);
-        if (sh != NULL) {
-            if (g_share_hook != NULL) g_share_hook(t);
-            sgemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, tc, bbuf, abuf, sh);
-        } else if (fine && blocks > T) {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t blk = 0; blk < blocks; blk++) {
-                int64_t lo = gp * blk / blocks * g * unit, hi = min64(gp * (blk + 1) / blocks * g * unit, len);
-                if (lo < hi)
-                    sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta,
-                                 C_PART(lo), ldc, tc, bbuf, abuf, NULL);
-            }
-        } else {
-            int64_t lo = pans * t / T * unit, hi = min64(pans * (t + 1) / T * unit, len);
-            if (lo < hi && split_n)
-                sgemm_serial(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, C_PART(lo),
-                             ldc, tc, bbuf, abuf, NULL);
-            else if (lo < hi)
-                sgemm_serial(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, C_PART(lo),
-                             ldc, tc, bbuf, abuf, NULL);
-        }
-    }
-#undef C_PART
-    scratch_give(buf, slot);
-    return true;
-}
 
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -753,23 +411,19 @@ bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, floa
     return it_cpu_sgemm_avx512_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* IT_CPU_SGEMM: "blas" never uses these kernels, "avx512" sends every product through the
- * packed path whatever the size (the tests use it to run the edge cases through it), unset
- * or "auto" chooses: small products unpacked, a few small deep ones to the BLAS, the rest
- * packed (it_cpu_sgemm_avx512_ex). */
+/* IT_CPU_SGEMM (sgemm_select.h): "blas" and "avx2" never use these kernels, "avx512" sends
+ * every product through the packed path whatever the size (the tests use it to run the edge
+ * cases through it), unset or "auto" chooses: small products unpacked, a few small deep ones
+ * to the BLAS, the rest packed (it_cpu_sgemm_avx512_ex). */
 static int g_mode; /* 0 off, 1 auto, 2 every size */
 static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
 
 static void mode_init(void) {
     const char *env = getenv("IT_CPU_SGEMM");
-    int want = 1;
-    if (env != NULL && strcmp(env, "blas") == 0)
-        want = 0;
-    else if (env != NULL && strcmp(env, "avx512") == 0)
-        want = 2;
-    else if (env != NULL && *env != '\0' && strcmp(env, "auto") != 0)
-        fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512 or auto: using auto\n", env);
-    g_mode = it_cpu_has_avx512() ? want : 0;
+    if (env != NULL && *env != '\0' && strcmp(env, "blas") != 0 && strcmp(env, "avx512") != 0 &&
+        strcmp(env, "avx2") != 0 && strcmp(env, "auto") != 0)
+        fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512, avx2 or auto: using auto\n", env);
+    g_mode = it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX512 ? it_cpu_sgemm_every_size() ? 2 : 1 : 0;
 }
 
 static int sgemm_mode(void) {

@@ -1,6 +1,12 @@
-/* Which fp32 GEMM the CPU backend runs: its AVX-512 kernel (sgemm_avx512.c) on CPUs with
- * AVX-512F and VL unless IT_CPU_SGEMM=blas, else the BLAS. One definition for the backend,
- * the tests that check the kernel's properties and the benchmarks that report it. */
+/* Which fp32 GEMM the CPU backend runs: its own kernel for the CPU's widest vectors
+ * (sgemm_avx512.c on CPUs with AVX-512F and VL, sgemm_avx2.c on CPUs with AVX2 and FMA), else
+ * the BLAS. One definition for the backend, the tests that check the kernels' properties and
+ * the benchmarks that report them. IT_CPU_SGEMM:
+ *   unset, auto  the own kernel, small products as it chooses
+ *   blas         the BLAS for every product
+ *   avx512       the own kernel for every product, whatever its size (for the tests); the
+ *                AVX2 one on a CPU without AVX-512
+ *   avx2         the AVX2 kernel for every product, also on an AVX-512 CPU (for the tests) */
 #ifndef IT_CPU_SGEMM_SELECT_H
 #define IT_CPU_SGEMM_SELECT_H
 
@@ -17,10 +23,37 @@ static inline bool it_cpu_has_avx512(void) {
 #endif
 }
 
-/* The AVX-512 kernels serve fp32 products (all but a few small deep ones: see cpu_kernels.h). */
-static inline bool it_cpu_sgemm_is_avx512(void) {
-    const char *env = getenv("IT_CPU_SGEMM");
-    return !(env != NULL && strcmp(env, "blas") == 0) && it_cpu_has_avx512();
+static inline bool it_cpu_has_avx2_fma(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
 }
+
+enum { IT_CPU_SGEMM_BLAS = 0, IT_CPU_SGEMM_AVX2 = 1, IT_CPU_SGEMM_AVX512 = 2 };
+
+static inline bool it_cpu_sgemm_env_is(const char *value) {
+    const char *env = getenv("IT_CPU_SGEMM");
+    return env != NULL && strcmp(env, value) == 0;
+}
+
+/* The kernel that serves fp32 products (IT_CPU_SGEMM_*). */
+static inline int it_cpu_sgemm_isa(void) {
+    if (it_cpu_sgemm_env_is("blas")) return IT_CPU_SGEMM_BLAS;
+    if (it_cpu_sgemm_env_is("avx2")) return it_cpu_has_avx2_fma() ? IT_CPU_SGEMM_AVX2 : IT_CPU_SGEMM_BLAS;
+    if (it_cpu_has_avx512()) return IT_CPU_SGEMM_AVX512;
+    return it_cpu_has_avx2_fma() ? IT_CPU_SGEMM_AVX2 : IT_CPU_SGEMM_BLAS;
+}
+
+/* The own kernel takes every product, whatever its size (IT_CPU_SGEMM=avx512 or avx2). */
+static inline bool it_cpu_sgemm_every_size(void) { return it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2"); }
+
+/* The AVX-512 kernel serves fp32 products (all but a few small deep ones: see cpu_kernels.h). */
+static inline bool it_cpu_sgemm_is_avx512(void) { return it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX512; }
+
+/* One of the own kernels serves fp32 products: results do not depend on the thread count. */
+static inline bool it_cpu_sgemm_is_own(void) { return it_cpu_sgemm_isa() != IT_CPU_SGEMM_BLAS; }
 
 #endif

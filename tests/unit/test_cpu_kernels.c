@@ -155,12 +155,13 @@ static void test_gemm(void) {
         gemm_case(IT_DTYPE_FP32, 1, 1100, 40, 30, true, true, L_ROW, L_ROW, L_ROW, 0, 0, 2.0f, 0.0f, true);
         CHECK(n_case > 400);
     }
-    /* With the AVX-512 kernel, fp32 results do not depend on the thread count (each element
-     * is summed by one thread in a fixed order): 1, 2 and 3 threads give the same bits, one
-     * product sharing rows out and one sharing columns. (OpenBLAS only promises the same
-     * bits for the same thread count.) */
-    bool own_kernel = it_cpu_sgemm_is_avx512();
-    printf("test_cpu_kernels: fp32 gemm through %s\n", own_kernel ? "the AVX-512 kernel" : "the BLAS");
+    /* With the own kernels (AVX-512 or AVX2), fp32 results do not depend on the thread count
+     * (each element is summed by one thread in a fixed order): 1, 2 and 3 threads give the
+     * same bits, one product sharing rows out and one sharing columns. (OpenBLAS only
+     * promises the same bits for the same thread count.) */
+    bool own_kernel = it_cpu_sgemm_is_own();
+    printf("test_cpu_kernels: fp32 gemm through %s\n",
+           !own_kernel ? "the BLAS" : it_cpu_sgemm_is_avx512() ? "the AVX-512 kernel" : "the AVX2 kernel");
     for (int shape = 0; own_kernel && shape < 2; shape++) {
         int64_t M = shape ? 40 : 300, N = shape ? 1000 : 200, Kd = 700;
         it_gemm_args g;
