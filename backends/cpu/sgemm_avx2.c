@@ -110,11 +110,9 @@ AVX2 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int64_
  *
  * Every element is alpha * acc, then + beta_eff * C with one FMA, in every branch of the
  * epilogue, so that a partial tile has the bits of a whole one. */
-AVX2 static inline __attribute__((always_inline)) void kernel_tile(int nv, bool rows, bool tc, int64_t kc,
-                                                                   const float *restrict pa, int64_t ars,
-                                                                   const float *restrict pb, float *c, int64_t ldc,
-                                                                   int mr, int nr, float alpha, float beta,
-                                                                   bool first) {
+AVX2 static inline __attribute__((always_inline)) void
+kernel_tile(int nv, bool rows, bool tc, int64_t kc, const float *restrict pa, int64_t ars, const float *restrict pb,
+            float *c, int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
     /* alpha and beta wait in memory: the k loop needs all 16 vector registers, and held in
      * two of them they pushed one B vector out to be loaded again for every FMA (80 against
      * 100 GFLOP/s on a core) */
@@ -155,8 +153,8 @@ AVX2 static inline __attribute__((always_inline)) void kernel_tile(int nv, bool 
         __m128 va = _mm_set1_ps(alpha), vb = _mm_set1_ps(bb);
         for (int v = 0; v < nv; v++) {
             int cnt = nr - 8 * v;
-            __m256 t[8] = {acc[0][v], acc[1][v], acc[2][v], acc[3][v], acc[4][v], acc[5][v], _mm256_setzero_ps(),
-                           _mm256_setzero_ps()};
+            __m256 t[8] = {acc[0][v], acc[1][v], acc[2][v],           acc[3][v],
+                           acc[4][v], acc[5][v], _mm256_setzero_ps(), _mm256_setzero_ps()};
             transpose8(t);
             for (int l = 0; l < 8 && l < cnt; l++) {
                 float *row = c + (8 * v + l) * ldc;
@@ -257,7 +255,9 @@ bool it_cpu_sgemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
 static int g_mode;
 static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
 
-static void mode_init(void) { g_mode = it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX2 ? it_cpu_sgemm_every_size() ? 2 : 1 : 0; }
+static void mode_init(void) {
+    g_mode = it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX2 ? it_cpu_sgemm_every_size() ? 2 : 1 : 0;
+}
 
 static int sgemm_mode(void) {
     pthread_once(&g_mode_once, mode_init);

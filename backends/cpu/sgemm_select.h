@@ -48,7 +48,9 @@ static inline int it_cpu_sgemm_isa(void) {
 }
 
 /* The own kernel takes every product, whatever its size (IT_CPU_SGEMM=avx512 or avx2). */
-static inline bool it_cpu_sgemm_every_size(void) { return it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2"); }
+static inline bool it_cpu_sgemm_every_size(void) {
+    return it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2");
+}
 
 /* The AVX-512 kernel serves fp32 products (all but a few small deep ones: see cpu_kernels.h). */
 static inline bool it_cpu_sgemm_is_avx512(void) { return it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX512; }
