@@ -46,7 +46,7 @@ enum {
     NR = 16,  /* columns: two ymm vectors */
     KC = 512, /* depth of a packed block: a B panel is 32 KB */
     NC = 128, /* columns of a packed B block: KC x NC x 4 = 256 KB */
-    MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 512 KB */
+    MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
 };
 
 #define SGEMM_TARGET AVX2
