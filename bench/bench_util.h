@@ -141,7 +141,7 @@ static inline double bench_gemm_peak(int64_t n, int reps, double *best_ms) {
 static inline const char *bench_sgemm_name(void) {
     switch (it_cpu_sgemm_isa()) {
     case IT_CPU_SGEMM_AVX512: return "the CPU backend's AVX-512 sgemm (small products unpacked)";
-    case IT_CPU_SGEMM_AVX2: return "the CPU backend's AVX2 sgemm (products up to 64^3 on OpenBLAS)";
+    case IT_CPU_SGEMM_AVX2: return "the CPU backend's AVX2 sgemm (small products unpacked)";
     default: return "OpenBLAS";
     }
 }

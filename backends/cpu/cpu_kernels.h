@@ -31,8 +31,9 @@ bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, in
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* sgemm_avx2.c: the same contract with AVX2 and FMA, for CPUs without AVX-512 (and for any
- * CPU with IT_CPU_SGEMM=avx2). _usable: it is the kernel sgemm_select.h chooses. Products
- * up to 64^3 are declined (false) unless IT_CPU_SGEMM sends every size to the kernel. */
+ * CPU with IT_CPU_SGEMM=avx2). _usable: it is the kernel sgemm_select.h chooses. As the
+ * AVX-512 one, it takes small products unpacked and declines those up to 64^3 that are
+ * deeper than 256 (false). */
 bool it_cpu_sgemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 bool it_cpu_sgemm_avx2_usable(void);

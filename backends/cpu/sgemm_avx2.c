@@ -228,6 +228,105 @@ static inline void kernel(bool tc, int64_t kc, const float *pa, int64_t ars, con
     g_kernels[tc][ars != 0][nr > 8 ? 1 : 0](kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first);
 }
 
+/* ------------------------------------------------------------------ small products */
+
+/* Attention's per-head products (48 of 64 x 64 x 64 per call at GPT-2's T = 64, one per
+ * thread at a time) are too small for packing to pay. As sgemm_avx512.c's sgemm_small: no
+ * operand is packed, a 6 x 16 tile of C reads op(A) where it lies (one broadcast per row and
+ * k, A[i][k] or A[k][i] alike) and op(B)'s rows where they lie; only a transposed B goes
+ * through a transpose, 16 columns at a time, into a (k, 16) block on the stack.
+ *
+ * The bits are the packed path's: each element of C is one accumulator summing k in order
+ * from zero with FMAs, then alpha * acc (+ beta * C, an FMA), as kernel_tile does when k
+ * fits one block (SMALL_K <= KC). test_sgemm_forms_avx2 holds the two to that. */
+enum {
+    SMALL_K = 256, /* deepest product taken here */
+    SNR = 64,      /* widest product that always takes this path on one thread (as sgemm_avx512.c) */
+};
+_Static_assert((int)SMALL_K <= (int)KC, "one k block, as the packed path sums");
+
+/* C tile (mr <= 6, nr <= 16) at c: op(A)'s rows at a (row r at a + r * rs, its k-th element
+ * ks further), op(B)'s k-th row of 16 at b + k * ldb (nr of them read). */
+AVX2 static void small_tile(int64_t k, const float *restrict a, int64_t rs, int64_t ks, const float *restrict b,
+                            int64_t ldb, float *c, int64_t ldc, int mr, int nr, float alpha, float beta) {
+    volatile float ab[2] = {alpha, beta}; /* off the registers during the k loop, see kernel_tile */
+    /* rows past mr read the last real row again (their sums are not stored) */
+    const float *a0 = a, *a1 = a + (mr > 1 ? 1 : 0) * rs, *a2 = a + (mr > 2 ? 2 : mr - 1) * rs,
+                *a3 = a + (mr > 3 ? 3 : mr - 1) * rs, *a4 = a + (mr > 4 ? 4 : mr - 1) * rs,
+                *a5 = a + (mr > 5 ? 5 : mr - 1) * rs;
+    /* the columns past nr are not read: masked loads, lanes past nr zero */
+    static const int32_t ones[24] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, 0,  0,  0,  0,  0,  0,  0,  0};
+    __m256i m0 = _mm256_loadu_si256((const __m256i *)(ones + 16 - (nr < 8 ? nr : 8)));
+    __m256i m1 = _mm256_loadu_si256((const __m256i *)(ones + 16 - (nr > 8 ? nr - 8 : 0)));
+    bool full = nr == 16;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#define IT_SROW(r)                                                                                                     \
+    do {                                                                                                               \
+        __m256 av = _mm256_broadcast_ss(a##r + kk * ks);                                                               \
+        c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                                                                    \
+        c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                                                                    \
+    } while (0)
+    for (int64_t kk = 0; kk < k; kk++) {
+        const float *pb = b + kk * ldb;
+        __m256 b0 = full ? _mm256_loadu_ps(pb) : _mm256_maskload_ps(pb, m0);
+        __m256 b1 = full ? _mm256_loadu_ps(pb + 8) : _mm256_maskload_ps(pb + 8, m1);
+        IT_SROW(0);
+        IT_SROW(1);
+        IT_SROW(2);
+        IT_SROW(3);
+        IT_SROW(4);
+        IT_SROW(5);
+    }
+#undef IT_SROW
+    __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    alpha = ab[0];
+    beta = ab[1];
+    if (full) {
+        __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < 2; v++) {
+                float *row = c + r * ldc + 8 * v;
+                __m256 x = _mm256_mul_ps(va, acc[r][v]);
+                if (beta != 0.0f) x = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row), x);
+                _mm256_storeu_ps(row, x);
+            }
+        return;
+    }
+    float t[MR][NR];
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_ps(t[r], acc[r][0]);
+        _mm256_storeu_ps(t[r] + 8, acc[r][1]);
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) {
+            float *p = c + r * ldc + j, x = alpha * t[r][j];
+            *p = beta != 0.0f ? fmaf(beta, *p, x) : x;
+        }
+}
+
+/* C (m, n) = alpha op(A) op(B) + beta C on this thread, k <= SMALL_K: 16-column strips of C,
+ * 6-row tiles down each. */
+AVX2 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    float bt[SMALL_K * NR] __attribute__((aligned(32)));
+    int64_t ks = ta ? lda : 1, rs = ta ? 1 : lda;
+    for (int64_t j = 0; j < n; j += NR) {
+        int nr = (int)(n - j < NR ? n - j : NR);
+        const float *pb = b + j;
+        int64_t lb = ldb;
+        if (tb) { /* op(B)[k][j] = b[j * ldb + k]: eight rows of B at a time become columns */
+            for (int g = 0; g < nr; g += 8) pack_rows8(b + (j + g) * ldb, ldb, nr - g < 8 ? nr - g : 8, k, bt + g, NR);
+            pb = bt;
+            lb = NR;
+        }
+        for (int64_t i = 0; i < m; i += MR)
+            small_tile(k, ta ? a + i : a + i * lda, rs, ks, pb, lb, c + i * ldc + j, ldc,
+                       (int)(m - i < MR ? m - i : MR), nr, alpha, beta);
+    }
+}
+
 /* ------------------------------------------------------------------ driver */
 
 static int sgemm_mode(void);
@@ -237,10 +336,18 @@ static int sgemm_mode(void);
 bool it_cpu_sgemm_avx2_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
-    /* Products up to 64^3 (attention's per-head products at T = 64) stay with the BLAS, as
-     * packing both operands costs more than their FMAs; IT_CPU_SGEMM=avx2 or avx512 sends
-     * every product through the packed path, for the tests. */
-    if (sgemm_mode() != 2 && (double)m * (double)n * (double)k <= 64.0 * 64.0 * 64.0) return false;
+    /* Small products take the unpacked path, with sgemm_avx512.c's rule: those up to 64^3,
+     * and those at most 64 wide and SMALL_K deep that run on one thread anyway. Products up
+     * to 64^3 deeper than SMALL_K go to the BLAS. IT_CPU_SGEMM=avx2 or avx512 sends every
+     * product through the packed path, for the tests. */
+    double mnk = (double)m * (double)n * (double)k;
+    if (sgemm_mode() != 2) {
+        if (k <= SMALL_K && (mnk <= 64.0 * 64.0 * 64.0 || (n <= SNR && (mnk < 2.0e6 || omp_in_parallel())))) {
+            sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            return true;
+        }
+        if (mnk <= 64.0 * 64.0 * 64.0) return false;
+    }
     /* The swapped form, as in sgemm_avx512.c: a batch times a weight stored (out, in), X W^T,
      * computed as (W X^T)^T, W read in place. Taken while the batch fits two blocks of
      * columns, so that W is read at most twice (once from DRAM, the second time from L3 for
@@ -256,7 +363,7 @@ bool it_cpu_sgemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     return it_cpu_sgemm_avx2_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* 0 off, 1 auto (products above 64^3), 2 every size: see sgemm_select.h */
+/* 0 off, 1 auto (small products unpacked), 2 every size packed: see sgemm_select.h */
 static int g_mode;
 static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
 

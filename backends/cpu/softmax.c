@@ -222,22 +222,23 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * CAUSAL_ROWS rows that skip what is masked (the scores are left unwritten there, as the
  * softmax rows overwrite them with zeros; the sums lose only terms that are products with a
  * zero probability). The sums keep their bits: each element is one accumulator summing k in
- * order from zero in every path the products can take when every k is at most SMALL_K (256:
- * the unpacked and the packed AVX-512 paths agree there, and nothing goes to the BLAS), and a
- * sum gains nothing from the zero terms at its ends (from +0, x + 0 = x and no sum reaches
- * -0). So blocks only when T, S and D are at most 256 and the AVX-512 sgemm serves the products:
- * through the BLAS (a CPU without AVX-512, or IT_CPU_SGEMM=blas) a shorter product may take
- * another kernel edge or split k otherwise, and the losses of GPT-2, LLaMA-3 and Mixtral
- * moved by an ulp against the composition's (test_backend_parity, on an AVX2 CPU). What
- * changes is that a masked key's NaN or Inf reaches only the rows of its own block, not the
- * earlier ones (the composition's 0 x Inf is NaN in every row); with finite inputs the
- * results are the composition's bits. */
+ * order from zero in every path the products can take when every k is at most 256 (in the
+ * AVX-512 and the AVX2 sgemms alike, the unpacked and the packed paths agree there, and
+ * neither sends such products to the BLAS), and a sum gains nothing from the zero terms at
+ * its ends (from +0, x + 0 = x and no sum reaches -0). So blocks only when T, S and D are at
+ * most 256 and an own sgemm serves the products: through the BLAS (IT_CPU_SGEMM=blas, or a
+ * CPU without AVX2) a shorter product may take another kernel edge or split k otherwise
+ * (with OpenBLAS's products test_backend_parity's losses of GPT-2, LLaMA-3 and Mixtral moved
+ * by an ulp against the composition's). What changes is that a masked key's NaN or Inf
+ * reaches only the rows of its own block, not the earlier ones (the composition's 0 x Inf
+ * is NaN in every row); with finite inputs the results are the composition's bits. */
 /* 16 rows: bench_kernels' fused slots (B4 H12 D64), against whole products: T = 64 fwd 0.301
  * -> 0.278 ms, bwd 0.406 -> 0.298; T = 256 fwd 3.74 -> 3.09, bwd 6.91 -> 4.40 (8, 32 and 64
  * rows were slower or no better) */
 enum { CAUSAL_ROWS = 16, CAUSAL_MAX = 256 };
 static int64_t causal_rows(const it_softmax_args *args, int64_t T, int64_t S, int64_t D) {
-    return args->causal && T > CAUSAL_ROWS && S <= CAUSAL_MAX && D <= CAUSAL_MAX && it_cpu_sgemm_avx512_usable()
+    return args->causal && T > CAUSAL_ROWS && S <= CAUSAL_MAX && D <= CAUSAL_MAX &&
+                   (it_cpu_sgemm_avx512_usable() || it_cpu_sgemm_avx2_usable())
                ? CAUSAL_ROWS
                : T;
 }

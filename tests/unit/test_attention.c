@@ -101,15 +101,15 @@ static run_out run_qkv(it_dtype dt, int64_t B, int64_t T, int64_t C, int nh, con
     return o;
 }
 
-/* Whether fp32 products are bitwise independent of how they are threaded. The backend's
- * AVX-512 sgemm sums each element on one thread in a fixed order; the BLAS (IT_CPU_SGEMM=blas,
- * or a CPU without AVX-512) promises the same bits only for the same thread count, and the
+/* Whether fp32 products are bitwise independent of how they are threaded. The backend's own
+ * sgemms (AVX-512, AVX2) sum each element on one thread in a fixed order; the BLAS
+ * (IT_CPU_SGEMM=blas, or a CPU without AVX2) promises the same bits only for the same thread count, and the
  * fused kernel runs each head on one thread where the composition may give one head all of
  * them. There the fp32 runs are compared within FP32_TOL of the tensor's largest magnitude:
  * the same products summed in another order (k <= 256 terms). Seen: 1.1e-6 absolute on
  * magnitudes of about 2 (T = 256), so the bound leaves a margin of about 20. */
 #define FP32_TOL 1e-5
-static bool exact_products(void) { return it_cpu_sgemm_is_avx512(); }
+static bool exact_products(void) { return it_cpu_sgemm_is_own(); }
 
 static void compare(const char *what, const run_out *a, const run_out *b, bool fp32) {
     CHECK_MSG(a->count == b->count && a->count > 0, "%s: %d against %d outputs", what, a->count, b->count);
@@ -222,7 +222,7 @@ static void test_qkv3(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
 
 /* A non-finite value in a masked key: the composition's 0 x Inf makes every row NaN; the
  * fused kernel, which skips masked blocks of keys (backends/cpu/softmax.c, causal_rows), keeps
- * the rows of the first block finite. It does so only where its products are the AVX-512
+ * the rows of the first block finite. It does so only where its products are an own
  * sgemm's (exact_products); through the BLAS its products are whole, as the composition's.
  * The last row sees the key and is not finite either way. */
 static void test_masked_inf(void) {
@@ -358,7 +358,7 @@ static void test_kernel_offset(int64_t T, int64_t S, int64_t H, int64_t Hkv, int
 int main(void) {
     cpu = it_device_cpu();
     printf("test_attention: fp32 products through %s\n",
-           exact_products() ? "the AVX-512 sgemm: bitwise comparisons" : "the BLAS: fp32 compared within FP32_TOL");
+           exact_products() ? "an own sgemm: bitwise comparisons" : "the BLAS: fp32 compared within FP32_TOL");
     test_qkv(2, 5, 12, 3);    /* hd 4 */
     test_qkv(1, 3, 4, 1);     /* one head */
     test_qkv(1, 1, 8, 2);     /* one token */

@@ -13,7 +13,8 @@
  *
  * It includes the kernel's source (its entry points are not exported from the library).
  * test_sgemm_forms_avx2.c includes this file with SGEMM_AVX2 defined, and so runs the same
- * checks on the AVX2 kernel (sgemm_avx2.c: 6 x 16 tiles, 512 x 128 blocks, no small form). */
+ * checks on the AVX2 kernel (sgemm_avx2.c: 6 x 16 tiles, 512 x 128 blocks, 6 x 16 small
+ * tiles). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 #define SGEMM_HAS it_cpu_has_avx2_fma
 #define SGEMM_ENV "avx2"
 #define SGEMM_TEST "test_sgemm_forms_avx2"
-#define SMALL_K 0 /* no unpacked form */
+#define SGEMM_SMALL sgemm_small
 #else
 #include "cpu/sgemm_avx512.c"
 #define SGEMM_EX it_cpu_sgemm_avx512_ex
@@ -94,9 +95,7 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     bool ok1 = SGEMM_EX(0, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_plain, ldc);
     bool ok2 = SGEMM_EX(1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_swap, ldc);
     omp_set_num_threads(saved);
-#ifdef SGEMM_SMALL
     if (small) SGEMM_SMALL(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_small, ldc);
-#endif
     CHECK(ok1 && ok2);
     char what[128];
     snprintf(what, sizeof what, "sgemm ta%d tb%d m%lld n%lld k%lld alpha %g beta %g, %d thread(s)", ta, tb,
@@ -199,7 +198,7 @@ int main(void) {
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
                 for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
                     if (ks[ki] > 9 && ns[ni] > 49 && ms[mi] > 17) continue; /* keep the long ones few */
-                    float beta = (mi + ni + ki) % 3 == 0 ? 0.0f : (mi + ni + ki) % 3 == 1 ? 1.0f : -0.5f;
+                    float beta = (mi + ni + ki) % 3 == 0 ? 0.0f : (mi + ni + ki) % 3 == 1 ? 1.0f : -0.7f;
                     one_case(t & 1, t >> 1, ms[mi], ns[ni], ks[ki], (ni % 2) ? 1.0f : 1.5f, beta, 1 + (int)(ki % 2));
                 }
     /* the shapes the swap is chosen for: a batch (m <= 384) times a weight stored (out, in),
@@ -222,15 +221,17 @@ int main(void) {
      * elements, read in place), with C transposed */
     one_case(false, true, 1200, 100, 300, 1.0f, 0.0f, 2);
     one_case(false, true, 1200, 100, 300, 1.5f, 1.0f, 2);
-    /* the small form's own edges: its 4-row tiles and 64-wide blocks (n one short of, at and
-     * past 16, 32, 48, 64 and two blocks), transposed B blocks of 1 to 8 rows past the last
-     * whole group of eight, and k up to SMALL_K; attention's products at T = 64 and 256 */
-    const int64_t sm[] = {1, 3, 4, 5, 64}, sn[] = {1, 8, 31, 33, 63, 64, 65, 129}, sk[] = {2, 64, 256};
-    for (int t = 0; SMALL_K > 0 && t < 4; t++)
+    /* the small form's own edges: its tiles (4 rows and 64-wide blocks with AVX-512, 6 x 16
+     * with AVX2; n one short of, at and past 16, 32, 48, 64 and two blocks), transposed B
+     * blocks of 1 to 8 rows past the last whole group of eight, and k up to SMALL_K;
+     * attention's products at T = 64 and 256 */
+    const int64_t sm[] = {1, 3, 4, 5, 6, 7, 64}, sn[] = {1, 8, 15, 16, 17, 31, 33, 63, 64, 65, 129},
+                  sk[] = {2, 64, SMALL_K};
+    for (int t = 0; t < 4; t++)
         for (size_t mi = 0; mi < sizeof sm / sizeof *sm; mi++)
             for (size_t ni = 0; ni < sizeof sn / sizeof *sn; ni++)
                 for (size_t ki = 0; ki < sizeof sk / sizeof *sk; ki++) {
-                    float beta = (mi + ni + ki) % 3 == 0 ? 0.0f : (mi + ni + ki) % 3 == 1 ? 1.0f : -0.5f;
+                    float beta = (mi + ni + ki) % 3 == 0 ? 0.0f : (mi + ni + ki) % 3 == 1 ? 1.0f : -0.7f;
                     one_case(t & 1, t >> 1, sm[mi], sn[ni], sk[ki], (ni % 2) ? 1.0f : 0.75f, beta, 1);
                 }
     for (int t = 0; t < 4; t++) {
@@ -260,9 +261,9 @@ int main(void) {
     CHECK_MSG(g_stolen > stolen0, "no panel was taken from another thread's share, even with thread 1 held back");
     printf(SGEMM_TEST ": %llu row panels taken from another thread's share\n",
            (unsigned long long)(g_stolen - stolen0));
-    CHECK(n_checked > 400 && (SMALL_K == 0 || n_small > 400));
+    CHECK(n_checked > 400 && n_small > 400);
     printf(SGEMM_TEST ": %d products, the swapped form bitwise equal to the plain one; %d of them also in "
-           "the small form, bitwise equal\n",
+                      "the small form, bitwise equal\n",
            n_checked, n_small);
     return it_test_report(SGEMM_TEST);
 }
