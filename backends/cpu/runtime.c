@@ -5,6 +5,7 @@
  * recorded, and an event's timestamp is the moment all work enqueued before it finished
  * (which is the moment of recording). These are the real semantics of an in-order stream
  * whose enqueue is execution. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/sgemm_select.h"
 
 /* Alignment of every block: a cache line, and enough for AVX-512 loads. */
 #define CPU_ALIGN 64
@@ -33,7 +35,14 @@ static it_status check_device(int device) {
     return IT_OK;
 }
 
-static it_status cpu_init(void) { return IT_OK; }
+/* Runs once, when the backend is first used: says so when IT_CPU_SGEMM has a value the fp32
+ * GEMM choice (sgemm_select.h) does not know. */
+static it_status cpu_init(void) {
+    if (!it_cpu_sgemm_env_valid())
+        fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512, avx2 or auto: using auto\n",
+                getenv("IT_CPU_SGEMM"));
+    return IT_OK;
+}
 static it_status cpu_device_count(int *count) {
     *count = 1;
     return IT_OK;

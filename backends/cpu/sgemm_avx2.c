@@ -329,51 +329,22 @@ AVX2 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 
 /* ------------------------------------------------------------------ driver */
 
-static int sgemm_mode(void);
-
+/* The swapped form (sgemm_product) while the batch fits two blocks of columns, so that W is
+ * read at most twice (once from DRAM, the second time from L3 for a layer's weight). GPT-2
+ * 124M's step, B x T = 256: the forwards went from 158-164 to 170-177 GFLOP/s with it, the
+ * step from 1278 to 1227-1239 ms. */
+#define SGEMM_SWAP_ROWS (2 * NC)
+#define SGEMM_ISA IT_CPU_SGEMM_AVX2
 #include "cpu/sgemm_driver.h"
 
 bool it_cpu_sgemm_avx2_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
-    /* Small products take the unpacked path, with sgemm_avx512.c's rule: those up to 64^3,
-     * and those at most 64 wide and SMALL_K deep that run on one thread anyway. Products up
-     * to 64^3 deeper than SMALL_K go to the BLAS. IT_CPU_SGEMM=avx2 or avx512 sends every
-     * product through the packed path, for the tests. */
-    double mnk = (double)m * (double)n * (double)k;
-    if (sgemm_mode() != 2) {
-        if (k <= SMALL_K && (mnk <= 64.0 * 64.0 * 64.0 || (n <= SNR && (mnk < 2.0e6 || omp_in_parallel())))) {
-            sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-            return true;
-        }
-        if (mnk <= 64.0 * 64.0 * 64.0) return false;
-    }
-    /* The swapped form, as in sgemm_avx512.c: a batch times a weight stored (out, in), X W^T,
-     * computed as (W X^T)^T, W read in place. Taken while the batch fits two blocks of
-     * columns, so that W is read at most twice (once from DRAM, the second time from L3 for
-     * a layer's weight). GPT-2 124M's step, B x T = 256: the forwards went from 158-164 to
-     * 170-177 GFLOP/s with it, the step from 1278 to 1227-1239 ms. */
-    bool swapped = swap > 0 || (swap < 0 && tb && m >= 32 && m <= 2 * NC && n >= 2 * m);
-    if (swapped) return sgemm_threads(!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, true);
-    return sgemm_threads(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+    return sgemm_product(swap, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool it_cpu_sgemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    return it_cpu_sgemm_avx2_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-/* 0 off, 1 auto (small products unpacked), 2 every size packed: see sgemm_select.h */
-static int g_mode;
-static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
-
-static void mode_init(void) {
-    g_mode = it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX2 ? it_cpu_sgemm_every_size() ? 2 : 1 : 0;
-}
-
-static int sgemm_mode(void) {
-    pthread_once(&g_mode_once, mode_init);
-    return g_mode;
+    return sgemm_product(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool it_cpu_sgemm_avx2_usable(void) { return sgemm_mode() != 0; }

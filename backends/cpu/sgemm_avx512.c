@@ -368,67 +368,22 @@ AVX512 static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k
 
 /* ------------------------------------------------------------------ driver */
 
-static int sgemm_mode(void);
-
+/* The swapped form (sgemm_product) while the batch fits one block of columns (m <= NC: W
+ * is read once). Measured on GPT-2 124M's products at B x T = 256, old and new code
+ * alternating in one process: lm_head's forward 66-75 -> 63-64 ms; the layers' forwards
+ * unchanged (the kernel then waits for W about as long as the pack did). */
+#define SGEMM_SWAP_ROWS NC
+#define SGEMM_ISA IT_CPU_SGEMM_AVX512
 #include "cpu/sgemm_driver.h"
-
 
 bool it_cpu_sgemm_avx512_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
-    /* Small products take the unpacked path (sgemm_small): those up to 64^3, and those at
-     * most 64 wide and SMALL_K deep that run on one thread anyway (inside a batch's
-     * parallel loop, or below the size where a team pays), as attention's at T = 256
-     * (256 x 64 x 256 on two threads: 325 GFLOP/s against 273 packed). Wider ones keep the
-     * packed path, whose B block stays in cache (256 x 256 x 64: 253 against 173). Products
-     * up to 64^3 deeper than SMALL_K go to the BLAS. IT_CPU_SGEMM=avx512 sends every product
-     * through the packed path, for the tests. */
-    double mnk = (double)m * (double)n * (double)k;
-    if (sgemm_mode() != 2) {
-        if (k <= SMALL_K && (mnk <= 64.0 * 64.0 * 64.0 || (n <= SNR && (mnk < 2.0e6 || omp_in_parallel())))) {
-            sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-            return true;
-        }
-        if (mnk <= 64.0 * 64.0 * 64.0) return false;
-    }
-    /* A batch's rows times a weight stored (out, in), as every linear layer's forward:
-     * op(B) = W^T has to go through the transposing pack, and W comes from DRAM. Computed
-     * as C^T = op(B)^T op(A)^T = W X^T instead, W is the A side, read in place by the
-     * micro-kernel (its rows are the kernel's eight rows), and only the batch (k x m, in
-     * cache) is packed; the tiles are written to C transposed. The same products are summed
-     * in the same order, so the bits are the same either way. Worth it while the batch fits
-     * one block of columns (m <= NC: W is read once) and is the smaller operand. Measured on
-     * GPT-2 124M's products at B x T = 256, old and new code alternating in one process:
-     * lm_head's forward 66-75 -> 63-64 ms; the layers' forwards unchanged (the kernel then
-     * waits for W about as long as the pack did). */
-    bool swapped = swap > 0 || (swap < 0 && tb && m >= 32 && m <= NC && n >= 2 * m);
-    if (swapped) return sgemm_threads(!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, true);
-    return sgemm_threads(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+    return sgemm_product(swap, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool it_cpu_sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                          const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    return it_cpu_sgemm_avx512_ex(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-/* IT_CPU_SGEMM (sgemm_select.h): "blas" and "avx2" never use these kernels, "avx512" sends
- * every product through the packed path whatever the size (the tests use it to run the edge
- * cases through it), unset or "auto" chooses: small products unpacked, a few small deep ones
- * to the BLAS, the rest packed (it_cpu_sgemm_avx512_ex). */
-static int g_mode; /* 0 off, 1 auto, 2 every size */
-static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
-
-static void mode_init(void) {
-    const char *env = getenv("IT_CPU_SGEMM");
-    if (env != NULL && *env != '\0' && strcmp(env, "blas") != 0 && strcmp(env, "avx512") != 0 &&
-        strcmp(env, "avx2") != 0 && strcmp(env, "auto") != 0)
-        fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512, avx2 or auto: using auto\n", env);
-    g_mode = it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX512 ? it_cpu_sgemm_every_size() ? 2 : 1 : 0;
-}
-
-static int sgemm_mode(void) {
-    pthread_once(&g_mode_once, mode_init);
-    return g_mode;
+    return sgemm_product(-1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool it_cpu_sgemm_avx512_usable(void) { return sgemm_mode() != 0; }

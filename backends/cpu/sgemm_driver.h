@@ -11,6 +11,10 @@
  *   pack_b(tb, b, ldb, k0, kc, j0, nr, pb)   a (kc, nr <= NR) panel of op(B), NR wide
  *   copy_tail_rows(a, lda, i0, mr, k0, kc, dst)   a short last panel of an untransposed A
  *   min64(a, b)
+ *   sgemm_small(...), SMALL_K, SNR   the unpacked path for small products, its deepest k and
+ *                                the width up to which it takes a product on one thread
+ *   SGEMM_ISA                    the IT_CPU_SGEMM_* value that selects this kernel
+ *   SGEMM_SWAP_ROWS              the most rows a product is swapped with (sgemm_product)
  *
  * Every element of C is summed by one thread, k blocks in order, whatever the number of
  * threads: the results are bitwise the same for every thread count. */
@@ -142,8 +146,8 @@ static bool take_back(uint64_t *w, int64_t *p0, int64_t *p1) {
  * claims (see struct share), and waits at a barrier for the others before the next block,
  * so that every element is still summed by one thread, k blocks in order. */
 SGEMM_TARGET static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, bool tc,
-                                float *bbuf, float *abuf, share *sh) {
+                                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                                      bool tc, float *bbuf, float *abuf, share *sh) {
     /* op(A)'s 8-row panel i of the k block at pc, as the kernel reads it (pa, ars): an
      * untransposed A in place (its tail copied once into abuf), a transposed one packed */
 #define A_PANEL(i, pc, kc, packed, pa, ars)                                                                            \
@@ -310,6 +314,53 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 #undef C_PART
     scratch_give(buf, slot);
     return true;
+}
+
+/* ------------------------------------------------------------------ entry */
+
+/* This kernel's mode (IT_CPU_SGEMM, sgemm_select.h), read once: 0 it does not serve, 1 it
+ * chooses (small products unpacked, a few small deep ones to the BLAS, the rest packed),
+ * 2 every product packed whatever its size (the tests use it to run the edge cases). */
+static int g_mode;
+static pthread_once_t g_mode_once = PTHREAD_ONCE_INIT;
+
+static void mode_init(void) { g_mode = it_cpu_sgemm_isa() == SGEMM_ISA ? it_cpu_sgemm_every_size() ? 2 : 1 : 0; }
+
+static int sgemm_mode(void) {
+    pthread_once(&g_mode_once, mode_init);
+    return g_mode;
+}
+
+/* The product through this kernel, in the form its shape calls for (swap < 0), or swapped
+ * (> 0) or as asked (0) for the tests; false when it did nothing (the caller's BLAS then).
+ *
+ * Small products take the unpacked path (sgemm_small): those up to 64^3, and those at most
+ * SNR wide and SMALL_K deep that run on one thread anyway (inside a batch's parallel loop,
+ * or below the size where a team pays), as attention's at T = 256 (AVX-512: 256 x 64 x 256
+ * on two threads 325 GFLOP/s against 273 packed). Wider ones keep the packed path, whose B
+ * block stays in cache (256 x 256 x 64: 253 against 173). Products up to 64^3 deeper than
+ * SMALL_K go to the BLAS.
+ *
+ * A batch's rows times a weight stored (out, in), as every linear layer's forward: op(B) =
+ * W^T would go through the transposing pack, W coming from DRAM. Computed as C^T = op(B)^T
+ * op(A)^T = W X^T instead, W is the A side, read in place by the micro-kernel, and only the
+ * batch (k x m, in cache) is packed; the tiles are written to C transposed. The same
+ * products are summed in the same order, so the bits are the same either way. Taken while
+ * the batch has at most SGEMM_SWAP_ROWS rows and is the smaller operand (see each kernel). */
+static bool sgemm_product(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return false; /* the caller's BLAS handles the degenerate cases */
+    double mnk = (double)m * (double)n * (double)k;
+    if (sgemm_mode() != 2) {
+        if (k <= SMALL_K && (mnk <= 64.0 * 64.0 * 64.0 || (n <= SNR && (mnk < 2.0e6 || omp_in_parallel())))) {
+            sgemm_small(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            return true;
+        }
+        if (mnk <= 64.0 * 64.0 * 64.0) return false;
+    }
+    bool swapped = swap > 0 || (swap < 0 && tb && m >= 32 && m <= SGEMM_SWAP_ROWS && n >= 2 * m);
+    if (swapped) return sgemm_threads(!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, true);
+    return sgemm_threads(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
 }
 
 #endif

@@ -52,6 +52,13 @@ static inline bool it_cpu_sgemm_every_size(void) {
     return it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2");
 }
 
+/* IT_CPU_SGEMM is unset or one of the values above (otherwise the choice is as for auto). */
+static inline bool it_cpu_sgemm_env_valid(void) {
+    const char *env = getenv("IT_CPU_SGEMM");
+    return env == NULL || *env == '\0' || it_cpu_sgemm_env_is("auto") || it_cpu_sgemm_env_is("blas") ||
+           it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2");
+}
+
 /* The AVX-512 kernel serves fp32 products (all but a few small deep ones: see cpu_kernels.h). */
 static inline bool it_cpu_sgemm_is_avx512(void) { return it_cpu_sgemm_isa() == IT_CPU_SGEMM_AVX512; }
 
