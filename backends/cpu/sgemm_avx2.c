@@ -18,9 +18,16 @@
  *
  * The blocks fit a 512 KB L2: KC x NC of op(B) is 256 KB. GPT-2 124M's step (B=4 T=64),
  * alternating runs: 512 x 128 blocks 1239 and 1236 ms, 256 x 256 ones 1326 and 1278.
+ * Products up to KC1 = 768 deep are one k block (768 x 128, 384 KB), so that a layer's
+ * forward (k = 768) writes each tile of C once instead of writing it, reading it back and
+ * writing it again: the step's forwards 367-379 -> 348-354 ms, the step 1219-1241 -> 1195-1198
+ * (three alternating pairs); the deeper input gradients keep 512-deep blocks, which ran
+ * 10% faster than 768-deep ones for 256 x 768 x 3072, and the other cases did not move
+ * beyond the host's noise.
  *
- * Determinism: each element of C is computed by one thread, summing k in the same order (KC
- * blocks in turn, k in order within each) whatever the thread count, so results are bitwise
+ * Determinism: each element of C is computed by one thread, summing k in the same order (k
+ * blocks in turn, k in order within each; the blocks depend on k alone, sgemm_driver.h's
+ * k_block) whatever the thread count, so results are bitwise
  * the same for every number of threads. They are not the AVX-512 kernel's bits: the k
  * blocks differ. */
 #include <limits.h>
@@ -42,11 +49,13 @@
 #define AVX2 __attribute__((target("avx2,fma")))
 
 enum {
-    MR = 6,   /* rows of the micro-kernel's C tile */
-    NR = 16,  /* columns: two ymm vectors */
-    KC = 512, /* depth of a packed block: a B panel is 32 KB */
-    NC = 128, /* columns of a packed B block: KC x NC x 4 = 256 KB */
-    MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
+    MR = 6,    /* rows of the micro-kernel's C tile */
+    NR = 16,   /* columns: two ymm vectors */
+    KC = 512,  /* depth of a packed block: a B panel is 32 KB */
+    NC = 128,  /* columns of a packed B block: KC x NC x 4 = 256 KB */
+    KC1 = 768, /* products up to this deep are one k block, of up to KC1 x NC (384 KB) */
+    KCB = 768, /* max(KC, KC1) */
+    MA = 512,  /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
 };
 
 #define SGEMM_TARGET AVX2

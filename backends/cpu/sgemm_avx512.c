@@ -52,6 +52,8 @@ enum {
     NR = 48,  /* columns: three zmm vectors */
     KC = 512, /* depth of a packed block: an A panel is 16 KB, a B panel 96 KB */
     NC = 384, /* columns of a packed B block: KC x NC x 4 = 768 KB */
+    KC1 = KC, /* products up to this deep are one k block */
+    KCB = KC, /* max(KC, KC1) */
     MA = 512, /* up to this many rows, a transposed op(A) is packed whole per k block: 1 MB */
 };
 

@@ -5,6 +5,8 @@
  *   SGEMM_TARGET                 the function attribute that enables it
  *   MR, NR, KC, NC, MA           the tile (MR x NR), the packed blocks (KC x NC of op(B),
  *                                MA x KC of a transposed op(A))
+ *   KC1, KCB                     the deepest product summed in one k block (KC1 >= KC: the
+ *                                blocks are then KC1 x NC), max(KC, KC1)
  *   kernel(tc, kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, first)
  *                                one MR x NR tile of C (see sgemm_avx512.c's kernel_tile)
  *   pack_a(ta, a, lda, i0, mr, k0, kc, pa)   an (mr <= MR, kc) panel of op(A), k-major
@@ -128,14 +130,26 @@ static bool take_back(uint64_t *w, int64_t *p0, int64_t *p1) {
     }
 }
 
+/* The depth of a product's k blocks: the whole of k up to KC1, else KC. Each block is summed
+ * from zero and then added to C, so this fixes the order of summation: it depends on k
+ * alone, never on the thread count. */
+static int64_t k_block(int64_t k) { return k <= KC1 ? k : KC; }
+
+/* The B block of the tall loop nest: kb (k_block) deep, nb wide, nb * kb within KC1 x NC for
+ * a product of one k block and KC x NC for a deeper one (and a multiple of NR). */
+static void b_block(int64_t k, int64_t *kb, int64_t *nb) {
+    *kb = k_block(k);
+    *nb = (k <= KC1 ? KC1 : KC) * NC / *kb / NR * NR;
+}
+
 /* One thread's whole product: C (m, n) = alpha op(A) op(B) + beta C, with its own packing
- * buffers bbuf (KC x NC rounded up to panels) and abuf (MA x KC). tc: C is stored
+ * buffers bbuf (KCB x NC rounded up to panels) and abuf (MA x KCB). tc: C is stored
  * transposed, element (i, j) at c[j * ldc + i] (the swapped form, see it_cpu_sgemm_avx512).
  *
  * Short products (m <= MA, the rows of a training batch) pack all of a transposed op(A)'s
  * rows for a k block once and keep them for every block of columns; the B block is the
  * inner one. Tall ones (weight gradients: m in the thousands) keep the B block and pack one
- * A panel at a time; when k is shorter than KC their B block is as much wider, so that
+ * A panel at a time; when k is shorter than KC1 their B block is as much wider, so that
  * the A panels (packed again for every block of columns) are packed fewer times. An
  * untransposed A is never packed (only its short last panel copied). Either way each
  * operand's k block is packed once per block of the other, and the micro-kernel and the
@@ -165,10 +179,11 @@ SGEMM_TARGET static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, in
     } while (0)
     /* C's tile at row i, column j */
 #define C_AT(i, j) (tc ? c + (j)*ldc + (i) : c + (i)*ldc + (j))
-    int64_t tail = m - m % MR; /* first row of the short panel, if any */
+    int64_t tail = m - m % MR;                               /* first row of the short panel, if any */
+    int64_t kblk = k_block(k), pstr = kblk > KC ? kblk : KC; /* the k blocks' depth; B's panels pstr * NR apart */
     if (m <= MA && sh == NULL) {
-        for (int64_t pc = 0; pc < k; pc += KC) {
-            int64_t kc = min64(KC, k - pc);
+        for (int64_t pc = 0; pc < k; pc += kblk) {
+            int64_t kc = min64(kblk, k - pc);
             if (ta)
                 for (int64_t i = 0; i < m; i += MR) pack_a(ta, a, lda, i, (int)min64(MR, m - i), pc, kc, abuf + i * kc);
             else if (tail < m)
@@ -176,26 +191,27 @@ SGEMM_TARGET static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, in
             for (int64_t jc = 0; jc < n; jc += NC) {
                 int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
                 for (int64_t q = 0; q < npan; q++)
-                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * KC * NR);
+                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * pstr * NR);
                 for (int64_t i = 0; i < m; i += MR) {
                     const float *pa;
                     int64_t ars;
                     A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
                     for (int64_t q = 0; q < npan; q++)
-                        kernel(tc, kc, pa, ars, bbuf + q * KC * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
+                        kernel(tc, kc, pa, ars, bbuf + q * pstr * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
                                (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
                 }
             }
         }
         return;
     }
-    /* the B block: kb deep (each k block's panels kb * NR apart), nb wide, nb * kb <= NC * KC */
-    int64_t kb = min64(KC, k), nb = KC * NC / kb / NR * NR, pans = (m + MR - 1) / MR, blk = 0;
+    /* the B block: kb deep (each k block's panels kb * NR apart), nb wide (b_block) */
+    int64_t kb, nb, pans = (m + MR - 1) / MR, blk = 0;
+    b_block(k, &kb, &nb);
     int me = sh ? omp_get_thread_num() : 0;
     for (int64_t jc = 0; jc < n; jc += nb) {
         int64_t nc = min64(nb, n - jc), npan = (nc + NR - 1) / NR;
-        for (int64_t pc = 0; pc < k; pc += KC, blk++) {
-            int64_t kc = min64(KC, k - pc);
+        for (int64_t pc = 0; pc < k; pc += kb, blk++) {
+            int64_t kc = min64(kb, k - pc);
             for (int64_t q = 0; q < npan; q++)
                 pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * kb * NR);
             /* the rows: all of them, or (shared) this thread's panels, then others' left-overs */
@@ -248,7 +264,7 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
     if ((double)m * (double)n * (double)k < 2.0e6) threads = 1;
     if (threads < 1) threads = 1;
     _Static_assert(MA >= MR, "abuf holds a short last A panel too");
-    size_t per = (size_t)KC * ((NC + NR - 1) / NR * NR) + (size_t)MA * KC; /* floats per thread */
+    size_t per = (size_t)KCB * ((NC + NR - 1) / NR * NR) + (size_t)MA * KCB; /* floats per thread */
     int slot;
     float *buf = scratch_take(per * (size_t)threads, &slot);
     if (buf == NULL) return false;
@@ -267,7 +283,8 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
      * each thread's own share would (A untransposed, each share tall, or one B block).
      * Measured on GPT-2's step replayed, 2 threads: the threads of a static split waited
      * ~21 ms a step for each other in these products (one core is often slower). */
-    int64_t kb0 = min64(KC, k), nb0 = KC * NC / kb0 / NR * NR;
+    int64_t kb0, nb0;
+    b_block(k, &kb0, &nb0);
     share sh_state;
     share *sh = !split_n && threads > 1 && threads <= SHARE_MAX_T && (!ta || m > (int64_t)MA * threads || n <= nb0)
                     ? &sh_state
@@ -277,7 +294,7 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
-        float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KC * ((NC + NR - 1) / NR * NR);
+        float *bbuf = buf + per * (size_t)t, *abuf = bbuf + (size_t)KCB * ((NC + NR - 1) / NR * NR);
         if (sh != NULL) {
 #pragma omp single
             {
