@@ -111,6 +111,25 @@ AVX2 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t k0, int64_
 
 /* ------------------------------------------------------------------ micro-kernel */
 
+/* The (mr, nr) corner of a tile's accumulators to C through memory, element by element:
+ * alpha * acc, then + bb * C in one FMA when read (the two roundings of the vector
+ * epilogues, so a partial tile has the bits of a whole one). tc: the tile is C^T's, element
+ * (r, j) at c[j * ldc + r]. For partial tiles, and the transposed form's short panels. */
+AVX2 static void store_tile_slow(__m256 acc[MR][2], float *c, int64_t ldc, bool tc, int mr, int nr, float alpha,
+                                 float bb, bool read) {
+    float t[MR][NR];
+    for (int r = 0; r < MR; r++) {
+        _mm256_storeu_ps(t[r], acc[r][0]);
+        _mm256_storeu_ps(t[r] + 8, acc[r][1]);
+    }
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < nr; j++) {
+            float *p = tc ? c + j * ldc + r : c + r * ldc + j;
+            float x = alpha * t[r][j];
+            *p = read ? fmaf(bb, *p, x) : x;
+        }
+}
+
 /* C tile (mr <= 6, nr <= 8 * nv) at c = alpha * A-panel (6, kc) @ pb (kc, 16) + beta_eff * C,
  * where beta_eff is beta for the first k block (C not read when it is 0) and 1 after. nv (1
  * or 2, a constant in each instance) is how many of the panel's two 8-wide vectors the tile
@@ -181,18 +200,7 @@ kernel_tile(int nv, bool rows, bool tc, int64_t kc, const float *restrict pa, in
         return;
     }
     if (tc || nr < 8 * nv) {
-        /* a short tile: through memory, element by element (the same two roundings) */
-        float t[MR][NR];
-        for (int r = 0; r < MR; r++) {
-            _mm256_storeu_ps(t[r], acc[r][0]);
-            _mm256_storeu_ps(t[r] + 8, acc[r][1]);
-        }
-        for (int r = 0; r < mr; r++)
-            for (int j = 0; j < nr; j++) {
-                float *p = tc ? c + j * ldc + r : c + r * ldc + j;
-                float x = alpha * t[r][j];
-                *p = read ? fmaf(bb, *p, x) : x;
-            }
+        store_tile_slow(acc, c, ldc, tc, mr, nr, alpha, bb, read); /* a short tile */
         return;
     }
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(bb);
@@ -303,16 +311,7 @@ AVX2 static void small_tile(int64_t k, const float *restrict a, int64_t rs, int6
             }
         return;
     }
-    float t[MR][NR];
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(t[r], acc[r][0]);
-        _mm256_storeu_ps(t[r] + 8, acc[r][1]);
-    }
-    for (int r = 0; r < mr; r++)
-        for (int j = 0; j < nr; j++) {
-            float *p = c + r * ldc + j, x = alpha * t[r][j];
-            *p = beta != 0.0f ? fmaf(beta, *p, x) : x;
-        }
+    store_tile_slow(acc, c, ldc, false, mr, nr, alpha, beta, beta != 0.0f);
 }
 
 /* C (m, n) = alpha op(A) op(B) + beta C on this thread, k <= SMALL_K: 16-column strips of C,

@@ -179,8 +179,7 @@ SGEMM_TARGET static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, in
     } while (0)
     /* C's tile at row i, column j */
 #define C_AT(i, j) (tc ? c + (j)*ldc + (i) : c + (i)*ldc + (j))
-    int64_t tail = m - m % MR;                               /* first row of the short panel, if any */
-    int64_t kblk = k_block(k), pstr = kblk > KC ? kblk : KC; /* the k blocks' depth; B's panels pstr * NR apart */
+    int64_t tail = m - m % MR, kblk = k_block(k); /* the short panel's first row, if any; the k blocks' depth */
     if (m <= MA && sh == NULL) {
         for (int64_t pc = 0; pc < k; pc += kblk) {
             int64_t kc = min64(kblk, k - pc);
@@ -191,13 +190,13 @@ SGEMM_TARGET static void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, in
             for (int64_t jc = 0; jc < n; jc += NC) {
                 int64_t nc = min64(NC, n - jc), npan = (nc + NR - 1) / NR;
                 for (int64_t q = 0; q < npan; q++)
-                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * pstr * NR);
+                    pack_b(tb, b, ldb, pc, kc, jc + q * NR, (int)min64(NR, nc - q * NR), bbuf + q * kblk * NR);
                 for (int64_t i = 0; i < m; i += MR) {
                     const float *pa;
                     int64_t ars;
                     A_PANEL(i, pc, kc, abuf + i * kc, pa, ars);
                     for (int64_t q = 0; q < npan; q++)
-                        kernel(tc, kc, pa, ars, bbuf + q * pstr * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
+                        kernel(tc, kc, pa, ars, bbuf + q * kblk * NR, C_AT(i, jc + q * NR), ldc, (int)min64(MR, m - i),
                                (int)min64(NR, nc - q * NR), alpha, beta, pc == 0);
                 }
             }
