@@ -82,13 +82,15 @@ static it_status check_device(const char *fn, int device) {
     return IT_OK;
 }
 
-/* Index of the live block of `dev` holding [p, p + n), or -1. Called with tp_lock held. */
+/* Index of the live block of `dev` holding [p, p + n), or -1; n == 0 asks whether p itself lies in a
+ * block, so a pointer one past a block's end (where the host allocator may well put a host buffer)
+ * is not device memory. Called with tp_lock held. */
 static long find_block_locked(int dev, const void *p, size_t n) {
     uintptr_t c = (uintptr_t)p;
     tp_device *d = &tp_dev[dev];
     for (size_t i = 0; i < d->n_blocks; i++) {
         uintptr_t lo = (uintptr_t)d->blocks[i].ptr, hi = lo + d->blocks[i].size;
-        if (c >= lo && c <= hi && n <= hi - c) return (long)i;
+        if (c >= lo && (n == 0 ? c < hi : c <= hi && n <= hi - c)) return (long)i;
     }
     return -1;
 }

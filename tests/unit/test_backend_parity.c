@@ -56,6 +56,8 @@ static void note_fallbacks(int d) {
 }
 
 int main(void) {
+    /* Unbuffered, so a run killed by a timeout still shows how far it got. */
+    setvbuf(stdout, NULL, _IONBF, 0);
     const run_case cases[] = {
         {"gpt2", FIX "gpt2/tiny_gpt2.bin", FIX "gpt2/tiny_shard.bin", "adamw"},
         {"gpt2", FIX "gpt2/tiny_gpt2.bin", FIX "gpt2/tiny_shard.bin", "sgd"},
