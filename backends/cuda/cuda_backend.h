@@ -26,10 +26,9 @@ extern "C" {
 /* The registry's limit (src/core/registry.c). */
 #define CU_MAX_DEVICES 64
 
-/* A stream of the backend. The default stream of a device wraps the legacy default stream
- * (cudaStreamLegacy): streams made by stream_create are blocking streams, so the legacy
- * stream, and with it the synchronous cudaMemcpy, is ordered after all their earlier work,
- * as backend.h asks of the synchronous memcpy. */
+/* A stream of the backend: a non-blocking CUDA stream (the default stream of a device too,
+ * made on first use), so that no stream serializes with another behind the legacy default
+ * stream's back. The synchronous memcpy synchronizes the device first (runtime.c). */
 struct it_stream {
     int device;
     int priority;

@@ -2,9 +2,11 @@
  *
  * The interface was modelled on CUDA, so most slots are one cudart call:
  *  - the current device is per thread in cudart as in backend.h (cudaSetDevice);
- *  - each device's default stream is the legacy default stream, and stream_create makes
- *    blocking streams (cudaStreamDefault), so the synchronous cudaMemcpy, which runs on the
- *    legacy stream, is ordered after every stream's earlier work, as backend.h asks;
+ *  - every stream, each device's default one included, is a non-blocking stream
+ *    (cudaStreamNonBlocking): the legacy default stream would serialize with all of them, and
+ *    a gradient all-reduce on its own stream could not overlap the backward. The synchronous
+ *    memcpy, which backend.h orders after all work queued on the device, is therefore
+ *    cudaDeviceSynchronize + cudaMemcpy;
  *  - a kernel that fails after it was enqueued is reported by the next synchronizing call,
  *    which is cudart's own behaviour;
  *  - each stream has a cuBLAS handle bound to it, made on first use (gemm.c). */
@@ -106,7 +108,18 @@ static it_status default_stream(int device, it_stream **out) {
         }
         s->device = device;
         s->is_default = true;
-        s->stream = cudaStreamLegacy;
+        int prev = -1;
+        cudaGetDevice(&prev);
+        it_status st = cu_check(cudaSetDevice(device), "default_stream: cudaSetDevice(%d)", device);
+        if (!st)
+            st = cu_check(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
+                          "default_stream: cudaStreamCreateWithFlags(device %d)", device);
+        if (prev >= 0 && prev != device) cudaSetDevice(prev);
+        if (st) {
+            free(s);
+            pthread_mutex_unlock(&rt_lock);
+            return st;
+        }
         default_streams[device] = s;
     }
     *out = default_streams[device];
@@ -134,7 +147,7 @@ static it_status cu_stream_create(int device, int priority, it_stream **out) {
     if (!s) return it_error(IT_ERR_OOM, "cuda stream_create: out of host memory");
     s->device = device;
     s->priority = priority;
-    st = cu_check(cudaStreamCreateWithPriority(&s->stream, cudaStreamDefault, priority),
+    st = cu_check(cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, priority),
                   "stream_create: cudaStreamCreateWithPriority(device %d, priority %d)", device, priority);
     if (st) {
         free(s);
@@ -288,6 +301,9 @@ static it_status cu_memcpy(int device, void *dst, const void *src, size_t nbytes
         return IT_OK;
     }
     it_status st = use_device("memcpy", device);
+    if (st) return st;
+    /* after all work queued on the device: every stream is non-blocking (see the top) */
+    st = cu_check(cudaDeviceSynchronize(), "memcpy %s: cudaDeviceSynchronize(device %d)", kind_names[kind], device);
     if (st) return st;
     return cu_check(cudaMemcpy(dst, src, nbytes, copy_kind(kind)), "memcpy %s of %zu bytes on device %d",
                     kind_names[kind], nbytes, device);
