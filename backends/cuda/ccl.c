@@ -37,8 +37,20 @@ static bool nccl_type(it_dtype dt, ncclDataType_t *t) {
     }
 }
 
-static ncclRedOp_t nccl_op(it_reduce_kind op) {
-    return op == IT_CCL_AVG ? ncclAvg : op == IT_CCL_MAX ? ncclMax : ncclSum;
+/* ncclAvg came with NCCL 2.10; before it AVG is declined and the core runs SUM and divides. */
+static it_status nccl_op(const char *fn, it_reduce_kind op, ncclRedOp_t *out) {
+    switch (op) {
+    case IT_CCL_SUM: *out = ncclSum; return IT_OK;
+    case IT_CCL_MAX: *out = ncclMax; return IT_OK;
+    case IT_CCL_AVG:
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+        *out = ncclAvg;
+        return IT_OK;
+#else
+        return it_error(IT_ERR_UNSUPPORTED, "cuda %s: this NCCL has no ncclAvg", fn);
+#endif
+    }
+    return it_error(IT_ERR_INVALID_ARG, "cuda %s: reduction %d", fn, (int)op);
 }
 
 /* Resolve the stream (on the communicator's device) and the dtype. */
@@ -72,7 +84,7 @@ static it_status cu_comm_init(int device, const it_ccl_unique_id *id, int nranks
     st = nccl_check(ncclCommInitRank(&c->comm, nranks, u, rank), "ncclCommInitRank");
     if (st) {
         free(c);
-        return it_error_context("rank %d of %d on device %d", rank, nranks, device);
+        return it_error_context("rank %d of %d on device %d: ", rank, nranks, device);
     }
     *out = c;
     return IT_OK;
@@ -88,9 +100,11 @@ static it_status cu_comm_destroy(it_comm *c) {
 static it_status cu_all_reduce(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
                                it_stream *s) {
     ncclDataType_t t;
-    it_status st = prepare("all_reduce", c, dt, &s, &t);
+    ncclRedOp_t o = ncclSum;
+    it_status st = nccl_op("all_reduce", op, &o);
+    if (!st) st = prepare("all_reduce", c, dt, &s, &t);
     if (st) return st;
-    return nccl_check(ncclAllReduce(send, recv, count, t, nccl_op(op), c->comm, s->stream), "ncclAllReduce");
+    return nccl_check(ncclAllReduce(send, recv, count, t, o, c->comm, s->stream), "ncclAllReduce");
 }
 
 static it_status cu_all_gather(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
@@ -104,10 +118,11 @@ static it_status cu_all_gather(it_comm *c, const void *send, void *recv, size_t 
 static it_status cu_reduce_scatter(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
                                    it_reduce_kind op, it_stream *s) {
     ncclDataType_t t;
-    it_status st = prepare("reduce_scatter", c, dt, &s, &t);
+    ncclRedOp_t o = ncclSum;
+    it_status st = nccl_op("reduce_scatter", op, &o);
+    if (!st) st = prepare("reduce_scatter", c, dt, &s, &t);
     if (st) return st;
-    return nccl_check(ncclReduceScatter(send, recv, count_per_rank, t, nccl_op(op), c->comm, s->stream),
-                      "ncclReduceScatter");
+    return nccl_check(ncclReduceScatter(send, recv, count_per_rank, t, o, c->comm, s->stream), "ncclReduceScatter");
 }
 
 static it_status cu_broadcast(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s) {

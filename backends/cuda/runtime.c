@@ -66,7 +66,24 @@ static it_status cu_init(void) {
                         "cuda: no usable NVIDIA GPU: cudaGetDeviceCount: %s (%s); runtime CUDA %d.%d, %s",
                         cudaGetErrorName(e), cudaGetErrorString(e), rt / 1000, rt % 1000 / 10, driver);
     }
-    device_count = n > CU_MAX_DEVICES ? CU_MAX_DEVICES : n;
+    if (n > CU_MAX_DEVICES) n = CU_MAX_DEVICES;
+    /* The plugin holds code for IT_CUDA_MIN_ARCH and up (CMAKE_CUDA_ARCHITECTURES): an older
+     * GPU would fail its first kernel with cudaErrorNoKernelImageForDevice; say so here. */
+    for (int d = 0; d < n; d++) {
+        int major = 0, minor = 0;
+        it_status st = cu_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d),
+                                "cudaDeviceGetAttribute(compute capability, device %d)", d);
+        if (!st)
+            st = cu_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d),
+                          "cudaDeviceGetAttribute(compute capability, device %d)", d);
+        if (st) return st;
+        if (major * 10 + minor < IT_CUDA_MIN_ARCH)
+            return it_error(IT_ERR_UNSUPPORTED,
+                            "cuda: device %d has compute capability %d.%d; this build has code for sm_%d and up "
+                            "(CMAKE_CUDA_ARCHITECTURES=%s): rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d",
+                            d, major, minor, IT_CUDA_MIN_ARCH, IT_CUDA_ARCHS, major, minor);
+    }
+    device_count = n;
     return IT_OK;
 }
 
@@ -87,6 +104,7 @@ static it_status use_device(const char *fn, int device) {
     if (st) return st;
     int cur = -1;
     if (cudaGetDevice(&cur) == cudaSuccess && cur == device) return IT_OK;
+    (void)cudaGetLastError(); /* a failed query must not be blamed on the next launch */
     return cu_check(cudaSetDevice(device), "%s: cudaSetDevice(%d)", fn, device);
 }
 
@@ -115,6 +133,7 @@ static it_status default_stream(int device, it_stream **out) {
             st = cu_check(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking),
                           "default_stream: cudaStreamCreateWithFlags(device %d)", device);
         if (prev >= 0 && prev != device) cudaSetDevice(prev);
+        (void)cudaGetLastError(); /* the unchecked query and restore above */
         if (st) {
             free(s);
             pthread_mutex_unlock(&rt_lock);
@@ -162,6 +181,7 @@ static it_status cu_stream_destroy(it_stream *s) {
     it_status st = use_device("stream_destroy", s->device);
     if (!st) st = cu_check(cudaStreamSynchronize(s->stream), "stream_destroy: cudaStreamSynchronize");
     if (s->blas) cublasDestroy((cublasHandle_t)s->blas);
+    (void)cudaGetLastError();
     it_status st2 = cu_check(cudaStreamDestroy(s->stream), "stream_destroy: cudaStreamDestroy");
     free(s);
     return st ? st : st2;
@@ -187,8 +207,11 @@ it_status cu_blas_handle(it_stream *s, void **handle) {
         cublasStatus_t b = cublasCreate(&h);
         if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(h, s->stream);
         /* The default math mode: fp32 products stay fp32 (TF32 only on request), bf16 and
-         * fp16 ones use the tensor cores with fp32 accumulation. */
-        if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+         * fp16 ones use the tensor cores; without reduced-precision reductions, split-K
+         * partial sums stay fp32 too (backend.h: accumulation in fp32). */
+        if (b == CUBLAS_STATUS_SUCCESS)
+            b = cublasSetMathMode(
+                h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
         if (b != CUBLAS_STATUS_SUCCESS) {
             if (h) cublasDestroy(h);
             pthread_mutex_unlock(&rt_lock);
@@ -302,11 +325,20 @@ static it_status cu_memcpy(int device, void *dst, const void *src, size_t nbytes
     }
     it_status st = use_device("memcpy", device);
     if (st) return st;
-    /* after all work queued on the device: every stream is non-blocking (see the top) */
-    st = cu_check(cudaDeviceSynchronize(), "memcpy %s: cudaDeviceSynchronize(device %d)", kind_names[kind], device);
-    if (st) return st;
-    return cu_check(cudaMemcpy(dst, src, nbytes, copy_kind(kind)), "memcpy %s of %zu bytes on device %d",
-                    kind_names[kind], nbytes, device);
+    /* After all work queued on the device (every stream is non-blocking, see the top), and
+     * complete when it returns: cudaMemcpy alone may return before a pageable H2D or a D2D
+     * copy has landed, and the non-blocking streams would not wait for it. */
+    it_stream *ds = NULL;
+    st = default_stream(device, &ds);
+    if (!st)
+        st = cu_check(cudaDeviceSynchronize(), "memcpy %s: cudaDeviceSynchronize(device %d)", kind_names[kind], device);
+    if (!st)
+        st = cu_check(cudaMemcpyAsync(dst, src, nbytes, copy_kind(kind), ds->stream),
+                      "memcpy %s of %zu bytes on device %d", kind_names[kind], nbytes, device);
+    if (!st)
+        st = cu_check(cudaStreamSynchronize(ds->stream), "memcpy %s of %zu bytes on device %d: cudaStreamSynchronize",
+                      kind_names[kind], nbytes, device);
+    return st;
 }
 
 static it_status cu_memcpy_async(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind,
