@@ -828,6 +828,22 @@ extern "C" it_status cu_softmax_bwd(it_stream *s, const it_softmax_args *args, c
 
 #define CE_THREADS 1024
 
+/* The two sums of a cross-entropy row, over its first V columns (every thread of the block
+ * calls it and gets both): *mx = max_v x[v], *sum = sum_v exp(x[v] - mx). */
+template <typename T>
+__device__ static inline void ce_row_max_sumexp(const T *xr, int64_t sx, int64_t V, float *sh, float *mx, float *sum) {
+    float m = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        const float e = cu_ld(xr + v * sx);
+        m = e > m ? e : m;
+    }
+    m = nn_block_reduce(m, nn_max(), -INFINITY, sh);
+    float a = 0.0f;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) a += expf(cu_ld(xr + v * sx) - m);
+    *mx = m;
+    *sum = nn_block_reduce(a, nn_sum(), 0.0f, sh);
+}
+
 /* Cross entropy forward, logits (N, Vp), targets (N) in [0, V) -> losses (N) fp32, V = valid:
  *   m = max_{v<V} x[n, v];  losses[n] = log(sum_{v<V} exp(x[n, v] - m)) - (x[n, t] - m),  t = targets[n]
  * One block per row (columns V .. Vp are not read). A target outside [0, V) stops the kernel
@@ -844,15 +860,8 @@ __global__ static void __launch_bounds__(CE_THREADS)
             return;
         }
         const T *xr = x + nn_off(xl, n);
-        float mx = -INFINITY;
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-            const float e = cu_ld(xr + v * sx);
-            mx = e > mx ? e : mx;
-        }
-        mx = nn_block_reduce(mx, nn_max(), -INFINITY, sh);
-        float a = 0.0f;
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) a += expf(cu_ld(xr + v * sx) - mx);
-        const float sum = nn_block_reduce(a, nn_sum(), 0.0f, sh);
+        float mx, sum;
+        ce_row_max_sumexp(xr, sx, V, sh, &mx, &sum);
         if (threadIdx.x == 0) loss[nn_off(ll, n)] = logf(sum) - (cu_ld(xr + t * sx) - mx);
     }
 }
@@ -874,15 +883,9 @@ __global__ static void __launch_bounds__(CE_THREADS)
             return;
         }
         const T *xr = x + nn_off(xl, n);
-        float mx = -INFINITY;
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-            const float e = cu_ld(xr + v * sx);
-            mx = e > mx ? e : mx;
-        }
-        mx = nn_block_reduce(mx, nn_max(), -INFINITY, sh);
-        float a = 0.0f;
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) a += expf(cu_ld(xr + v * sx) - mx);
-        const float inv = 1.0f / nn_block_reduce(a, nn_sum(), 0.0f, sh);
+        float mx, sum;
+        ce_row_max_sumexp(xr, sx, V, sh, &mx, &sum);
+        const float inv = 1.0f / sum;
         const float g = dl[nn_off(dll, n)];
         T *dxr = dx + nn_off(dxl, n);
         for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) {
