@@ -41,12 +41,56 @@ typedef struct it_train_config {
     int zero_stage;                /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
     int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
-    bool quiet;                    /* no per-step lines (tests) */
+    bool quiet;                    /* --quiet: no per-step lines (tests) */
+    void *storage;                 /* values read from --flagfile; freed by it_train_config_release */
 } it_train_config;
 
+/* The flags, one table (src/train/flags.c): it gives the defaults, parses, prints --help and
+ * says which flags every data-parallel rank must agree on. Adding a flag is one entry. */
+typedef enum it_flag_kind {
+    IT_FLAG_STRING, /* const char * (points into argv or the flagfile's storage) */
+    IT_FLAG_INT,    /* int, decimal, within [lo, hi] */
+    IT_FLAG_INT64,  /* int64_t, decimal, within [lo, hi] */
+    IT_FLAG_UINT64, /* uint64_t, decimal, within [lo, hi] */
+    IT_FLAG_FLOAT,  /* float, finite, within [flo, fhi] */
+    IT_FLAG_BOOL,   /* bool: --name, --name=true|false|1|0|yes|no, --noname; never takes the next argument */
+    IT_FLAG_CHOICE, /* an enum stored as int: one of `choices` */
+    IT_FLAG_ACTION  /* --help, --flagfile: handled by the parser itself, no field */
+} it_flag_kind;
+
+typedef struct it_flag_choice {
+    const char *name; /* NULL ends the list */
+    int value;
+    const char *refusal; /* non-NULL: a known value refused with IT_ERR_UNSUPPORTED and this reason */
+} it_flag_choice;
+
+typedef struct it_train_flag {
+    const char *name; /* without the leading "--" */
+    it_flag_kind kind;
+    size_t offset;   /* of the field in it_train_config */
+    const char *def; /* the default as a command-line value (NULL: zero, false or none) */
+    int64_t lo, hi;  /* integers: the accepted range */
+    double flo, fhi; /* floats: the accepted range */
+    const it_flag_choice *choices;
+    const char *what; /* choices: what a value is, for errors ("a training dtype") */
+    const char *meta;     /* the value's placeholder in --help ("N", "PATH") */
+    const char *help;     /* one line */
+    const char *def_help; /* shown as the default where `def` does not say it ("B*T*ranks") */
+    const char *group;    /* --help section */
+    bool agree;           /* data parallel: every rank must be given the same value */
+} it_train_flag;
+
+IT_API const it_train_flag *it_train_flags(size_t *count);
+IT_API const it_train_flag *it_train_flag_find(const char *name);
+
 IT_API void it_train_config_defaults(it_train_config *c, const char *app);
-/* Parse argv into c. Unknown flags, malformed or out-of-range values: IT_ERR_INVALID_ARG
- * with a one-line message naming the flag. *help is set for --help. */
+/* Frees what parsing a --flagfile kept (its values); the config's strings from it dangle after. */
+IT_API void it_train_config_release(it_train_config *c);
+/* Parse argv into c: `--name value`, `--name=value`, booleans as gflags takes them, and
+ * `--flagfile PATH` (one `--name=value` per line, `#` comments; read before the command line,
+ * so the command line overrides it). Unknown flags, malformed or out-of-range values:
+ * IT_ERR_INVALID_ARG with a one-line message naming the flag (and the nearest flag's name
+ * when one is within two edits). *help is set for --help. */
 IT_API it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *help);
 IT_API void it_train_print_help(const char *app, FILE *f);
 
@@ -59,8 +103,10 @@ typedef struct it_train_result {
 /* Validate everything (files, shapes, flags against the model), then train. Input errors
  * come back as IT_ERR_INVALID_ARG / IT_ERR_FORMAT / IT_ERR_IO before any step runs. */
 IT_API it_status it_train_run(const it_train_config *c, it_train_result *result);
-/* The whole CLI: parse, run, print errors. Returns the process exit status: 0 ok, 2 bad
- * flags or input, 1 failure during training. */
+/* The process exit status for a run that ended with `st`: 0 ok; 2 bad flags or input (invalid
+ * argument, file format, I/O, not found): the user's to fix; 1 a failure during training. */
+IT_API int it_train_exit_code(it_status st);
+/* The whole CLI: parse, run, print errors. Returns it_train_exit_code's status. */
 IT_API int it_train_main(int argc, char **argv, const char *app);
 
 #ifdef __cplusplus

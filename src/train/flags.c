@@ -1,40 +1,137 @@
-/* InfiniTrain's command-line flags: `--name value` or `--name=value`. Every error names
- * the flag and the value, on one line. */
+/* InfiniTrain's command-line flags, from one table. Each entry gives a flag's field, default,
+ * range or choices, --help line and whether data-parallel ranks must agree on it; the
+ * defaults, the parser, --help and the agreement check all walk it. Every error names the
+ * flag and the value, on one line. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#include "infinitrain/train.h"
+#include "train/train_internal.h"
 
-void it_train_config_defaults(it_train_config *c, const char *app) {
-    memset(c, 0, sizeof *c);
-    c->app = app;
-    c->device = "cpu";
-    c->model = "d12";
-    c->batch_size = 4;
-    c->sequence_length = 64;
-    c->total_batch_size = 0; /* = B*T */
-    c->num_iteration = 10;
-    c->learning_rate = 1e-4f;
-    c->optimizer = IT_OPTIM_SGD;
-    c->lr_decay = IT_LR_NONE;
-    c->dtype = IT_DTYPE_FP32;
-    c->text_length = 64;
-    c->seed = 42;
-    c->log_interval = 10;
-    c->ddp_bucket_kb = 25600;
-    /* InfiniTrain's per-app defaults */
-    if (strcmp(app, "llama3") == 0) {
-        c->optimizer = IT_OPTIM_ADAM;
-        c->learning_rate = 1e-5f;
-    } else if (strcmp(app, "mixtral") == 0) {
-        c->optimizer = IT_OPTIM_ADAM;
-        c->learning_rate = 1e-4f;
-    }
+static const it_flag_choice optimizer_choices[] = {
+    {"sgd", IT_OPTIM_SGD, NULL}, {"adam", IT_OPTIM_ADAM, NULL}, {"adamw", IT_OPTIM_ADAMW, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice lr_decay_choices[] = {
+    {"none", IT_LR_NONE, NULL}, {"linear", IT_LR_LINEAR, NULL}, {"cosine", IT_LR_COSINE, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice dtype_choices[] = {
+    {"float32", IT_DTYPE_FP32, NULL},
+    {"fp32", IT_DTYPE_FP32, NULL},
+    {"bfloat16", IT_DTYPE_BF16, NULL}, /* autocast: matmuls in bf16, the rest and the weights fp32 */
+    {"bf16", IT_DTYPE_BF16, NULL},
+    {"float16", IT_DTYPE_FP16, "float16 training needs loss scaling, not implemented; use bfloat16 or float32"},
+    {"fp16", IT_DTYPE_FP16, "float16 training needs loss scaling, not implemented; use bfloat16 or float32"},
+    {NULL, 0, NULL}};
+
+_Static_assert(sizeof(it_optim_kind) == sizeof(int) && sizeof(it_lr_decay) == sizeof(int) &&
+                   sizeof(it_dtype) == sizeof(int),
+               "IT_FLAG_CHOICE stores enums as int");
+
+/* Each macro is one kind of entry; what follows `help` are further designators
+ * (`.def_help = ...`). */
+#define OFF(field) offsetof(it_train_config, field)
+#define ENTRY(kind_, field, grp, agr, meta_, help_, ...)                                                               \
+    { .kind = kind_, .offset = OFF(field), .group = grp, .agree = agr, .meta = meta_, .help = help_, __VA_ARGS__ }
+#define STR(n, field, meta, grp, agr, help, ...)                                                                       \
+    ENTRY(IT_FLAG_STRING, field, grp, agr, meta, help, .name = n, __VA_ARGS__)
+#define INT(n, field, d, lo_, hi_, meta, grp, agr, help, ...)                                                          \
+    ENTRY(IT_FLAG_INT, field, grp, agr, meta, help, .name = n, .def = d, .lo = lo_, .hi = hi_, __VA_ARGS__)
+#define I64(n, field, d, lo_, hi_, meta, grp, agr, help, ...)                                                          \
+    ENTRY(IT_FLAG_INT64, field, grp, agr, meta, help, .name = n, .def = d, .lo = lo_, .hi = hi_, __VA_ARGS__)
+#define U64(n, field, d, lo_, hi_, meta, grp, agr, help, ...)                                                          \
+    ENTRY(IT_FLAG_UINT64, field, grp, agr, meta, help, .name = n, .def = d, .lo = lo_, .hi = hi_, __VA_ARGS__)
+#define FLT(n, field, d, lo_, hi_, meta, grp, agr, help, ...)                                                          \
+    ENTRY(IT_FLAG_FLOAT, field, grp, agr, meta, help, .name = n, .def = d, .flo = lo_, .fhi = hi_, __VA_ARGS__)
+#define BOOL(n, field, grp, agr, help, ...) ENTRY(IT_FLAG_BOOL, field, grp, agr, NULL, help, .name = n, __VA_ARGS__)
+#define CHOICE(n, field, d, ch, what_, grp, agr, help, ...)                                                            \
+    ENTRY(IT_FLAG_CHOICE, field, grp, agr, "NAME", help, .name = n, .def = d, .choices = ch, .what = what_, __VA_ARGS__)
+#define ACTION(n, meta_, grp, help_)                                                                                   \
+    { .name = n, .kind = IT_FLAG_ACTION, .meta = meta_, .help = help_, .group = grp }
+
+static const char G_MODEL[] = "model", G_DATA[] = "data", G_OPT[] = "optimization", G_PAR[] = "data parallelism",
+                  G_OUT[] = "output", G_PROG[] = "program";
+
+/* The order is --help's; each group's flags are contiguous. Ranges are what the code can
+ * hold and check, not what is sensible. */
+static const it_train_flag FLAGS[] = {
+    STR("llmc_filepath", llmc_filepath, "PATH", G_MODEL, true, "llm.c checkpoint to start from",
+        .def_help = "none: a new model"),
+    STR("model", model, "NAME", G_MODEL, true, "preset when no checkpoint: d12, d24, d36, d48"),
+    INT("n_layer", n_layer, NULL, 1, 1024, "N", G_MODEL, true, "layers of a custom GPT-2", .def_help = "--model's"),
+    INT("n_head", n_head, NULL, 1, 1024, "N", G_MODEL, true, "attention heads of a custom GPT-2",
+        .def_help = "--model's"),
+    INT("n_embd", n_embd, NULL, 1, 65536, "N", G_MODEL, true, "width of a custom GPT-2", .def_help = "--model's"),
+    INT("block_size", block_size, NULL, 1, 1 << 20, "N", G_MODEL, true, "context length of a custom GPT-2",
+        .def_help = "--model's"),
+    INT("vocab_size", vocab_size, NULL, 1, 1 << 24, "N", G_MODEL, true,
+        "vocabulary of a custom GPT-2, padded to a multiple of 64", .def_help = "--model's"),
+    STR("input_bin", input_bin, "PATH", G_DATA, true, "llm.c token shard to train on", .def_help = "required"),
+    I64("batch_size", batch_size, "4", 1, 1 << 20, "B", G_DATA, true, "sequences per micro-step"),
+    I64("sequence_length", sequence_length, "64", 1, 1 << 20, "T", G_DATA, true, "tokens per sequence, <= block_size"),
+    I64("total_batch_size", total_batch_size, NULL, 1, (int64_t)1 << 40, "N", G_DATA, true,
+        "tokens per step over all ranks; accumulation = N/(B*T*ranks)", .def_help = "B*T*ranks"),
+    INT("num_iteration", num_iteration, "10", 0, INT_MAX, "N", G_OPT, true, "training steps"),
+    FLT("learning_rate", learning_rate, "1e-4", 0.0, 1e3, "LR", G_OPT, true, "peak learning rate"),
+    CHOICE("optimizer", optimizer, "sgd", optimizer_choices, "an optimizer", G_OPT, true, "sgd, adam or adamw"),
+    FLT("weight_decay", weight_decay, "0", 0.0, 1e3, "WD", G_OPT, true, "adam: L2 in the gradient; adamw: decoupled"),
+    CHOICE("lr_decay_style", lr_decay, "none", lr_decay_choices, "a decay style", G_OPT, true,
+           "learning-rate decay: none, linear or cosine"),
+    INT("lr_warmup_iters", lr_warmup_iters, "0", 0, INT_MAX, "N", G_OPT, true, "linear warmup steps"),
+    FLT("min_lr", min_lr, "0", 0.0, 1e3, "LR", G_OPT, true, "learning rate at the end of decay"),
+    FLT("grad_clip", grad_clip, "0", 0.0, 1e9, "G", G_OPT, true, "clip the global gradient norm to G, 0 = off"),
+    CHOICE("dtype", dtype, "float32", dtype_choices, "a training dtype", G_OPT, true,
+           "float32, or bfloat16: autocast, matmuls in bf16, weights and the rest float32"),
+    U64("seed", seed, "42", 0, INT64_MAX, "N", G_OPT, true, "initialization and sampling seed"),
+    FLT("moe_aux_loss_coeff", moe_aux_loss_coeff, "0", 0.0, 1e3, "C", G_OPT, true,
+        "mixtral: weight of the load-balancing loss"),
+    INT("zero_stage", zero_stage, "0", 0, 1, "0|1", G_PAR, true, "1 shards Adam's state over the ranks (ZeRO-1)"),
+    I64("ddp_bucket_kb", ddp_bucket_kb, "25600", 1, (int64_t)1 << 30, "N", G_PAR, true,
+        "gradient all-reduce bucket size in KiB"),
+    STR("tokenizer_bin", tokenizer_bin, "PATH", G_OUT, false, "llm.c tokenizer file, to print generated text"),
+    INT("freq_generate_txt", freq_generate_txt, "0", 0, INT_MAX, "N", G_OUT, false,
+        "sample text every N steps, 0 = never"),
+    INT("text_length", text_length, "64", 1, 1 << 20, "N", G_OUT, false, "tokens per sample"),
+    INT("log_interval", log_interval, "10", 1, INT_MAX, "N", G_OUT, false, "progress/ETA line every N steps"),
+    STR("loss_log", loss_log, "PATH", G_OUT, false, "write each step's loss at full precision (%.17g), rank 0"),
+    STR("output_checkpoint", output_checkpoint, "PATH", G_OUT, false,
+        "write the trained model (llm.c format) at the end"),
+    BOOL("backend_report", backend_report, G_OUT, false, "print each kernel slot: native or CPU fallback, calls, time"),
+    BOOL("quiet", quiet, G_OUT, false, "no banner and no per-step lines"),
+    STR("device", device, "NAME[:I]", G_PROG, false, "backend and device: cpu, sim:1, mlu:0, ..."),
+    I64("max_memory_mb", max_memory_mb, "0", 0, (int64_t)1 << 40, "N", G_PROG, false,
+        "device allocator limit in MiB, 0 = none"),
+    ACTION("flagfile", "PATH", G_PROG,
+           "read flags from PATH: one --name=value a line, # comments; the command "
+           "line overrides them"),
+    ACTION("help", NULL, G_PROG, "this text"),
+};
+enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
+
+/* InfiniTrain's per-app defaults, applied over the table's. */
+static const struct {
+    const char *app, *flag, *value;
+} APP_DEFAULTS[] = {
+    {"llama3", "optimizer", "adam"},
+    {"llama3", "learning_rate", "1e-5"},
+    {"mixtral", "optimizer", "adam"},
+    {"mixtral", "learning_rate", "1e-4"},
+};
+
+const it_train_flag *it_train_flags(size_t *count) {
+    *count = NFLAGS;
+    return FLAGS;
 }
+
+const it_train_flag *it_train_flag_find(const char *name) {
+    for (int i = 0; i < NFLAGS; i++)
+        if (strcmp(FLAGS[i].name, name) == 0) return &FLAGS[i];
+    return NULL;
+}
+
+/* ---- values */
 
 static it_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
     char *end = NULL;
@@ -48,175 +145,341 @@ static it_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t 
     return IT_OK;
 }
 
-static it_status parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
-    int64_t x;
-    it_status st = parse_i64(flag, v, lo, hi, &x);
-    if (!st) *out = (int)x;
+static it_status parse_bool(const char *flag, const char *v, bool *out) {
+    static const char *const yes[] = {"true", "t", "yes", "y", "1"}, *const no[] = {"false", "f", "no", "n", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcasecmp(v, yes[i]) == 0) return *out = true, IT_OK;
+        if (strcasecmp(v, no[i]) == 0) return *out = false, IT_OK;
+    }
+    return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not a boolean (true or false)", flag, v);
+}
+
+static it_status parse_choice(const it_train_flag *f, const char *v, int *out) {
+    char names[256] = "";
+    for (const it_flag_choice *ch = f->choices; ch->name; ch++) {
+        if (strcmp(v, ch->name) == 0) {
+            if (ch->refusal) return it_error(IT_ERR_UNSUPPORTED, "--%s: %s", f->name, ch->refusal);
+            *out = ch->value;
+            return IT_OK;
+        }
+        if (!ch->refusal)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? ", " : "", ch->name);
+    }
+    return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not %s (%s)", f->name, v, f->what, names);
+}
+
+/* Store `v` (NULL: a boolean given without a value) into f's field of c. */
+static it_status set_value(it_train_config *c, const it_train_flag *f, const char *v) {
+    char *field = (char *)c + f->offset;
+    int64_t x = 0;
+    it_status st = IT_OK;
+    switch (f->kind) {
+    case IT_FLAG_STRING: *(const char **)field = v; break;
+    case IT_FLAG_INT:
+        if (!(st = parse_i64(f->name, v, f->lo, f->hi, &x))) *(int *)field = (int)x;
+        break;
+    case IT_FLAG_INT64:
+        if (!(st = parse_i64(f->name, v, f->lo, f->hi, &x))) *(int64_t *)field = x;
+        break;
+    case IT_FLAG_UINT64:
+        if (!(st = parse_i64(f->name, v, f->lo, f->hi, &x))) *(uint64_t *)field = (uint64_t)x;
+        break;
+    case IT_FLAG_FLOAT: {
+        char *end = NULL;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(d))
+            return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not a finite number", f->name, v);
+        if (d < f->flo || d > f->fhi)
+            return it_error(IT_ERR_INVALID_ARG, "--%s: %g is out of range %g..%g", f->name, d, f->flo, f->fhi);
+        *(float *)field = (float)d;
+        break;
+    }
+    case IT_FLAG_BOOL: {
+        bool b = true;
+        if (v && (st = parse_bool(f->name, v, &b))) return st;
+        *(bool *)field = b;
+        break;
+    }
+    case IT_FLAG_CHOICE: st = parse_choice(f, v, (int *)field); break;
+    case IT_FLAG_ACTION: return it_error(IT_ERR_INTERNAL, "--%s has no field", f->name);
+    }
     return st;
 }
 
-static it_status parse_float(const char *flag, const char *v, double lo, double hi, float *out) {
-    char *end = NULL;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x))
-        return it_error(IT_ERR_INVALID_ARG, "--%s: '%s' is not a finite number", flag, v);
-    if (x < lo || x > hi) return it_error(IT_ERR_INVALID_ARG, "--%s: %g is out of range %g..%g", flag, x, lo, hi);
-    *out = (float)x;
-    return IT_OK;
+void it_train_config_defaults(it_train_config *c, const char *app) {
+    memset(c, 0, sizeof *c);
+    c->app = app;
+    c->device = "cpu";
+    c->model = "d12";
+    /* The table's defaults are command-line values: parsing them cannot fail (test_flags checks
+     * every one), so a failure here is a bug in the table. */
+    for (int i = 0; i < NFLAGS; i++)
+        if (FLAGS[i].def && FLAGS[i].kind != IT_FLAG_STRING) (void)set_value(c, &FLAGS[i], FLAGS[i].def);
+    for (size_t i = 0; i < sizeof APP_DEFAULTS / sizeof APP_DEFAULTS[0]; i++)
+        if (strcmp(app, APP_DEFAULTS[i].app) == 0)
+            (void)set_value(c, it_train_flag_find(APP_DEFAULTS[i].flag), APP_DEFAULTS[i].value);
 }
 
-void it_train_print_help(const char *app, FILE *f) {
-    fprintf(f,
-            "usage: %s [flags]   (flags take `--name value` or `--name=value`)\n"
-            "  --device NAME[:I]         backend device: cpu, sim:1, mlu:0, ... (cpu)\n"
-            "  --input_bin PATH          llm.c token shard to train on (required)\n"
-            "  --llmc_filepath PATH      llm.c checkpoint to start from (otherwise a new model)\n"
-            "  --model NAME              preset when no checkpoint: d12, d24, d36, d48 (d12)\n"
-            "  --n_layer/--n_head/--n_embd/--block_size/--vocab_size N\n"
-            "                            a custom model shape instead of a preset\n"
-            "  --batch_size B            sequences per micro-step (4)\n"
-            "  --sequence_length T       tokens per sequence, <= block_size (64)\n"
-            "  --total_batch_size N      tokens per step; accumulation = N/(B*T) (B*T)\n"
-            "  --num_iteration N         training steps (10)\n"
-            "  --learning_rate LR        (gpt2 1e-4, llama3 1e-5, mixtral 1e-4)\n"
-            "  --optimizer sgd|adam|adamw (gpt2 sgd, llama3 and mixtral adam)\n"
-            "  --weight_decay WD         adam: L2 in the gradient; adamw: decoupled (0)\n"
-            "  --lr_decay_style none|linear|cosine (none)\n"
-            "  --lr_warmup_iters N       linear warmup steps (0)\n"
-            "  --min_lr LR               learning rate at the end of decay (0)\n"
-            "  --grad_clip G             clip the global gradient norm to G, 0 = off (0)\n"
-            "  --dtype float32|bfloat16  training dtype: bfloat16 = autocast, matmuls in bf16 (float32)\n"
-            "  --tokenizer_bin PATH      llm.c tokenizer file, to print generated text\n"
-            "  --freq_generate_txt N     sample text every N steps, 0 = never (0)\n"
-            "  --text_length N           tokens per sample (64)\n"
-            "  --seed N                  initialization and sampling seed (42)\n"
-            "  --output_checkpoint PATH  write the trained model (llm.c format) at the end\n"
-            "  --log_interval N          progress/ETA line every N steps (10)\n"
-            "  --max_memory_mb N         device allocator limit in MiB, 0 = none (0)\n"
-            "  --backend_report          print each kernel slot: native or CPU fallback, calls, time\n"
-            "  --moe_aux_loss_coeff C    mixtral: weight of the load-balancing loss (0)\n"
-            "  --zero_stage 0|1          data-parallel runs: 1 shards Adam's state over the ranks (0)\n"
-            "  --ddp_bucket_kb N         data-parallel runs: gradient all-reduce bucket size in KiB (25600)\n"
-            "  --loss_log PATH           write each step's loss at full precision (%%.17g), rank 0\n"
-            "  --help                    this text\n"
-            "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
-            "rank r sim:(r mod count)); --total_batch_size counts all ranks' tokens\n",
-            app, app);
+/* ---- --flagfile storage: a chain of blocks, each a file's text with its lines cut in place */
+
+typedef struct storage_block {
+    struct storage_block *next;
+    char text[];
+} storage_block;
+
+void it_train_config_release(it_train_config *c) {
+    for (storage_block *b = c->storage, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    c->storage = NULL;
+}
+
+/* ---- names */
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+static it_status unknown_flag(const char *name) {
+    const char *near = NULL;
+    int best = 3;
+    for (int i = 0; i < NFLAGS; i++) {
+        int d = edit_distance(name, FLAGS[i].name);
+        if (d < best) best = d, near = FLAGS[i].name;
+    }
+    if (near) return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (did you mean --%s?)", name, near);
+    return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (see --help)", name);
+}
+
+/* The flag `arg` names ("--name", "--name=v", "--noname" for a boolean); *value is what
+ * follows '=' or NULL, *negated is set for --noname. */
+static it_status lookup(const char *arg, const it_train_flag **out, const char **value, bool *negated) {
+    if (strncmp(arg, "--", 2) != 0)
+        return it_error(IT_ERR_INVALID_ARG, "unexpected argument '%s' (flags start with --; see --help)", arg);
+    char name[64];
+    const char *eq = strchr(arg + 2, '=');
+    size_t nl = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+    if (nl == 0 || nl >= sizeof name) return it_error(IT_ERR_INVALID_ARG, "malformed flag '%s'", arg);
+    memcpy(name, arg + 2, nl);
+    name[nl] = '\0';
+    *value = eq ? eq + 1 : NULL;
+    *negated = false;
+    *out = it_train_flag_find(name);
+    if (!*out && strncmp(name, "no", 2) == 0) {
+        const it_train_flag *f = it_train_flag_find(name + 2);
+        if (f && f->kind == IT_FLAG_BOOL) {
+            if (eq) return it_error(IT_ERR_INVALID_ARG, "--%s takes no value ('%s')", name, arg);
+            *out = f;
+            *negated = true;
+        }
+    }
+    return *out ? IT_OK : unknown_flag(name);
+}
+
+enum { MAX_FLAGFILE_DEPTH = 8 };
+static it_status parse_flagfile(it_train_config *c, const char *path, int depth, bool *help);
+
+/* Apply one flag with its value (NULL for a boolean given bare). */
+static it_status apply(it_train_config *c, const it_train_flag *f, const char *v, bool negated, int depth, bool *help) {
+    if (strcmp(f->name, "help") == 0) {
+        *help = true;
+        return IT_OK;
+    }
+    if (strcmp(f->name, "flagfile") == 0) return parse_flagfile(c, v, depth + 1, help);
+    if (negated) {
+        *(bool *)((char *)c + f->offset) = false;
+        return IT_OK;
+    }
+    return set_value(c, f, v);
+}
+
+static it_status parse_flagfile(it_train_config *c, const char *path, int depth, bool *help) {
+    if (depth > MAX_FLAGFILE_DEPTH)
+        return it_error(IT_ERR_INVALID_ARG, "--flagfile: '%s': flagfiles nest deeper than %d (a cycle?)", path,
+                        MAX_FLAGFILE_DEPTH);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return it_error(IT_ERR_INVALID_ARG, "--flagfile: cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a FIFO or a terminal could block forever */
+        fclose(fp);
+        return it_error(IT_ERR_INVALID_ARG, "--flagfile: '%s' is not a regular file", path);
+    }
+    enum { MAX_BYTES = 1 << 20 };
+    storage_block *b = malloc(sizeof *b + MAX_BYTES + 1);
+    if (!b) {
+        fclose(fp);
+        return it_error(IT_ERR_OOM, "--flagfile: out of host memory");
+    }
+    size_t n = fread(b->text, 1, MAX_BYTES + 1, fp);
+    bool bad = ferror(fp);
+    fclose(fp);
+    if (bad || n > MAX_BYTES) {
+        free(b);
+        return it_error(IT_ERR_INVALID_ARG, "--flagfile: '%s': %s", path,
+                        bad ? "read error" : "larger than 1 MiB, not a flagfile");
+    }
+    b->text[n] = '\0';
+    b->next = c->storage; /* kept: the config's strings point into it */
+    c->storage = b;
+    if (memchr(b->text, '\0', n)) return it_error(IT_ERR_INVALID_ARG, "--flagfile: '%s' holds a NUL byte", path);
+    int lineno = 0;
+    for (char *line = b->text, *next; line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        while (*line == ' ' || *line == '\t') line++;
+        size_t len = strlen(line);
+        while (len && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (!*line || *line == '#') continue;
+        const it_train_flag *f;
+        const char *v;
+        bool negated;
+        size_t name_end = strcspn(line, "=");
+        it_status st = strcspn(line, " \t") < name_end
+                           ? it_error(IT_ERR_INVALID_ARG, "'%s': a flagfile line is --name=value", line)
+                           : lookup(line, &f, &v, &negated);
+        if (!st && !v && !negated && f->kind != IT_FLAG_BOOL && strcmp(f->name, "help") != 0)
+            st = it_error(IT_ERR_INVALID_ARG, "--%s: missing value (a flagfile line is --name=value)", f->name);
+        if (!st) st = apply(c, f, v, negated, depth, help);
+        if (st) return it_error_context("--flagfile %s:%d: ", path, lineno);
+    }
+    return IT_OK;
 }
 
 it_status it_train_parse_args(it_train_config *c, int argc, char **argv, bool *help) {
     *help = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0)
-            return it_error(IT_ERR_INVALID_ARG, "unexpected argument '%s' (flags start with --; see --help)", arg);
-        char name[64];
-        const char *eq = strchr(arg, '=');
-        size_t nl = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-        if (nl == 0 || nl >= sizeof name) return it_error(IT_ERR_INVALID_ARG, "malformed flag '%s'", arg);
-        memcpy(name, arg + 2, nl);
-        name[nl] = '\0';
-        if (strcmp(name, "help") == 0) {
-            *help = true;
-            return IT_OK;
+    /* Flagfiles first, so that every flag on the command line overrides them. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i < argc; i++) {
+            const it_train_flag *f;
+            const char *v;
+            bool negated;
+            it_status st = lookup(argv[i], &f, &v, &negated);
+            if (st) return st;
+            bool takes_next = !v && !negated && f->kind != IT_FLAG_BOOL && strcmp(f->name, "help") != 0;
+            if (takes_next) {
+                if (i + 1 >= argc) return it_error(IT_ERR_INVALID_ARG, "--%s: missing value", f->name);
+                v = argv[++i];
+            }
+            if ((pass == 0) != (strcmp(f->name, "flagfile") == 0)) continue;
+            if ((st = apply(c, f, v, negated, 0, help))) return st;
+            if (*help) return IT_OK;
         }
-        if (strcmp(name, "quiet") == 0) {
-            c->quiet = true;
-            continue;
-        }
-        if (strcmp(name, "backend_report") == 0 && !eq) {
-            c->backend_report = true;
-            continue;
-        }
-        const char *v = eq ? eq + 1 : NULL;
-        if (!v) {
-            if (i + 1 >= argc) return it_error(IT_ERR_INVALID_ARG, "--%s: missing value", name);
-            v = argv[++i];
-        }
-        it_status st = IT_OK;
-        int64_t i64;
-#define IS(n) (strcmp(name, n) == 0)
-        if (IS("device"))
-            c->device = v;
-        else if (IS("input_bin"))
-            c->input_bin = v;
-        else if (IS("llmc_filepath"))
-            c->llmc_filepath = v;
-        else if (IS("model"))
-            c->model = v;
-        else if (IS("tokenizer_bin"))
-            c->tokenizer_bin = v;
-        else if (IS("output_checkpoint"))
-            c->output_checkpoint = v;
-        else if (IS("loss_log"))
-            c->loss_log = v;
-        else if (IS("zero_stage"))
-            st = parse_int(name, v, 0, 1, &c->zero_stage);
-        else if (IS("ddp_bucket_kb"))
-            st = parse_i64(name, v, 1, (int64_t)1 << 30, &c->ddp_bucket_kb);
-        else if (IS("n_layer"))
-            st = parse_int(name, v, 1, 1024, &c->n_layer);
-        else if (IS("n_head"))
-            st = parse_int(name, v, 1, 1024, &c->n_head);
-        else if (IS("n_embd"))
-            st = parse_int(name, v, 1, 65536, &c->n_embd);
-        else if (IS("block_size"))
-            st = parse_int(name, v, 1, 1 << 20, &c->block_size);
-        else if (IS("vocab_size"))
-            st = parse_int(name, v, 1, 1 << 24, &c->vocab_size);
-        else if (IS("batch_size"))
-            st = parse_i64(name, v, 1, 1 << 20, &c->batch_size);
-        else if (IS("sequence_length"))
-            st = parse_i64(name, v, 1, 1 << 20, &c->sequence_length);
-        else if (IS("total_batch_size"))
-            st = parse_i64(name, v, 1, (int64_t)1 << 40, &c->total_batch_size);
-        else if (IS("num_iteration"))
-            st = parse_int(name, v, 0, INT_MAX, &c->num_iteration);
-        else if (IS("learning_rate"))
-            st = parse_float(name, v, 0.0, 1e3, &c->learning_rate);
-        else if (IS("weight_decay"))
-            st = parse_float(name, v, 0.0, 1e3, &c->weight_decay);
-        else if (IS("min_lr"))
-            st = parse_float(name, v, 0.0, 1e3, &c->min_lr);
-        else if (IS("grad_clip"))
-            st = parse_float(name, v, 0.0, 1e9, &c->grad_clip);
-        else if (IS("moe_aux_loss_coeff"))
-            st = parse_float(name, v, 0.0, 1e3, &c->moe_aux_loss_coeff);
-        else if (IS("lr_warmup_iters"))
-            st = parse_int(name, v, 0, INT_MAX, &c->lr_warmup_iters);
-        else if (IS("freq_generate_txt"))
-            st = parse_int(name, v, 0, INT_MAX, &c->freq_generate_txt);
-        else if (IS("text_length"))
-            st = parse_int(name, v, 1, 1 << 20, &c->text_length);
-        else if (IS("log_interval"))
-            st = parse_int(name, v, 1, INT_MAX, &c->log_interval);
-        else if (IS("max_memory_mb"))
-            st = parse_i64(name, v, 0, (int64_t)1 << 40, &c->max_memory_mb);
-        else if (IS("seed")) {
-            st = parse_i64(name, v, 0, INT64_MAX, &i64);
-            c->seed = (uint64_t)i64;
-        } else if (IS("optimizer")) {
-            st = it_optim_kind_from_name(v, &c->optimizer);
-            if (st) st = it_error_context("--optimizer: ");
-        } else if (IS("lr_decay_style")) {
-            st = it_lr_decay_from_name(v, &c->lr_decay);
-            if (st) st = it_error_context("--lr_decay_style: ");
-        } else if (IS("dtype")) {
-            if (strcmp(v, "float32") == 0 || strcmp(v, "fp32") == 0)
-                c->dtype = IT_DTYPE_FP32;
-            else if (strcmp(v, "bfloat16") == 0 || strcmp(v, "bf16") == 0)
-                c->dtype = IT_DTYPE_BF16; /* autocast: matmuls in bf16, the rest and the weights fp32 */
-            else if (strcmp(v, "float16") == 0 || strcmp(v, "fp16") == 0)
-                st = it_error(IT_ERR_UNSUPPORTED,
-                              "--dtype: float16 training needs loss scaling, not implemented; use bfloat16 or float32");
-            else
-                st = it_error(IT_ERR_INVALID_ARG, "--dtype: '%s' is not a training dtype (float32, bfloat16)", v);
-        } else {
-            return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (see --help)", name);
-        }
-#undef IS
-        if (st) return st;
     }
     return IT_OK;
+}
+
+/* ---- --help */
+
+static void print_default(const it_train_flag *f, const it_train_config *d, FILE *out) {
+    const char *field = (const char *)d + f->offset;
+    if (f->def_help) {
+        fprintf(out, " (%s)", f->def_help);
+        return;
+    }
+    switch (f->kind) {
+    case IT_FLAG_STRING:
+        if (*(const char *const *)field) fprintf(out, " (%s)", *(const char *const *)field);
+        break;
+    case IT_FLAG_INT:
+        if (f->def || *(const int *)field) fprintf(out, " (%d)", *(const int *)field);
+        break;
+    case IT_FLAG_INT64:
+        if (f->def || *(const int64_t *)field) fprintf(out, " (%lld)", (long long)*(const int64_t *)field);
+        break;
+    case IT_FLAG_UINT64: fprintf(out, " (%llu)", (unsigned long long)*(const uint64_t *)field); break;
+    case IT_FLAG_FLOAT: fprintf(out, " (%g)", (double)*(const float *)field); break;
+    case IT_FLAG_BOOL: fprintf(out, " (%s)", *(const bool *)field ? "true" : "false"); break;
+    case IT_FLAG_CHOICE:
+        for (const it_flag_choice *ch = f->choices; ch->name; ch++)
+            if (ch->value == *(const int *)field && !ch->refusal) {
+                fprintf(out, " (%s)", ch->name);
+                break;
+            }
+        break;
+    case IT_FLAG_ACTION: break;
+    }
+}
+
+void it_train_print_help(const char *app, FILE *out) {
+    it_train_config d;
+    it_train_config_defaults(&d, app);
+    fprintf(out,
+            "usage: %s [flags]   (`--name value` or `--name=value`; booleans: --name, --name=false, --noname)\n"
+            "defaults in parentheses\n",
+            app);
+    const char *group = NULL;
+    for (int i = 0; i < NFLAGS; i++) {
+        const it_train_flag *f = &FLAGS[i];
+        if (!group || strcmp(group, f->group) != 0) {
+            /* each group's flags are contiguous in the table (test_flags checks it) */
+            group = f->group;
+            fprintf(out, "%s:\n", group);
+        }
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, "--%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
+        fprintf(out, "  %-26s %s", lhs, f->help);
+        print_default(f, &d, out);
+        fputc('\n', out);
+    }
+    fprintf(out,
+            "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
+            "rank r sim:(r mod count)); --total_batch_size counts all ranks' tokens\n",
+            app);
+}
+
+/* ---- data parallelism: every rank must be given the same value of each `agree` flag */
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static size_t field_size(it_flag_kind k) {
+    switch (k) {
+    case IT_FLAG_INT:
+    case IT_FLAG_CHOICE: return sizeof(int);
+    case IT_FLAG_INT64:
+    case IT_FLAG_UINT64: return sizeof(int64_t);
+    case IT_FLAG_FLOAT: return sizeof(float);
+    case IT_FLAG_BOOL: return sizeof(bool);
+    default: return 0;
+    }
+}
+
+int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max) {
+    int n = 0;
+    for (int i = 0; i < NFLAGS && n < max; i++) {
+        const it_train_flag *f = &FLAGS[i];
+        if (!f->agree) continue;
+        const char *field = (const char *)c + f->offset;
+        uint64_t h = 1469598103934665603ull;
+        if (f->kind == IT_FLAG_STRING) {
+            const char *s = *(const char *const *)field;
+            h = hash_bytes(h, s ? s : "\x01", s ? strlen(s) + 1 : 1); /* NULL differs from "" */
+        } else {
+            h = hash_bytes(h, field, field_size(f->kind));
+        }
+        hashes[n] = h;
+        names[n++] = f->name;
+    }
+    return n;
 }

@@ -48,6 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(c.dtype == IT_DTYPE_FP32 || c.dtype == IT_DTYPE_BF16, "dtype"); /* bf16: autocast */
         FUZZ_ASSERT(c.ddp_bucket_kb >= 1 && c.ddp_bucket_kb <= ((int64_t)1 << 30), "ddp_bucket_kb");
     }
+    it_train_config_release(&c);
     free(buf);
     return 0;
 }

@@ -1,0 +1,175 @@
+/* What a run prints and records: the start-up banner, after each step the --loss_log line,
+ * the result, InfiniTrain's step line, the experts' token counts, the progress/ETA line and
+ * text samples. Rank 0 alone prints (ctx->quiet on the others). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train_internal.h"
+
+static void fmt_duration(double s, char *buf, size_t n) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60)
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, n, "%lds", t);
+}
+
+void train_banner(const it_train_ctx *ctx) {
+    if (ctx->quiet) return;
+    const it_train_config *c = ctx->cfg;
+    const it_model_info *info = ctx->info;
+    bool custom = c->n_layer || c->n_head || c->n_embd || c->block_size || c->vocab_size;
+    char devname[64];
+    printf("%s: %s on %s, %lld parameters (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
+           "B=%lld T=%lld accumulation %lld, %s lr %g%s\n",
+           c->app,
+           c->llmc_filepath ? c->llmc_filepath
+           : custom         ? "custom GPT-2"
+                            : c->model,
+           it_device_str(ctx->dev, devname, sizeof devname), (long long)info->num_params, info->n_layer, info->n_head,
+           info->n_embd, (long long)info->vocab_size, (long long)info->padded_vocab, (long long)info->block_size,
+           (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),
+           c->learning_rate,
+           c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
+    if (ctx->world > 1) {
+        size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(ctx->model));
+        size_t mine = ctx->zero ? it_zero1_state_bytes(ctx->zero) : it_optimizer_state_bytes(ctx->opt);
+        bool staged = it_dist_staged(ctx->dist);
+        printf("data parallel: %d ranks (DP=%d), %s collectives%s; optimizer state per rank: %.3f MB "
+               "(unsharded %.3f MB)%s\n",
+               ctx->world, ctx->world, staged ? "CPU (MPI)" : ctx->dev.backend->name,
+               staged ? ", staged through host memory" : "", (double)mine / 1e6, (double)full / 1e6,
+               ctx->zero ? ", ZeRO-1" : "");
+    }
+    fflush(stdout);
+}
+
+/* Sample `text_length` tokens after an end-of-text token and print them (decoded when a
+ * tokenizer is given). Runs without autograd; the sequence is re-run in full for each token. */
+it_status train_generate(it_train_ctx *ctx) {
+    const it_model_info *info = ctx->info;
+    it_tokenizer *tok = ctx->tok;
+    int64_t eot = tok ? it_tokenizer_eot(tok) : info->vocab_size - 1;
+    if (eot < 0 || eot >= info->vocab_size) eot = 0;
+    int64_t len = ctx->cfg->text_length, maxT = info->block_size;
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)(len + 1));
+    float *row = malloc(sizeof(float) * (size_t)info->padded_vocab);
+    if (!seq || !row) {
+        free(seq);
+        free(row);
+        return it_error(IT_ERR_OOM, "generate: out of host memory");
+    }
+    seq[0] = (int32_t)eot;
+    bool was = it_grad_enabled();
+    it_grad_set_enabled(false);
+    it_status st = IT_OK;
+    printf("generated: ");
+    for (int64_t t = 1; t <= len && !st; t++) {
+        it_scope_begin();
+        int64_t start = t > maxT ? t - maxT : 0, T = t - start;
+        int64_t shape[2] = {1, T};
+        it_tensor *idx = it_tensor_from_host(it_model_device(ctx->model), IT_DTYPE_I32, 2, shape, seq + start,
+                                             sizeof(int32_t) * (size_t)T);
+        it_tensor *logits = it_model_forward(ctx->model, idx);
+        it_tensor *last = logits ? it_tensor_slice(logits, 1, T - 1, T, 1) : NULL;
+        st = last ? it_tensor_copy_to_host(last, row, sizeof(float) * (size_t)info->padded_vocab) : it_last_status();
+        it_scope_end();
+        if (st) break;
+        /* softmax over the valid vocabulary, then inverse-CDF sampling */
+        float mx = row[0];
+        for (int64_t v = 1; v < info->vocab_size; v++) mx = row[v] > mx ? row[v] : mx;
+        double sum = 0;
+        for (int64_t v = 0; v < info->vocab_size; v++) sum += exp((double)row[v] - mx);
+        ctx->rng = ctx->rng * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(ctx->rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+        int64_t pick = info->vocab_size - 1;
+        for (int64_t v = 0; v < info->vocab_size; v++) {
+            acc += exp((double)row[v] - mx);
+            if (acc > u) {
+                pick = v;
+                break;
+            }
+        }
+        seq[t] = (int32_t)pick;
+        size_t n = 0;
+        const char *s = tok ? it_tokenizer_decode(tok, (uint32_t)pick, &n) : NULL;
+        if (s) {
+            /* Keep the sample on one line; a single-byte token outside printable ASCII (a
+             * stray UTF-8 fragment early in training) prints as '?'. */
+            for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)s[i];
+                putchar(ch == '\n' ? ' ' : ch < 32 || (n == 1 && ch >= 127) ? '?' : ch);
+            }
+        } else {
+            printf("%s%lld", t > 1 ? " " : "", (long long)pick);
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+    it_grad_set_enabled(was);
+    free(seq);
+    free(row);
+    return st;
+}
+
+static it_status log_loss_line(it_train_ctx *ctx) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "%d %.17g\n", ctx->step, ctx->loss);
+    if (!it_afile_write(ctx->loss_log, line, (size_t)n)) return IT_OK;
+    it_status st = it_error_context("--loss_log: ");
+    it_afile_abort(ctx->loss_log); /* the previous file under that name stays */
+    ctx->loss_log = NULL;
+    return st;
+}
+
+/* Mixtral: tokens routed to each expert since the last such line, layer by layer. */
+static void print_expert_counts(const it_train_ctx *ctx) {
+    int64_t counts[4096];
+    int n = it_model_expert_tokens(ctx->model, counts, 4096, true);
+    if (n <= 0) return;
+    int E = ctx->info->n_expert, every = ctx->cfg->log_interval;
+    printf("experts: tokens per expert over the last %d step%s:", every, every == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) printf("%s%lld", i % E == 0 ? (i ? " | L" : " L") : " ", (long long)counts[i]);
+    printf("\n");
+}
+
+static void print_progress(const it_train_ctx *ctx, double now) {
+    int step = ctx->step, steps = ctx->cfg->num_iteration;
+    double el = (now - ctx->t_start) / 1000.0, eta = el / step * (steps - step);
+    char a[32], b[32];
+    fmt_duration(el, a, sizeof a);
+    fmt_duration(eta, b, sizeof b);
+    printf("progress: %d/%d steps (%.0f%%) | elapsed %s | ETA %s\n", step, steps, 100.0 * step / steps, a, b);
+}
+
+it_status train_log(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    int step = ctx->step;
+    it_status st;
+    if (ctx->loss_log && (st = log_loss_line(ctx))) return st;
+    it_mem_stats mem;
+    it_mem_stats_get(ctx->dev, &mem);
+    if (ctx->result) {
+        if (ctx->result->losses) ctx->result->losses[step - 1] = ctx->loss;
+        ctx->result->last_step_ms = ctx->step_ms;
+        ctx->result->peak_used = mem.peak_used;
+        ctx->result->peak_reserved = mem.peak_reserved;
+    }
+    if (!ctx->quiet) {
+        printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %zu MB | peak reserved: "
+               "%zu MB, DP=%d, TP=1, SP=1, PP=1)\n",
+               step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
+               mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world);
+        if (step % c->log_interval == 0) print_expert_counts(ctx);
+        if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
+        fflush(stdout);
+        if (c->freq_generate_txt > 0 && step % c->freq_generate_txt == 0 && (st = train_generate(ctx))) return st;
+    }
+    if (!isfinite(ctx->loss))
+        return it_error(IT_ERR_INTERNAL, "step %d: the loss is %f; stopping (lower --learning_rate?)", step, ctx->loss);
+    return IT_OK;
+}

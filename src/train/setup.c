@@ -1,0 +1,226 @@
+/* Everything a run needs before its first step, in stages. Each stage validates what it can
+ * before it allocates, and says who meets its failures: every rank alike (the ranks decided
+ * together, so rank 0 alone reports) or this rank alone (a file only it cannot read: it
+ * aborts the job so that no rank waits forever in a collective). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train_internal.h"
+
+/* The device each rank drives, and the group of ranks. */
+static it_status setup_group(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_status st;
+    if (!c->input_bin) return it_error(IT_ERR_INVALID_ARG, "--input_bin: required (an llm.c token shard)");
+    if ((st = it_device_parse(c->device, &ctx->dev))) return it_error_context("--device: ");
+    it_dist_env(&ctx->rank, &ctx->world);
+    if (ctx->world > 1 && !strchr(c->device, ':')) { /* each rank drives one device */
+        int count = 1;
+        if ((st = it_device_count(ctx->dev.backend, &count))) return st;
+        ctx->dev.index = ctx->rank % (count > 0 ? count : 1);
+    }
+    if ((st = it_dist_new(ctx->dev, &ctx->dist))) return it_error_context("data parallel: ");
+    ctx->rank = it_dist_rank(ctx->dist);
+    ctx->world = it_dist_world(ctx->dist);
+    ctx->quiet = c->quiet || ctx->rank != 0;
+    return IT_OK;
+}
+
+/* All ranks must train the same model on the same data with the same flags. The device may
+ * differ (each rank drives its own), so only its backend name takes part. */
+static it_status setup_agree(it_train_ctx *ctx) {
+    enum { MAX = 64 };
+    uint64_t h[MAX];
+    const char *names[MAX];
+    bool differs[MAX];
+    int n = it_train_flags_agree_hashes(ctx->cfg, h, names, MAX - 1);
+    const char *backend = ctx->dev.backend->name;
+    h[n] = 1469598103934665603ull;
+    for (const char *p = backend; *p; p++) h[n] = (h[n] ^ (unsigned char)*p) * 1099511628211ull;
+    names[n++] = "device (backend)";
+    it_status st = it_dist_check_equal(ctx->dist, h, n, differs);
+    if (st) return st;
+    char list[512] = "";
+    for (int i = 0; i < n; i++)
+        if (differs[i])
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s--%s", *list ? ", " : "", names[i]);
+    if (*list)
+        return it_error(IT_ERR_INVALID_ARG, "data parallel: the ranks were given different flags: %s differ%s", list,
+                        strchr(list, ',') ? "" : "s");
+    return IT_OK;
+}
+
+/* Build or load the model the flags describe. */
+static it_status setup_model(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    bool gpt2 = strcmp(c->app, "gpt2") == 0;
+    it_status st;
+    if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
+    if (c->llmc_filepath) {
+        if (gpt2)
+            st = it_gpt2_load(c->llmc_filepath, ctx->dev, &ctx->model);
+        else if (strcmp(c->app, "llama3") == 0)
+            st = it_llama3_load(c->llmc_filepath, ctx->dev, &ctx->model);
+        else if (strcmp(c->app, "mixtral") == 0)
+            st = it_mixtral_load(c->llmc_filepath, ctx->dev, &ctx->model);
+        else
+            return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
+        if (st) return it_error_context("--llmc_filepath: ");
+    } else {
+        if (!gpt2)
+            return it_error(IT_ERR_INVALID_ARG, "--llmc_filepath: required for %s (it has no built-in model presets)",
+                            c->app);
+        it_gpt2_config cfg;
+        if ((st = it_gpt2_preset(c->model, &cfg))) return it_error_context("--model: ");
+        if (c->n_layer) cfg.n_layer = c->n_layer;
+        if (c->n_head) cfg.n_head = c->n_head;
+        if (c->n_embd) cfg.n_embd = c->n_embd;
+        if (c->block_size) cfg.block_size = c->block_size;
+        if (c->vocab_size) {
+            cfg.vocab_size = c->vocab_size;
+            cfg.padded_vocab_size = (c->vocab_size + 63) / 64 * 64; /* llm.c pads for aligned kernels */
+        }
+        if ((st = it_gpt2_config_check(&cfg))) return st;
+        /* Known before building: refuse before allocating and initializing the parameters. */
+        if (c->sequence_length > cfg.block_size)
+            return it_error(IT_ERR_INVALID_ARG, "--sequence_length: %lld exceeds the model's block_size %d",
+                            (long long)c->sequence_length, cfg.block_size);
+        if ((st = it_gpt2_new(&cfg, ctx->dev, c->seed, &ctx->model))) return st;
+    }
+    it_model_set_aux_loss_coeff(ctx->model, c->moe_aux_loss_coeff);
+    ctx->info = it_model_get_info(ctx->model);
+    return IT_OK;
+}
+
+/* B, T, the step's tokens and the accumulation they imply. */
+static it_status setup_batch(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    int64_t B = c->batch_size, T = c->sequence_length, world = ctx->world;
+    int64_t total = c->total_batch_size ? c->total_batch_size : B * T * world;
+    if (T > ctx->info->block_size)
+        return it_error(IT_ERR_INVALID_ARG, "--sequence_length: %lld exceeds the model's block_size %lld", (long long)T,
+                        (long long)ctx->info->block_size);
+    if (total % (B * T * world) != 0) {
+        if (world > 1)
+            return it_error(IT_ERR_INVALID_ARG,
+                            "--total_batch_size: %lld is not a multiple of batch_size*sequence_length*ranks = "
+                            "%lld*%lld*%lld = %lld",
+                            (long long)total, (long long)B, (long long)T, (long long)world, (long long)(B * T * world));
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--total_batch_size: %lld is not a multiple of batch_size*sequence_length = %lld*%lld = %lld",
+                        (long long)total, (long long)B, (long long)T, (long long)(B * T));
+    }
+    ctx->B = B;
+    ctx->T = T;
+    ctx->total = total;
+    ctx->accum = total / (B * T * world);
+    if (c->zero_stage && c->optimizer == IT_OPTIM_SGD && !ctx->quiet)
+        printf("note: --zero_stage 1 with sgd: no optimizer state to shard\n");
+    return IT_OK;
+}
+
+static it_status setup_data(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_status st;
+    if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->loader))) return st;
+    if ((st = it_loader_check_vocab(ctx->loader, ctx->info->vocab_size))) return st;
+    if (c->tokenizer_bin && (st = it_tokenizer_load(c->tokenizer_bin, &ctx->tok))) return st;
+    return IT_OK;
+}
+
+/* Parameters: refuse if the ranks loaded different ones (a checkpoint that differs between
+ * ranks' file systems), then broadcast rank 0's and check that every rank holds them. */
+static it_status setup_sync_params(it_train_ctx *ctx) {
+    it_tensor *params = it_model_params(ctx->model);
+    const char *ck = ctx->cfg->llmc_filepath;
+    uint64_t h;
+    bool differs;
+    it_status st = it_dist_tensor_hash(params, &h);
+    if (!st) st = it_dist_check_equal(ctx->dist, &h, 1, &differs);
+    if (st) return st;
+    if (differs)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "data parallel: the ranks hold different initial parameters (%s%s differs "
+                        "between ranks)",
+                        ck ? "the checkpoint " : "the model built from --model/--seed", ck ? ck : "");
+    if ((st = it_dist_broadcast(ctx->dist, params, 0))) return st;
+    if ((st = it_dist_tensor_hash(params, &h)) || (st = it_dist_check_equal(ctx->dist, &h, 1, &differs))) return st;
+    if (differs) return it_error(IT_ERR_INTERNAL, "data parallel: parameters differ after the broadcast from rank 0");
+    return IT_OK;
+}
+
+static it_status setup_optimizer(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_tensor *params = it_model_params(ctx->model), *grads = it_model_grads(ctx->model);
+    it_optim_config ocfg = {c->optimizer, 0.9f, 0.999f, 1e-8f, c->weight_decay};
+    it_status st = c->zero_stage ? it_zero1_new(ctx->dist, &ocfg, params, grads, &ctx->zero)
+                                 : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
+    if (!st && ctx->world > 1 && !ctx->zero)
+        st = it_grad_sync_new(ctx->dist, grads, (size_t)c->ddp_bucket_kb << 10, &ctx->gsync);
+    ctx->sched = (it_lr_schedule){c->learning_rate, c->min_lr, c->lr_warmup_iters, c->num_iteration, c->lr_decay};
+    return st;
+}
+
+static it_status setup_buffers(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_tensor *grads = it_model_grads(ctx->model);
+    if (ctx->accum > 1) { /* each micro-step's gradient is computed alone, then added in order */
+        it_scope_begin();
+        ctx->acc =
+            it_scope_keep(it_tensor_new(ctx->dev, it_tensor_dtype(grads), 1, (int64_t[]){it_tensor_numel(grads)}));
+        it_scope_end();
+        if (!ctx->acc) return it_last_status();
+    }
+    if (c->loss_log && ctx->rank == 0 && it_afile_open(c->loss_log, &ctx->loss_log))
+        return it_error_context("--loss_log: ");
+    size_t n = (size_t)(ctx->B * ctx->T);
+    ctx->hx = malloc(sizeof(int32_t) * n);
+    ctx->hy = malloc(sizeof(int32_t) * n);
+    if (!ctx->hx || !ctx->hy) return it_error(IT_ERR_OOM, "input buffers: out of host memory");
+    ctx->rng = c->seed ^ 0x5DEECE66Dull;
+    ctx->forward_backward = train_micro_steps;
+    return IT_OK;
+}
+
+typedef struct train_stage {
+    it_status (*run)(it_train_ctx *ctx);
+    train_fail_scope scope;
+} train_stage;
+
+/* In order. A stage after the group formed that only reads this rank's files fails this rank
+ * alone; one that every rank decides from agreed values or a collective fails them all. */
+static const train_stage SETUP[] = {
+    {setup_group, TRAIN_FAIL_BEFORE_GROUP},  {setup_agree, TRAIN_FAIL_ALL_RANKS},
+    {setup_model, TRAIN_FAIL_THIS_RANK},     {setup_batch, TRAIN_FAIL_ALL_RANKS},
+    {setup_data, TRAIN_FAIL_THIS_RANK},      {setup_sync_params, TRAIN_FAIL_ALL_RANKS},
+    {setup_optimizer, TRAIN_FAIL_THIS_RANK}, {setup_buffers, TRAIN_FAIL_THIS_RANK},
+};
+
+it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->cfg = c;
+    ctx->result = result;
+    ctx->world = 1;
+    for (size_t i = 0; i < sizeof SETUP / sizeof SETUP[0]; i++) {
+        ctx->fail_scope = SETUP[i].scope;
+        it_status st = SETUP[i].run(ctx);
+        if (st) return st;
+    }
+    ctx->fail_scope = TRAIN_FAIL_THIS_RANK; /* from here on, until the run ends */
+    return IT_OK;
+}
+
+void train_teardown(it_train_ctx *ctx) {
+    it_tensor_release(ctx->acc);
+    free(ctx->hx);
+    free(ctx->hy);
+    it_grad_sync_free(ctx->gsync);
+    it_zero1_free(ctx->zero);
+    it_optimizer_free(ctx->opt);
+    it_tokenizer_free(ctx->tok);
+    it_loader_free(ctx->loader);
+    it_model_free(ctx->model);
+    it_dist_free(ctx->dist);
+    memset(ctx, 0, sizeof *ctx);
+}

@@ -1,0 +1,109 @@
+/* One optimizer step.
+ *
+ *   zero grads; for each of `accum` micro-batches: forward, loss / (accum * ranks), backward
+ *   (each micro-step's gradient computed alone, then added in order); the all-rank gradient
+ *   sum (DDP buckets during the last backward, or ZeRO-1's reduce-scatter); optional
+ *   global-norm clipping; the optimizer's update at this step's learning rate.
+ *
+ * Everything a micro-step creates lives in a scope that ends with it, so memory returns to
+ * the caching allocator and the next micro-step reuses it. */
+#include <math.h>
+#include <time.h>
+
+#include "train/train_internal.h"
+
+double train_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* grads = acc + grads, elementwise (in place). */
+static it_status add_into(it_tensor *grads, it_tensor *acc) {
+    it_device dev = it_tensor_device(grads);
+    it_tdesc a = it_tensor_desc(acc), g = it_tensor_desc(grads);
+    return KCALL(dev, binary, IT_BINARY_ADD, &a, &g, &g);
+}
+
+/* One micro-batch: forward, loss, backward. The last one under DDP hands each bucket of the
+ * gradient to the all-reduce (deterministic, rank order) as soon as it is final; the bucket
+ * first gets the earlier micro-steps' sum (acc) added. */
+static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *loss) {
+    it_model *m = ctx->model;
+    it_status st;
+    if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
+    if ((st = it_loader_next(ctx->loader, ctx->hx, ctx->hy))) return st;
+    /* 1/(accum*world) is a power of two when both are: then the rank-ordered sums reproduce a
+     * 1-rank run with accumulation accum*world bitwise (README). */
+    int64_t parts = ctx->accum * ctx->world;
+    it_scope_begin();
+    int64_t shape[2] = {ctx->B, ctx->T};
+    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
+    it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hx, bytes);
+    it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);
+    it_tensor *l = it_model_loss(m, x, y);
+    st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
+    it_tensor *root = l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l;
+    if (!st && last && ctx->gsync && !(st = it_grad_sync_begin(ctx->gsync, first ? NULL : ctx->acc)))
+        st = it_backward_hooked(root, it_grad_sync_ready, ctx->gsync);
+    else if (!st)
+        st = it_backward(root);
+    it_scope_end();
+    it_tape_clear();
+    if (!st) st = it_model_grads_final(m); /* zeros where no node wrote */
+    if (!st && !first && !(last && ctx->gsync)) st = add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
+    return st;
+}
+
+it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum) {
+    for (int64_t i = 0; i < ctx->accum; i++) {
+        double loss = 0;
+        it_status st = micro_step(ctx, i == 0, i == ctx->accum - 1, &loss);
+        *loss_sum += loss;
+        if (st) return st;
+    }
+    return IT_OK;
+}
+
+/* The all-rank sums: the gradient (DDP's buckets finish, or ZeRO-1 reduce-scatters) and the
+ * logged loss, which is the mean over every rank's micro-steps. */
+static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
+    it_status st;
+    if (ctx->gsync) {
+        int early = 0, buckets = 0;
+        if ((st = it_grad_sync_finish(ctx->gsync, &early, &buckets))) return st;
+        if (ctx->step == 1 && !ctx->quiet)
+            printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
+    }
+    if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    return ctx->zero ? it_zero1_reduce_grads(ctx->zero) : IT_OK;
+}
+
+static it_status update(it_train_ctx *ctx) {
+    it_status st;
+    float scale = 1.0f;
+    if (ctx->cfg->grad_clip > 0) {
+        double norm = 0;
+        st = ctx->zero ? it_zero1_grad_norm(ctx->zero, &norm) : it_grad_norm(it_model_grads(ctx->model), &norm);
+        if (st) return st;
+        scale = it_clip_scale(norm, ctx->cfg->grad_clip);
+    }
+    ctx->lr = it_lr_at(&ctx->sched, ctx->step);
+    st = ctx->zero ? it_zero1_step(ctx->zero, ctx->lr, scale) : it_optimizer_step(ctx->opt, ctx->lr, scale);
+    return st ? st : it_device_synchronize(ctx->dev);
+}
+
+it_status train_step(it_train_ctx *ctx, int step) {
+    double t0 = train_now_ms(), loss_sum = 0.0;
+    if (step == 1) ctx->t_start = t0;
+    ctx->step = step;
+    it_mem_stats_reset_peak(ctx->dev);
+    it_status st = it_model_zero_grad(ctx->model); /* lazily: the first backward writes them */
+    if (!st) st = ctx->forward_backward(ctx, &loss_sum);
+    if (!st) st = reduce(ctx, &loss_sum);
+    if (!st) st = update(ctx);
+    if (st) return st;
+    ctx->step_ms = train_now_ms() - t0;
+    ctx->loss = loss_sum / (double)(ctx->accum * ctx->world);
+    return IT_OK;
+}

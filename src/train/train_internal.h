@@ -1,0 +1,78 @@
+/* The training driver's parts and the context they share.
+ *
+ *   setup.c   train_setup: validate, build every resource, in stages (each says whether a
+ *             failure in it is met by every rank together or by one alone); train_teardown
+ *   step.c    train_step: one optimizer step (micro-steps, gradient reduction, clipping,
+ *             update); the micro-step loop is ctx->forward_backward, which a pipeline
+ *             schedule may replace
+ *   log.c     train_banner, train_log (loss log, step line, experts, progress, samples),
+ *             train_generate
+ *   driver.c  it_train_run / it_train_main: setup, the steps, finish, teardown, and the one
+ *             status -> exit code mapping
+ *   flags.c   the flag table */
+#ifndef IT_TRAIN_INTERNAL_H
+#define IT_TRAIN_INTERNAL_H
+
+#include "core/afile.h"
+#include "core/internal.h"
+#include "infinitrain/data.h"
+#include "infinitrain/dist.h"
+#include "infinitrain/train.h"
+
+/* Who meets a failure: decides how it is reported and whether the job is aborted. */
+typedef enum train_fail_scope {
+    TRAIN_FAIL_BEFORE_GROUP, /* before the ranks formed a group: each rank says it, exits */
+    TRAIN_FAIL_ALL_RANKS,    /* every rank fails alike (a collective decided it): rank 0 says it */
+    TRAIN_FAIL_THIS_RANK     /* this rank alone: it says so and aborts the job (others may wait) */
+} train_fail_scope;
+
+typedef struct it_train_ctx it_train_ctx;
+
+struct it_train_ctx {
+    const it_train_config *cfg;
+    it_train_result *result; /* may be NULL */
+    it_device dev;
+    it_dist *dist;
+    int rank, world;
+    bool quiet; /* no banner, step lines or samples: --quiet or a rank other than 0 */
+    train_fail_scope fail_scope;
+
+    it_model *model;
+    const it_model_info *info;
+    it_loader *loader;
+    it_tokenizer *tok;
+    it_optimizer *opt;   /* without ZeRO */
+    it_zero1 *zero;      /* --zero_stage 1 */
+    it_grad_sync *gsync; /* DDP without ZeRO: buckets reduced while backward runs */
+    it_tensor *acc;      /* accumulation > 1: the earlier micro-steps' gradient sum */
+    it_afile *loss_log;  /* rank 0; written under a temporary name, renamed at the end */
+    int32_t *hx, *hy;    /* one micro-batch's inputs and targets, B*T each */
+    int64_t B, T, total; /* total = tokens per step over all ranks */
+    int64_t accum;       /* micro-steps per step on each rank */
+    it_lr_schedule sched;
+    uint64_t rng;   /* sampling */
+    double t_start; /* ms, when the first step began */
+
+    /* The micro-steps of one step: forward, loss, backward, gradients in the model's buffer
+     * (reduced over the ranks when gsync is set). Adds the micro-steps' losses to *loss_sum. */
+    it_status (*forward_backward)(it_train_ctx *ctx, double *loss_sum);
+
+    /* the step just taken */
+    int step;
+    double loss, step_ms;
+    float lr;
+};
+
+it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result);
+void train_teardown(it_train_ctx *ctx);
+it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
+it_status train_step(it_train_ctx *ctx, int step);
+void train_banner(const it_train_ctx *ctx);
+it_status train_log(it_train_ctx *ctx);
+it_status train_generate(it_train_ctx *ctx);
+double train_now_ms(void); /* CLOCK_MONOTONIC */
+
+/* flags.c: one hash per flag that every rank must agree on, with its name; returns the count. */
+IT_API int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max);
+
+#endif
