@@ -48,12 +48,41 @@ void train_banner(const it_train_ctx *ctx) {
     fflush(stdout);
 }
 
-/* Sample `text_length` tokens after an end-of-text token and print them (decoded when a
- * tokenizer is given). Runs without autograd; the sequence is re-run in full for each token. */
+/* Softmax over the valid vocabulary, then inverse-CDF sampling with the run's generator. */
+static int64_t sample_token(const float *row, int64_t vocab, uint64_t *rng) {
+    float mx = row[0];
+    for (int64_t v = 1; v < vocab; v++) mx = row[v] > mx ? row[v] : mx;
+    double sum = 0;
+    for (int64_t v = 0; v < vocab; v++) sum += exp((double)row[v] - mx);
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(*rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+    for (int64_t v = 0; v < vocab; v++) {
+        acc += exp((double)row[v] - mx);
+        if (acc > u) return v;
+    }
+    return vocab - 1;
+}
+
+/* Decoded when a tokenizer is given, kept on one line: a single-byte token outside printable
+ * ASCII (a stray UTF-8 fragment early in training) prints as '?'. */
+static void print_token(it_tokenizer *tok, int64_t id, bool first) {
+    size_t n = 0;
+    const char *s = tok ? it_tokenizer_decode(tok, (uint32_t)id, &n) : NULL;
+    if (!s) {
+        printf("%s%lld", first ? "" : " ", (long long)id);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        putchar(ch == '\n' ? ' ' : ch < 32 || (n == 1 && ch >= 127) ? '?' : ch);
+    }
+}
+
+/* Sample `text_length` tokens after an end-of-text token and print them. Runs without
+ * autograd; the sequence is re-run in full for each token. */
 it_status train_generate(it_train_ctx *ctx) {
     const it_model_info *info = ctx->info;
-    it_tokenizer *tok = ctx->tok;
-    int64_t eot = tok ? it_tokenizer_eot(tok) : info->vocab_size - 1;
+    int64_t eot = ctx->tok ? it_tokenizer_eot(ctx->tok) : info->vocab_size - 1;
     if (eot < 0 || eot >= info->vocab_size) eot = 0;
     int64_t len = ctx->cfg->text_length, maxT = info->block_size;
     int32_t *seq = malloc(sizeof(int32_t) * (size_t)(len + 1));
@@ -79,34 +108,8 @@ it_status train_generate(it_train_ctx *ctx) {
         st = last ? it_tensor_copy_to_host(last, row, sizeof(float) * (size_t)info->padded_vocab) : it_last_status();
         it_scope_end();
         if (st) break;
-        /* softmax over the valid vocabulary, then inverse-CDF sampling */
-        float mx = row[0];
-        for (int64_t v = 1; v < info->vocab_size; v++) mx = row[v] > mx ? row[v] : mx;
-        double sum = 0;
-        for (int64_t v = 0; v < info->vocab_size; v++) sum += exp((double)row[v] - mx);
-        ctx->rng = ctx->rng * 6364136223846793005ull + 1442695040888963407ull;
-        double u = (double)(ctx->rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-        int64_t pick = info->vocab_size - 1;
-        for (int64_t v = 0; v < info->vocab_size; v++) {
-            acc += exp((double)row[v] - mx);
-            if (acc > u) {
-                pick = v;
-                break;
-            }
-        }
-        seq[t] = (int32_t)pick;
-        size_t n = 0;
-        const char *s = tok ? it_tokenizer_decode(tok, (uint32_t)pick, &n) : NULL;
-        if (s) {
-            /* Keep the sample on one line; a single-byte token outside printable ASCII (a
-             * stray UTF-8 fragment early in training) prints as '?'. */
-            for (size_t i = 0; i < n; i++) {
-                unsigned char ch = (unsigned char)s[i];
-                putchar(ch == '\n' ? ' ' : ch < 32 || (n == 1 && ch >= 127) ? '?' : ch);
-            }
-        } else {
-            printf("%s%lld", t > 1 ? " " : "", (long long)pick);
-        }
+        seq[t] = (int32_t)sample_token(row, info->vocab_size, &ctx->rng);
+        print_token(ctx->tok, seq[t], t == 1);
     }
     printf("\n");
     fflush(stdout);
