@@ -130,7 +130,7 @@ static int write_params(FILE *f, int64_t n, bool ones, uint64_t *rng) {
 }
 
 /* A synthetic LLaMA-3 (magic 20240803 v3) or Mixtral (20260513 v2) checkpoint of the case's
- * shape, in the layouts of /work/shared/design/FORMATS.md: weights N(0, 0.02^2), RMSNorm
+ * shape, in the layouts of docs/formats.md: weights N(0, 0.02^2), RMSNorm
  * weights 1. LLaMA-3's FFN width comes from ffn_dim_multiplier 1.0 and multiple_of 256
  * (H = 1024 for C = 384). */
 static it_status write_llama_checkpoint(const bench_case *bc, const char *path) {

@@ -1,4 +1,4 @@
-/* it_ccl over CNCL (MLU-NOTES C3), resolved from libcncl.so like the rest.
+/* it_ccl over CNCL (docs/backends/mlu.md C3), resolved from libcncl.so like the rest.
  * Multi-process init as Paddle's XcclCommInitRank: rank 0 cnclGetCliqueId, the id travels out
  * of band (the core's it_ccl_unique_id), every rank cnclInitComms(&comm, 1, {dev}, {rank},
  * nranks, &id). CNCL has no average (see all_reduce). */

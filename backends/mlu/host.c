@@ -48,7 +48,7 @@ const char *mlu_cnnl_dtype_name(int c) {
 
 /* ---------------------------------------------------------------- cast table */
 
-/* CNNL_CAST_<from>_TO_<to> entries public code calls (MLU-NOTES C2: torch_mlu, Paddle,
+/* CNNL_CAST_<from>_TO_<to> entries public code calls (docs/backends/mlu.md C2: torch_mlu, Paddle,
  * DIOPI). Row = from, bit = to. No HALF <-> BFLOAT16 entry exists in any of them. */
 #define B(t) (1u << (t))
 static const unsigned direct_table[IT_DTYPE_COUNT] = {

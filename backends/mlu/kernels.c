@@ -1,4 +1,4 @@
-/* The MLU kernel table over CNNL (MLU-NOTES C2) and, where CNNL has no call that matches
+/* The MLU kernel table over CNNL (docs/backends/mlu.md C2) and, where CNNL has no call that matches
  * backend.h, BANG C kernels (bang/, built only where cncc is found: IT_MLU_HAVE_BANG). Every
  * kernel is asynchronous on its stream's queue, through the CNNL handle bound to that queue.
  * Each states the call it maps to. Scratch comes from the queue's cached device workspace
@@ -193,8 +193,8 @@ static it_status mlu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
 }
 
 /* ---------------------------------------------------------------- fill
- * No cnnlFill call is shown in MLU-NOTES, so: the value is converted on the host by the CPU
- * backend's fill (exact backend.h semantics for all 13 dtypes), uploaded once
+ * No public code shows a cnnlFill call (docs/backends/mlu.md C2), so: the value is converted
+ * on the host by the CPU backend's fill (exact backend.h semantics for all 13 dtypes), uploaded once
  * (cnrtMemcpyAsync H2D, staged), then doubled with cnrtMemcpyAsync D2D (log2 n copies).
  * Strided destinations are filled contiguously in the workspace and scattered by cnnlCopy. */
 static it_status mlu_fill(it_stream *s, it_tdesc *dst, it_scalar value) {

@@ -1,5 +1,5 @@
 /* Launch sides of the MLU's elementwise, reduce, cross-entropy and optimizer slots, over the
- * BANG kernels of bang/ (no CNNL call for them in MLU-NOTES):
+ * BANG kernels of bang/ (no CNNL call for them is known, docs/backends/mlu.md C2):
  *
  *   unary, binary       bang/elementwise.mlu (it_bang_elementwise)
  *   reduce              bang/reduce.mlu      (it_bang_reduce)

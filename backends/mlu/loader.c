@@ -1,4 +1,4 @@
-/* Run-time resolution of the Cambricon libraries (no SDK at build time, MLU-NOTES C6).
+/* Run-time resolution of the Cambricon libraries (no SDK at build time, docs/backends/mlu.md C6).
  *
  * Each library is tried at $NEUWARE_HOME/lib64/<lib> (NEUWARE_HOME defaults to
  * /usr/local/neuware, the SDK's install root), then by bare name, which the dynamic loader

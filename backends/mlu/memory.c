@@ -1,4 +1,4 @@
-/* MLU memory over CNRT (MLU-NOTES C1): cnrtMalloc/cnrtFree, cnrtMemcpy[Async], pinned
+/* MLU memory over CNRT (docs/backends/mlu.md C1): cnrtMalloc/cnrtFree, cnrtMemcpy[Async], pinned
  * staging for asynchronous H2D from pageable memory, cnrtMemGetInfo, and an allocation
  * tracker for peak statistics.
  *

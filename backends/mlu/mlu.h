@@ -58,7 +58,7 @@ typedef struct mlu_cast_plan {
     const char *note; /* NULL when exact */
 } mlu_cast_plan;
 
-/* True when CNNL_CAST_<from>_TO_<to> is in the table seen in public code (MLU-NOTES C2). */
+/* True when CNNL_CAST_<from>_TO_<to> is in the table seen in public code (docs/backends/mlu.md C2). */
 bool mlu_cast_direct(it_dtype from, it_dtype to);
 /* Writes "CNNL_CAST_FLOAT_TO_HALF" into buf (>= 48 bytes); returns buf. */
 const char *mlu_cast_enum_name(it_dtype from, it_dtype to, char *buf, size_t n);

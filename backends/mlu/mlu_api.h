@@ -1,6 +1,6 @@
 /* The subset of the Cambricon CNRT (>= 6), CNNL and CNCL C APIs this backend calls, declared
- * here because no SDK header is available where the plugin is built (see MLU-NOTES.md:
- * "no SDK header is at hand"). The libraries are resolved at run time (loader.c).
+ * here because no SDK header is available where the plugin is built (docs/backends/mlu.md
+ * C6). The libraries are resolved at run time (loader.c).
  *
  * Every handle is an opaque pointer and every enum an int. Values come from:
  *   [h]  a public copy of a CNRT >= 5 cnrt.h (cnrtSuccess = 0, cnrtErrorNotReady = 1,
@@ -86,8 +86,8 @@ typedef struct mlu_cnclCliqueId {
 /* ---------------------------------------------------------------- the call table
  * One X-macro line per function: (library, return type, name, parameter list, required).
  * loader.c fills a struct of pointers from it with dlsym; a required symbol missing from its
- * library fails init naming the symbol and the library. Signatures as the public code in
- * MLU-NOTES.md calls them. */
+ * library fails init naming the symbol and the library. Signatures as public code calls them
+ * (docs/backends/mlu.md C1-C3). */
 #define MLU_CNRT_CALLS(X)                                                                                              \
     X(cnrt, mlu_cnrtRet_t, cnrtGetDeviceCount, (unsigned int *count), 1)                                               \
     X(cnrt, mlu_cnrtRet_t, cnrtSetDevice, (int dev), 1)                                                                \

@@ -1,4 +1,4 @@
-/* The MLU runtime over CNRT >= 6 (MLU-NOTES C1): lazy init (dlopen), devices, queues as
+/* The MLU runtime over CNRT >= 6 (docs/backends/mlu.md C1): lazy init (dlopen), devices, queues as
  * streams, notifiers as events, one CNNL handle per (device, queue).
  *
  * Current device is per thread (a thread-local cache; cnrtSetDevice only on change, as
@@ -255,7 +255,7 @@ static it_status mlu_event_record(it_event *e, it_stream *s) {
 static it_status mlu_stream_wait_event(it_stream *s, it_event *e) {
     it_status st = mlu_stream_resolve("stream_wait_event", s, &s);
     if (st || !e->recorded) return st; /* never recorded: complete */
-    /* NOTIFIER first, queue second, flags 0 (MLU-NOTES C1) */
+    /* NOTIFIER first, queue second, flags 0 (docs/backends/mlu.md C1) */
     MLU_CNRT(mlu.cnrtQueueWaitNotifier(e->notifier, s->queue, 0), "notifier=%p, queue=%p, flags=0", e->notifier,
              s->queue);
     return IT_OK;

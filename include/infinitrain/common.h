@@ -1,6 +1,6 @@
 /* Status codes, errors and the export macro shared by every public header.
  *
- * Error convention (one per module, see STYLE.md):
+ * Error convention (one per module, see docs/architecture.md, "Errors"):
  *  - functions that compute into out-params return it_status (IT_OK = 0);
  *  - functions that return a handle return NULL on failure.
  * Either way the failure's message is recorded per thread and read with it_last_error(). */

@@ -247,9 +247,9 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
     it_tensor *x2 = rows2d(x);
     it_tensor *y2 = y ? rows2d(y) : NULL;
     OP_REQUIRE(y2 && x2);
-    /* fp32 and fp64: y = x w^T, then the bias added in place while y is still in cache;
-     * either order rounds the bias's sum once in y's type. (Broadcasting the bias into y
-     * and accumulating into it wrote the broadcast into a cold block.) A half-precision y
+    /* fp32 and fp64: y = x w^T, then the bias added in place while y is still in cache
+     * (a broadcast of the bias into y before the gemm would write a block the gemm then
+     * reads cold); either order rounds the bias's sum once in y's type. A half-precision y
      * takes the bias inside the gemm, which sums in fp32 and rounds once. */
     bool half = y->dtype != IT_DTYPE_FP32 && y->dtype != IT_DTYPE_FP64;
     it_tdesc yd = it_tensor_desc(y2), bd = bias ? it__broadcast_desc(bias, 2, y2->shape) : yd;
