@@ -1,4 +1,4 @@
-/* Models: a generic handle the training driver works with, and GPT-2.
+/* Models: a generic handle the training driver works with; GPT-2, LLaMA-3 and Mixtral.
  *
  * Every model keeps all its parameters in one flat tensor (in its checkpoint's order) and
  * all gradients in another of the same length; each named parameter is a view into them.
@@ -15,14 +15,14 @@ extern "C" {
 typedef struct it_model it_model;
 
 typedef struct it_model_info {
-    const char *family;      /* "gpt2" */
-    int64_t block_size;      /* max sequence length */
-    int64_t vocab_size;      /* valid vocabulary (loss and sampling use these ids) */
-    int64_t padded_vocab;    /* logits' width */
+    const char *family;   /* "gpt2" */
+    int64_t block_size;   /* max sequence length */
+    int64_t vocab_size;   /* valid vocabulary (loss and sampling use these ids) */
+    int64_t padded_vocab; /* logits' width */
     int64_t num_params;
     int n_layer, n_head, n_embd;
-    int n_kv_head;   /* LLaMA-3 / Mixtral (0 for GPT-2) */
-    int ffn_hidden;  /* MLP width (LLaMA-3), expert width (Mixtral) */
+    int n_kv_head;             /* LLaMA-3 / Mixtral (0 for GPT-2) */
+    int ffn_hidden;            /* MLP width (LLaMA-3), expert width (Mixtral) */
     int n_expert, router_topk; /* Mixtral */
 } it_model_info;
 
@@ -48,6 +48,82 @@ IT_API it_status it_model_save(const it_model *m, const char *path);
 /* FLOPs of one training step (forward + backward) per token, for MFU: 6*N + attention. */
 IT_API double it_model_flops_per_token(const it_model *m, int64_t T);
 
+/* ---- The parameters by name
+ *
+ * Every model describes its parameters with one layout walk, in flat-buffer (= checkpoint)
+ * order; the entries below are that walk. Names are InfiniTrain's state-dict names (its
+ * Module::StateDict at PP = 1 without DDP's "module." prefix): "transformer.wte.weight",
+ * "transformer.h.3.attn.c_attn.weight", "transformer.h.3.mlp.experts.expert_1.c_fc2.weight",
+ * "transformer.ln_f.weight", "lm_head.weight". The entries tile the flat buffers exactly once:
+ * entry i starts where entry i-1 ends, and the last ends at num_params. */
+typedef enum it_param_role {
+    IT_PARAM_ROLE_TOKEN_EMBEDDING,    /* transformer.wte (V, C); GPT-2: also its lm_head (tied) */
+    IT_PARAM_ROLE_POSITION_EMBEDDING, /* transformer.wpe (block_size, C), GPT-2 */
+    IT_PARAM_ROLE_NORM,               /* ln_1, ln_2, ln_f: LayerNorm weight/bias or RMSNorm weight (C) */
+    IT_PARAM_ROLE_ATTN_QKV,           /* attn.c_attn: fused Q|K|V rows (see q_rows below) */
+    IT_PARAM_ROLE_ATTN_OUT,           /* attn.c_proj */
+    IT_PARAM_ROLE_MLP_UP,             /* mlp.c_fc; LLaMA/Mixtral: the factor SiLU(gate) multiplies */
+    IT_PARAM_ROLE_MLP_GATE,           /* mlp.c_fc2, LLaMA/Mixtral: SiLU is applied to it */
+    IT_PARAM_ROLE_MLP_DOWN,           /* mlp.c_proj */
+    IT_PARAM_ROLE_ROUTER,             /* mlp.router (n_expert, C), Mixtral */
+    IT_PARAM_ROLE_LM_HEAD,            /* lm_head (V, C), untied (LLaMA-3, Mixtral) */
+} it_param_role;
+
+/* How Megatron-style tensor parallelism cuts the parameter across TP ranks (InfiniTrain's
+ * ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding). */
+typedef enum it_param_split {
+    IT_PARAM_SPLIT_NONE,   /* replicated: norms, wpe, the router, a row-parallel layer's bias */
+    IT_PARAM_SPLIT_COLUMN, /* column-parallel linear: output features (dim 0, rows) cut, bias cut too;
+                              c_attn, c_fc, c_fc2 (experts' too), lm_head */
+    IT_PARAM_SPLIT_ROW,    /* row-parallel linear weight: input features (dim 1, columns) cut;
+                              attn.c_proj, mlp.c_proj (experts' too) */
+    IT_PARAM_SPLIT_VOCAB,  /* vocab-parallel embedding: rows (token ids) cut; wte */
+} it_param_split;
+
+typedef struct it_model_param_info {
+    const char *name;   /* "transformer.h.3.attn.c_proj.weight" */
+    const char *module; /* the module the parameter belongs to: name less its last component
+                           ("transformer.h.3.attn.c_proj"), as LoRA's target matching sees it */
+    /* Another InfiniTrain name of the same tensor, or NULL. GPT-2's lm_head is tied to wte, so
+     * InfiniTrain's "lm_head.weight" is the wte entry (no entry of its own is in the buffer). */
+    const char *tied_name;
+    it_param_role role;
+    it_param_split split;
+    bool is_bias;     /* a linear's or LayerNorm's bias (1-D); else a weight */
+    bool is_linear;   /* the weight or bias of a linear layer (roles ATTN_QKV..MLP_DOWN, ROUTER, LM_HEAD) */
+    int layer;        /* 0..n_layer-1 inside transformer.h.<layer>; -1 for wte, wpe, ln_f, lm_head */
+    int expert;       /* 0..n_expert-1 inside mlp.experts.expert_<expert>; -1 otherwise */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* (out, in) for a linear weight, (out) for a bias, (C) for a norm */
+    int64_t offset;   /* first element in it_model_params / it_model_grads */
+    int64_t numel;
+    /* Role ATTN_QKV only (0 otherwise): rows [0, q_rows) are Q (n_head heads), then kv_rows of K,
+     * then kv_rows of V (n_kv_head heads each), head_dim rows per head, heads in order. Q head h
+     * attends with KV head h / (q_rows / kv_rows); head group g is Q rows
+     * [g*(q_rows/kv_rows)*head_dim, +(q_rows/kv_rows)*head_dim), K rows q_rows + g*head_dim and
+     * V rows q_rows + kv_rows + g*head_dim, head_dim each. A bias (GPT-2) has the same rows. */
+    int64_t q_rows, kv_rows, head_dim;
+    /* Views (owned by the model, valid until it_model_free) of `shape` at `offset` into the
+     * flat params and grads. Mixtral's c_attn view spans the Q, K and V weights its forward uses
+     * as three parameters of their own: read and write it, but do not feed it to an op whose
+     * backward should reach the model (its gradient view is filled by those three). */
+    it_tensor *param, *grad;
+} it_model_param_info;
+
+/* Number of entries (0 for NULL). */
+IT_API int it_model_param_count(const it_model *m);
+/* Entry i in flat order, or NULL when i is outside 0..count-1. */
+IT_API const it_model_param_info *it_model_param_at(const it_model *m, int i);
+/* The entry named exactly `name`, or NULL. */
+IT_API const it_model_param_info *it_model_param_find(const it_model *m, const char *name);
+/* InfiniTrain's target rule (LoRA's ShouldApplyLoRA): `name` ends with `suffix` and the suffix
+ * is the whole name or follows a '.'. "attn.c_proj" matches "transformer.h.0.attn.c_proj" but
+ * not "transformer.h.0.mlp.c_proj"; "c_proj" matches both; "proj" matches neither. */
+IT_API bool it_model_name_matches(const char *name, const char *suffix);
+/* The entries whose name matches `suffix` (it_model_name_matches), in flat order: writes up to
+ * `max` of them to `out` (may be NULL with max 0) and returns how many there are. */
+IT_API int it_model_param_match(const it_model *m, const char *suffix, const it_model_param_info **out, int max);
+
 /* ---- GPT-2 (llm.c checkpoint, magic 20240326 version 3) */
 typedef struct it_gpt2_config {
     int block_size, vocab_size, padded_vocab_size, n_layer, n_head, n_embd;
@@ -69,7 +145,8 @@ IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int mu
 
 /* ---- Mixtral (InfiniTrain tiny-Mixtral checkpoint, magic 20260513 version 2) */
 IT_API it_status it_mixtral_load(const char *path, it_device dev, it_model **out);
-/* Weight of the load-balancing loss added by it_model_loss (0 = off; mean over layers). */
+/* Weight of the load-balancing loss added by it_model_loss (0 = off; mean over layers); no
+ * effect on a model without experts. */
 IT_API void it_model_set_aux_loss_coeff(it_model *m, float coeff);
 /* Tokens routed to each expert (n_layer x n_expert, row-major) since the last reset;
  * returns the number of entries (0 for models without experts). */

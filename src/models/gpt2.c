@@ -4,7 +4,7 @@
  *   for each layer: x += c_proj(attn(ln_1(x)));  x += mlp(ln_2(x))
  *   logits = ln_f(x) @ wte^T                                  (B, T, Vp)
  *
- * Checkpoint: magic 20240326, version 3, fp32; see ../shared/design/FORMATS.md. */
+ * Checkpoint: magic 20240326, version 3, fp32; see docs/formats.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,41 +16,78 @@
 #define GPT2_VERSION 3
 #define LN_EPS 1e-5f
 
-enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB, NKINDS };
+/* The parameters of one block, in checkpoint order (each kind is stored for all layers in turn). */
+enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, N_BLOCK };
+
+static const struct {
+    const char *name; /* after "transformer.h.<l>." */
+    it_param_role role;
+    bool is_bias;
+    int rows, cols; /* shape in units of n_embd; cols 0: 1-D */
+} block_kinds[N_BLOCK] = {
+    [LN1W] = {"ln_1.weight", IT_PARAM_ROLE_NORM, false, 1, 0},
+    [LN1B] = {"ln_1.bias", IT_PARAM_ROLE_NORM, true, 1, 0},
+    [QKVW] = {"attn.c_attn.weight", IT_PARAM_ROLE_ATTN_QKV, false, 3, 1},
+    [QKVB] = {"attn.c_attn.bias", IT_PARAM_ROLE_ATTN_QKV, true, 3, 0},
+    [ATTPROJW] = {"attn.c_proj.weight", IT_PARAM_ROLE_ATTN_OUT, false, 1, 1},
+    [ATTPROJB] = {"attn.c_proj.bias", IT_PARAM_ROLE_ATTN_OUT, true, 1, 0},
+    [LN2W] = {"ln_2.weight", IT_PARAM_ROLE_NORM, false, 1, 0},
+    [LN2B] = {"ln_2.bias", IT_PARAM_ROLE_NORM, true, 1, 0},
+    [FCW] = {"mlp.c_fc.weight", IT_PARAM_ROLE_MLP_UP, false, 4, 1},
+    [FCB] = {"mlp.c_fc.bias", IT_PARAM_ROLE_MLP_UP, true, 4, 0},
+    [FCPROJW] = {"mlp.c_proj.weight", IT_PARAM_ROLE_MLP_DOWN, false, 1, 4},
+    [FCPROJB] = {"mlp.c_proj.bias", IT_PARAM_ROLE_MLP_DOWN, true, 1, 0},
+};
+
+typedef struct gpt2_block {
+    it_tensor *p[N_BLOCK];
+} gpt2_block;
 
 typedef struct gpt2 {
     it_gpt2_config cfg;
-    int32_t header[256]; /* as read (or made), written back unchanged */
-    it_tensor *wte, *wpe, *lnfw, *lnfb;
-    it_tensor **layer[NKINDS]; /* per-layer views for kinds LN1W..FCPROJB */
+    int32_t header[256];                /* as read (or made), written back unchanged */
+    it_tensor *wte, *wpe, *lnfw, *lnfb; /* borrowed from the model, as are the blocks' */
+    gpt2_block *h;                      /* n_layer */
 } gpt2;
 
-/* Element counts of each kind (all layers), in checkpoint order. */
-static void kind_sizes(const it_gpt2_config *c, int64_t sizes[NKINDS]) {
-    int64_t C = c->n_embd, L = c->n_layer;
-    sizes[WTE] = (int64_t)c->padded_vocab_size * C;
-    sizes[WPE] = (int64_t)c->block_size * C;
-    sizes[LN1W] = L * C;
-    sizes[LN1B] = L * C;
-    sizes[QKVW] = L * 3 * C * C;
-    sizes[QKVB] = L * 3 * C;
-    sizes[ATTPROJW] = L * C * C;
-    sizes[ATTPROJB] = L * C;
-    sizes[LN2W] = L * C;
-    sizes[LN2B] = L * C;
-    sizes[FCW] = L * 4 * C * C;
-    sizes[FCB] = L * 4 * C;
-    sizes[FCPROJW] = L * C * 4 * C;
-    sizes[FCPROJB] = L * C;
-    sizes[LNFW] = C;
-    sizes[LNFB] = C;
+/* The checkpoint layout, InfiniTrain's names. Counting (lo->m NULL) needs only g->cfg; g->h
+ * may then be NULL. The lm_head is wte (tied). */
+static void gpt2_walk(gpt2 *g, it__layout *lo) {
+    const it_gpt2_config *c = &g->cfg;
+    int64_t C = c->n_embd;
+    it__param_spec wte = {.role = IT_PARAM_ROLE_TOKEN_EMBEDDING,
+                          .layer = -1,
+                          .expert = -1,
+                          .ndim = 2,
+                          .shape = {c->padded_vocab_size, C},
+                          .tied_name = "lm_head.weight"};
+    it__param_spec wpe = {
+        .role = IT_PARAM_ROLE_POSITION_EMBEDDING, .layer = -1, .expert = -1, .ndim = 2, .shape = {c->block_size, C}};
+    it__param_spec lnf = {.role = IT_PARAM_ROLE_NORM, .layer = -1, .expert = -1, .ndim = 1, .shape = {C}};
+    g->wte = it__layout_take(lo, wte, "transformer.wte.weight");
+    g->wpe = it__layout_take(lo, wpe, "transformer.wpe.weight");
+    for (int k = 0; k < N_BLOCK; k++) {
+        it__param_spec spec = {.role = block_kinds[k].role,
+                               .is_bias = block_kinds[k].is_bias,
+                               .expert = -1,
+                               .ndim = block_kinds[k].cols ? 2 : 1,
+                               .shape = {block_kinds[k].rows * C, block_kinds[k].cols * C}};
+        for (int l = 0; l < c->n_layer; l++) {
+            spec.layer = l;
+            it_tensor *t = it__layout_take(lo, spec, "transformer.h.%d.%s", l, block_kinds[k].name);
+            if (g->h) g->h[l].p[k] = t;
+        }
+    }
+    g->lnfw = it__layout_take(lo, lnf, "transformer.ln_f.weight");
+    lnf.is_bias = true;
+    g->lnfb = it__layout_take(lo, lnf, "transformer.ln_f.bias");
 }
 
 static int64_t num_params(const it_gpt2_config *c) {
-    int64_t s[NKINDS], n = 0;
-    kind_sizes(c, s);
-    for (int k = 0; k < NKINDS; k++) n += s[k];
-    return n;
+    gpt2 g = {.cfg = *c};
+    it__layout count = {0};
+    gpt2_walk(&g, &count);
+    return count.off;
 }
 
 it_status it_gpt2_preset(const char *name, it_gpt2_config *cfg) {
@@ -73,8 +110,8 @@ it_status it_gpt2_preset(const char *name, it_gpt2_config *cfg) {
 }
 
 it_status it_gpt2_config_check(const it_gpt2_config *c) {
-#define RANGE(field, lo, hi)                                                                           \
-    if (c->field < (lo) || c->field > (hi))                                                            \
+#define RANGE(field, lo, hi)                                                                                           \
+    if (c->field < (lo) || c->field > (hi))                                                                            \
         return it_error(IT_ERR_INVALID_ARG, "GPT-2 config: " #field " = %d, expected %d..%d", c->field, (lo), (hi));
     RANGE(block_size, 1, 1 << 20);
     RANGE(vocab_size, 1, 1 << 24);
@@ -84,7 +121,8 @@ it_status it_gpt2_config_check(const it_gpt2_config *c) {
     RANGE(n_embd, 1, 1 << 16);
 #undef RANGE
     if (c->n_embd % c->n_head)
-        return it_error(IT_ERR_INVALID_ARG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);
+        return it_error(IT_ERR_INVALID_ARG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd,
+                        c->n_head);
     return IT_OK;
 }
 
@@ -103,17 +141,18 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
                  g->cfg.block_size);
         return NULL;
     }
-    it_tensor *pos = it_slice(g->wpe, 0, 0, T, 1);                     /* (T, C) */
-    it_tensor *x = it_add(it_embedding(idx, g->wte), pos);              /* (B, T, C) */
+    it_tensor *pos = it_slice(g->wpe, 0, 0, T, 1);         /* (T, C) */
+    it_tensor *x = it_add(it_embedding(idx, g->wte), pos); /* (B, T, C) */
     for (int l = 0; l < g->cfg.n_layer; l++) {
-        it_tensor *h = it_layernorm(x, g->layer[LN1W][l], g->layer[LN1B][l], LN_EPS);
-        h = it_linear(h, g->layer[QKVW][l], g->layer[QKVB][l]);          /* (B, T, 3C) */
-        h = it_causal_self_attention(h, g->cfg.n_head);                  /* (B, T, C) */
-        h = it_linear(h, g->layer[ATTPROJW][l], g->layer[ATTPROJB][l]);
+        it_tensor *const *p = g->h[l].p;
+        it_tensor *h = it_layernorm(x, p[LN1W], p[LN1B], LN_EPS);
+        h = it_linear(h, p[QKVW], p[QKVB]);             /* (B, T, 3C) */
+        h = it_causal_self_attention(h, g->cfg.n_head); /* (B, T, C) */
+        h = it_linear(h, p[ATTPROJW], p[ATTPROJB]);
         x = it_add(x, h);
-        h = it_layernorm(x, g->layer[LN2W][l], g->layer[LN2B][l], LN_EPS);
-        h = it_gelu(it_linear(h, g->layer[FCW][l], g->layer[FCB][l]));  /* (B, T, 4C) */
-        h = it_linear(h, g->layer[FCPROJW][l], g->layer[FCPROJB][l]);
+        h = it_layernorm(x, p[LN2W], p[LN2B], LN_EPS);
+        h = it_gelu(it_linear(h, p[FCW], p[FCB])); /* (B, T, 4C) */
+        h = it_linear(h, p[FCPROJW], p[FCPROJB]);
         x = it_add(x, h);
     }
     x = it_layernorm(x, g->lnfw, g->lnfb, LN_EPS);
@@ -139,19 +178,11 @@ static it_status gpt2_save(const it_model *m, const char *path) {
 static void gpt2_free(void *impl) {
     gpt2 *g = impl;
     if (!g) return;
-    it_tensor_release(g->wte);
-    it_tensor_release(g->wpe);
-    it_tensor_release(g->lnfw);
-    it_tensor_release(g->lnfb);
-    for (int k = 0; k < NKINDS; k++) {
-        if (!g->layer[k]) continue;
-        for (int l = 0; l < g->cfg.n_layer; l++) it_tensor_release(g->layer[k][l]);
-        free(g->layer[k]);
-    }
+    free(g->h);
     free(g);
 }
 
-static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free};
+static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free, NULL, NULL};
 
 /* Build the model object and the parameter views over freshly allocated buffers. */
 static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, it_model **out) {
@@ -178,51 +209,15 @@ static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, it_model *
                               .n_embd = cfg->n_embd,
                               .n_kv_head = cfg->n_head,
                               .ffn_hidden = 4 * cfg->n_embd};
-    int64_t sizes[NKINDS], off = 0, C = cfg->n_embd;
-    kind_sizes(cfg, sizes);
-    /* per-layer shapes of the kinds that repeat */
-    int64_t shapes[NKINDS][2] = {{0}};
-    int nd[NKINDS] = {0};
-#define SHAPE(k, n, a, b) (nd[k] = (n), shapes[k][0] = (a), shapes[k][1] = (b))
-    SHAPE(LN1W, 1, C, 0);
-    SHAPE(LN1B, 1, C, 0);
-    SHAPE(QKVW, 2, 3 * C, C);
-    SHAPE(QKVB, 1, 3 * C, 0);
-    SHAPE(ATTPROJW, 2, C, C);
-    SHAPE(ATTPROJB, 1, C, 0);
-    SHAPE(LN2W, 1, C, 0);
-    SHAPE(LN2B, 1, C, 0);
-    SHAPE(FCW, 2, 4 * C, C);
-    SHAPE(FCB, 1, 4 * C, 0);
-    SHAPE(FCPROJW, 2, C, 4 * C);
-    SHAPE(FCPROJB, 1, C, 0);
-#undef SHAPE
-    for (int k = 0; k < NKINDS; k++) {
-        if (k == WTE) g->wte = it__model_param(m, off, 2, (int64_t[]){cfg->padded_vocab_size, C});
-        else if (k == WPE) g->wpe = it__model_param(m, off, 2, (int64_t[]){cfg->block_size, C});
-        else if (k == LNFW) g->lnfw = it__model_param(m, off, 1, (int64_t[]){C});
-        else if (k == LNFB) g->lnfb = it__model_param(m, off, 1, (int64_t[]){C});
-        else {
-            g->layer[k] = calloc((size_t)cfg->n_layer, sizeof(it_tensor *));
-            if (!g->layer[k]) {
-                st = it_error(IT_ERR_OOM, "gpt2: out of host memory");
-                goto fail;
-            }
-            int64_t per = sizes[k] / cfg->n_layer;
-            for (int l = 0; l < cfg->n_layer; l++) {
-                g->layer[k][l] = it__model_param(m, off + l * per, nd[k], shapes[k]);
-                if (!g->layer[k][l]) {
-                    st = it_last_status();
-                    goto fail;
-                }
-            }
-        }
-        off += sizes[k];
-    }
-    if (!g->wte || !g->wpe || !g->lnfw || !g->lnfb) {
-        st = it_last_status();
+    g->h = calloc((size_t)cfg->n_layer, sizeof *g->h);
+    if (!g->h) {
+        st = it_error(IT_ERR_OOM, "gpt2: out of host memory");
         goto fail;
     }
+    it__layout lo = {.m = m};
+    gpt2_walk(g, &lo);
+    st = lo.st;
+    if (st) goto fail;
     memset(g->header, 0, sizeof g->header);
     g->header[0] = GPT2_MAGIC;
     g->header[1] = GPT2_VERSION;
@@ -243,28 +238,27 @@ it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, i
     it_model *m = NULL;
     it_status st = gpt2_build(cfg, dev, &m);
     if (st) return st;
-    int64_t n = m->info.num_params, sizes[NKINDS];
-    kind_sizes(cfg, sizes);
+    int64_t n = m->info.num_params;
     float *host = malloc((size_t)n * sizeof(float));
     if (!host) {
         it_model_free(m);
         return it_error(IT_ERR_OOM, "gpt2: %lld parameters of host memory for initialization", (long long)n);
     }
+    /* In flat order, so the draws land where llm.c's do: norms' weights 1, biases 0, the
+     * residual projections N(0, 0.02/sqrt(2L)), everything else N(0, 0.02). */
     it_rng rng = {seed};
     double resid_std = 0.02 / sqrt(2.0 * cfg->n_layer);
-    int64_t off = 0;
-    for (int k = 0; k < NKINDS; k++) {
-        for (int64_t i = 0; i < sizes[k]; i++) {
-            float v;
-            switch (k) {
-            case LN1W: case LN2W: case LNFW: v = 1.0f; break;
-            case LN1B: case LN2B: case LNFB: case QKVB: case ATTPROJB: case FCB: case FCPROJB: v = 0.0f; break;
-            case ATTPROJW: case FCPROJW: v = (float)(resid_std * it__rng_normal(&rng)); break;
-            default: v = (float)(0.02 * it__rng_normal(&rng)); break;
-            }
-            host[off + i] = v;
+    for (int i = 0; i < it_model_param_count(m); i++) {
+        const it_model_param_info *p = it_model_param_at(m, i);
+        float *dst = host + p->offset;
+        if (p->is_bias || p->role == IT_PARAM_ROLE_NORM) {
+            float v = p->role == IT_PARAM_ROLE_NORM && !p->is_bias ? 1.0f : 0.0f;
+            for (int64_t j = 0; j < p->numel; j++) dst[j] = v;
+        } else {
+            bool resid = p->role == IT_PARAM_ROLE_ATTN_OUT || p->role == IT_PARAM_ROLE_MLP_DOWN;
+            double std = resid ? resid_std : 0.02;
+            for (int64_t j = 0; j < p->numel; j++) dst[j] = (float)(std * it__rng_normal(&rng));
         }
-        off += sizes[k];
     }
     st = it_tensor_copy_from_host(m->params, host, (size_t)n * sizeof(float));
     free(host);

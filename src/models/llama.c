@@ -7,7 +7,7 @@
  *                   x += mlp(rmsnorm_2(x))
  *   logits = rmsnorm_f(x) @ lm_head^T                      (B, T, V)
  *
- * Layouts: ../shared/design/FORMATS.md. */
+ * Layouts: docs/formats.md. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +21,15 @@
 
 typedef struct llama {
     bool moe;
-    int L, nh, nkv, C, hd, H, V, T, E, topk;
+    int L, nh, nkv, C, hd, F, V, T, E, topk; /* F: FFN width (LLaMA-3 MLP, each Mixtral expert) */
     float eps, theta;
     bool scaled_rope;
     int32_t header[256];
-    it_tensor *wte, *lnf, *lm_head, *cos, *sin;
-    int rope_T; /* positions cos/sin hold: built by the first forward for its T, grown on demand */
-    /* per layer */
+    it_tensor *cos, *sin; /* owned */
+    int rope_T;           /* positions cos/sin hold: built by the first forward for its T, grown on demand */
+    /* The parameters, borrowed from the model. Per layer: qkv is LLaMA-3's fused c_attn;
+     * Mixtral's forward uses q, k, v and its qkv is the c_attn entry's view over them. */
+    it_tensor *wte, *lnf, *lm_head;
     it_tensor **ln1, **ln2, **qkv, **q, **k, **v, **proj, **fc, **fc2, **fc_proj, **router;
     it_tensor **gate, **up, **down; /* [l * E + e] */
     float aux_coeff;
@@ -54,9 +56,9 @@ static int64_t llama3_ffn_hidden(int C, float multiplier, int multiple_of) {
 
 /* cos/sin (T, hd/2) of t * freq_i, freq_i = theta^(-2i/hd) in fp32, optionally with the
  * LLaMA-3.1 scaling (factor 8, low 1, high 4, original context 8192). Row t depends on t alone,
- * so tables for the T a forward uses equal the first T rows of tables for block_size -- which
- * the loader no longer builds: for a header's block_size of 2^20 they took ~1 GB and 15 s to
- * make from a 0.8 MB file (found by fuzz_llama3_ckpt). */
+ * so tables for the T a forward uses equal the first T rows of tables for block_size; they are
+ * built for the T asked, not for block_size, since a header may say block_size 2^20 (about
+ * 1 GB of tables) for a file of under a megabyte. */
 static it_status rope_tables(llama *g, it_device dev, int T) {
     int half = g->hd / 2;
     float *freq = malloc(sizeof(float) * (size_t)half);
@@ -172,8 +174,8 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
 static double llama_flops(const it_model *m, int64_t T) {
     const llama *g = m->impl;
     double n = (double)m->info.num_params - (double)g->V * g->C; /* the embedding is a lookup */
-    if (g->moe) { /* only k of E experts run per token */
-        double expert = 3.0 * g->H * g->C;
+    if (g->moe) {                                                /* only k of E experts run per token */
+        double expert = 3.0 * g->F * g->C;
         n -= (double)g->L * (g->E - g->topk) * expert;
     }
     return 6.0 * n + 12.0 * g->L * g->C * (double)T;
@@ -187,115 +189,134 @@ static it_status llama_save(const it_model *m, const char *path) {
 static void llama_free(void *impl) {
     llama *g = impl;
     if (!g) return;
-    it_tensor **singles[] = {&g->wte, &g->lnf, &g->lm_head, &g->cos, &g->sin};
-    for (size_t i = 0; i < sizeof singles / sizeof singles[0]; i++) it_tensor_release(*singles[i]);
-    it_tensor ***per[] = {&g->ln1, &g->ln2, &g->qkv, &g->q, &g->k, &g->v, &g->proj, &g->fc, &g->fc2, &g->fc_proj, &g->router};
-    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
-        if (!*per[i]) continue;
-        for (int l = 0; l < g->L; l++) it_tensor_release((*per[i])[l]);
-        free(*per[i]);
-    }
-    it_tensor ***ex[] = {&g->gate, &g->up, &g->down};
-    for (size_t i = 0; i < 3; i++) {
-        if (!*ex[i]) continue;
-        for (int j = 0; j < g->L * g->E; j++) it_tensor_release((*ex[i])[j]);
-        free(*ex[i]);
-    }
+    it_tensor_release(g->cos);
+    it_tensor_release(g->sin);
+    it_tensor **per[] = {g->ln1, g->ln2, g->qkv,     g->q,      g->k,    g->v,  g->proj,
+                         g->fc,  g->fc2, g->fc_proj, g->router, g->gate, g->up, g->down};
+    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) free(per[i]);
     free(g->expert_tokens);
     free(g);
 }
 
-static const it_model_vtable llama_vtable = {llama_forward, llama_save, llama_flops, llama_free};
+static void mixtral_set_aux_loss_coeff(it_model *m, float coeff) { ((llama *)m->impl)->aux_coeff = coeff; }
+
+static int mixtral_expert_tokens(it_model *m, int64_t *counts, int max, bool reset) {
+    llama *g = m->impl;
+    if (!g->expert_tokens) return 0;
+    int n = g->L * g->E;
+    for (int i = 0; i < n && i < max; i++) counts[i] = g->expert_tokens[i];
+    if (reset) memset(g->expert_tokens, 0, sizeof(int64_t) * (size_t)n);
+    return n;
+}
+
+static const it_model_vtable llama3_vtable = {llama_forward, llama_save, llama_flops, llama_free, NULL, NULL};
+static const it_model_vtable mixtral_vtable = {
+    llama_forward, llama_save, llama_flops, llama_free, mixtral_set_aux_loss_coeff, mixtral_expert_tokens};
 
 /* ---------------------------------------------------------------- layout */
 
-/* Walks the checkpoint layout, creating parameter views (build) or just counting. */
-typedef struct layout {
-    it_model *m;
-    int64_t off;
-    bool build;
-    bool failed;
-} layout;
-
-static it_tensor *take(layout *lo, int ndim, int64_t a, int64_t b) {
-    int64_t shape[2] = {a, b};
-    int64_t n = ndim == 1 ? a : a * b;
-    it_tensor *t = NULL;
-    if (lo->build && !lo->failed) {
-        t = it__model_param(lo->m, lo->off, ndim, shape);
-        if (!t) lo->failed = true;
-    }
-    lo->off += n;
-    return t;
-}
-
-static it_tensor **per_layer(layout *lo, int count) {
-    if (!lo->build) return NULL;
+/* Per-layer arrays are made only when building (lo->m set); counting leaves them NULL. */
+static it_tensor **per_layer(const it__layout *lo, int count, bool *failed) {
+    if (!lo->m) return NULL;
     it_tensor **a = calloc((size_t)count, sizeof *a);
-    if (!a) lo->failed = true;
+    if (!a) *failed = true;
     return a;
 }
 
-/* LLaMA-3: each kind for all layers consecutively. Mixtral: per layer interleaved. */
-static void walk(llama *g, layout *lo) {
-    int64_t C = g->C, kvd = (int64_t)g->nkv * g->hd, H = g->H;
-    g->wte = take(lo, 2, g->V, C);
+static void put(it_tensor **arr, int i, it_tensor *t) {
+    if (arr) arr[i] = t;
+}
+
+static it__param_spec spec1(it_param_role role, int layer, int64_t n) {
+    return (it__param_spec){role, false, layer, -1, 1, {n, 0}, NULL};
+}
+
+static it__param_spec spec2(it_param_role role, int layer, int expert, int64_t rows, int64_t cols) {
+    return (it__param_spec){role, false, layer, expert, 2, {rows, cols}, NULL};
+}
+
+/* The checkpoint layout with InfiniTrain's names (example/llama3 and example/tiny_mixtral).
+ * LLaMA-3: each kind for all layers in turn. Mixtral: layer by layer; its file stores Q, K and
+ * V as three matrices one after the other, which InfiniTrain reads into one packed c_attn:
+ * the entry is that packed c_attn over the three leaves. Each expert: gate (c_fc2), up (c_fc),
+ * down (c_proj), Mixtral's w1, w3, w2. */
+static it_status llama_walk(llama *g, it__layout *lo) {
+    int64_t C = g->C, kvd = (int64_t)g->nkv * g->hd, F = g->F;
+    bool failed = false;
+    g->wte = it__layout_take(lo, spec2(IT_PARAM_ROLE_TOKEN_EMBEDDING, -1, -1, g->V, C), "transformer.wte.weight");
+    g->ln1 = per_layer(lo, g->L, &failed);
+    g->proj = per_layer(lo, g->L, &failed);
+    g->ln2 = per_layer(lo, g->L, &failed);
+    g->qkv = per_layer(lo, g->L, &failed);
     if (!g->moe) {
-        g->ln1 = per_layer(lo, g->L);
-        g->qkv = per_layer(lo, g->L);
-        g->proj = per_layer(lo, g->L);
-        g->ln2 = per_layer(lo, g->L);
-        g->fc = per_layer(lo, g->L);
-        g->fc2 = per_layer(lo, g->L);
-        g->fc_proj = per_layer(lo, g->L);
-        if (lo->failed) return;
-#define KIND(arr, nd, a, b)                                                                                            \
-    for (int l = 0; l < g->L; l++) {                                                                                   \
-        it_tensor *t_ = take(lo, nd, a, b);                                                                            \
-        if (arr) arr[l] = t_;                                                                                          \
-    }
-        KIND(g->ln1, 1, C, 0);
-        KIND(g->qkv, 2, C + 2 * kvd, C);
-        KIND(g->proj, 2, C, C);
-        KIND(g->ln2, 1, C, 0);
-        KIND(g->fc, 2, H, C);
-        KIND(g->fc2, 2, H, C);
-        KIND(g->fc_proj, 2, C, H);
-#undef KIND
+        g->fc = per_layer(lo, g->L, &failed);
+        g->fc2 = per_layer(lo, g->L, &failed);
+        g->fc_proj = per_layer(lo, g->L, &failed);
+        if (failed) return it_error(IT_ERR_OOM, "llama3: out of host memory");
+        for (int l = 0; l < g->L; l++)
+            put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
+        for (int l = 0; l < g->L; l++)
+            put(g->qkv, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_QKV, l, -1, C + 2 * kvd, C),
+                                "transformer.h.%d.attn.c_attn.weight", l));
+        for (int l = 0; l < g->L; l++)
+            put(g->proj, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, C), "transformer.h.%d.attn.c_proj.weight",
+                                l));
+        for (int l = 0; l < g->L; l++)
+            put(g->ln2, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_2.weight", l));
+        for (int l = 0; l < g->L; l++)
+            put(g->fc, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_UP, l, -1, F, C), "transformer.h.%d.mlp.c_fc.weight", l));
+        for (int l = 0; l < g->L; l++)
+            put(g->fc2, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_GATE, l, -1, F, C), "transformer.h.%d.mlp.c_fc2.weight",
+                                l));
+        for (int l = 0; l < g->L; l++)
+            put(g->fc_proj, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_DOWN, l, -1, C, F), "transformer.h.%d.mlp.c_proj.weight",
+                                l));
     } else {
-        g->ln1 = per_layer(lo, g->L);
-        g->q = per_layer(lo, g->L);
-        g->k = per_layer(lo, g->L);
-        g->v = per_layer(lo, g->L);
-        g->proj = per_layer(lo, g->L);
-        g->ln2 = per_layer(lo, g->L);
-        g->router = per_layer(lo, g->L);
-        g->gate = per_layer(lo, g->L * g->E);
-        g->up = per_layer(lo, g->L * g->E);
-        g->down = per_layer(lo, g->L * g->E);
-        if (lo->failed) return;
+        g->q = per_layer(lo, g->L, &failed);
+        g->k = per_layer(lo, g->L, &failed);
+        g->v = per_layer(lo, g->L, &failed);
+        g->router = per_layer(lo, g->L, &failed);
+        g->gate = per_layer(lo, g->L * g->E, &failed);
+        g->up = per_layer(lo, g->L * g->E, &failed);
+        g->down = per_layer(lo, g->L * g->E, &failed);
+        if (failed) return it_error(IT_ERR_OOM, "mixtral: out of host memory");
         for (int l = 0; l < g->L; l++) {
-            it_tensor *t;
-#define ONE(arr, idx, nd, a, b)                                                                                        \
-    t = take(lo, nd, a, b);                                                                                            \
-    if (arr) arr[idx] = t;
-            ONE(g->ln1, l, 1, C, 0);
-            ONE(g->q, l, 2, C, C);
-            ONE(g->k, l, 2, kvd, C);
-            ONE(g->v, l, 2, kvd, C);
-            ONE(g->proj, l, 2, C, C);
-            ONE(g->ln2, l, 1, C, 0);
-            ONE(g->router, l, 2, g->E, C);
+            put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
+            put(g->qkv, l,
+                it__layout_alias(lo, spec2(IT_PARAM_ROLE_ATTN_QKV, l, -1, C + 2 * kvd, C),
+                                 "transformer.h.%d.attn.c_attn.weight", l));
+            put(g->q, l, it__layout_leaf(lo, 2, C, C));
+            put(g->k, l, it__layout_leaf(lo, 2, kvd, C));
+            put(g->v, l, it__layout_leaf(lo, 2, kvd, C));
+            put(g->proj, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, C), "transformer.h.%d.attn.c_proj.weight",
+                                l));
+            put(g->ln2, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_2.weight", l));
+            put(g->router, l,
+                it__layout_take(lo, spec2(IT_PARAM_ROLE_ROUTER, l, -1, g->E, C), "transformer.h.%d.mlp.router.weight",
+                                l));
             for (int e = 0; e < g->E; e++) {
-                ONE(g->gate, l * g->E + e, 2, H, C);
-                ONE(g->up, l * g->E + e, 2, H, C);
-                ONE(g->down, l * g->E + e, 2, C, H);
+                int i = l * g->E + e;
+                put(g->gate, i,
+                    it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_GATE, l, e, F, C),
+                                    "transformer.h.%d.mlp.experts.expert_%d.c_fc2.weight", l, e));
+                put(g->up, i,
+                    it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_UP, l, e, F, C),
+                                    "transformer.h.%d.mlp.experts.expert_%d.c_fc.weight", l, e));
+                put(g->down, i,
+                    it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_DOWN, l, e, C, F),
+                                    "transformer.h.%d.mlp.experts.expert_%d.c_proj.weight", l, e));
             }
-#undef ONE
         }
     }
-    g->lnf = take(lo, 1, C, 0);
-    g->lm_head = take(lo, 2, g->V, C);
+    g->lnf = it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, -1, C), "transformer.ln_f.weight");
+    g->lm_head = it__layout_take(lo, spec2(IT_PARAM_ROLE_LM_HEAD, -1, -1, g->V, C), "lm_head.weight");
+    return lo->st;
 }
 
 /* Check a header's values; names the file, field, expected and found. */
@@ -312,7 +333,7 @@ static it_status check_config(const char *path, const llama *g) {
     NEED(g->hd % 2 == 0, "n_embd", "an even head size n_embd/n_head for RoPE, found %d", g->hd);
     NEED(isfinite(g->eps) && g->eps > 0, "norm_eps", "a positive float, found %g", g->eps);
     NEED(isfinite(g->theta) && g->theta > 0, "rope_theta", "a positive float, found %g", g->theta);
-    NEED(g->H >= 1 && g->H <= (1 << 20), "ffn hidden size", "1..%d, found %d", 1 << 20, g->H);
+    NEED(g->F >= 1 && g->F <= (1 << 20), "ffn hidden size", "1..%d, found %d", 1 << 20, g->F);
     if (g->moe) {
         NEED(g->E >= 1 && g->E <= 256, "num_experts", "1..256, found %d", g->E);
         NEED(g->topk >= 1 && g->topk <= g->E, "router_topk", "1..num_experts %d, found %d", g->E, g->topk);
@@ -356,8 +377,8 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
                             "found %g and %d",
                             path, 1 << 20, mult, multiple_of);
         }
-        /* H only from an n_embd in range (no overflow); check_config names a bad n_embd. */
-        g->H = g->C >= 1 && g->C <= (1 << 16) ? (int)llama3_ffn_hidden(g->C, mult, multiple_of) : 1;
+        /* F only from an n_embd in range (no overflow); check_config names a bad n_embd. */
+        g->F = g->C >= 1 && g->C <= (1 << 16) ? (int)llama3_ffn_hidden(g->C, mult, multiple_of) : 1;
         if (h[12] != 0 && h[12] != 1) {
             free(g);
             return it_error(IT_ERR_FORMAT, "%s: header field use_scaled_rope: expected 0 or 1, found %d", path, h[12]);
@@ -368,21 +389,21 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         g->theta = f32(h[13]);
         g->scaled_rope = h[14] != 0;
         g->topk = h[15];
-        g->H = h[16];
+        g->F = h[16];
     }
     st = check_config(path, g);
     if (st) {
         free(g);
         return st;
     }
-    layout count = {NULL, 0, false, false};
-    walk(g, &count);
+    it__layout count = {0};
+    llama_walk(g, &count);
     int64_t n = count.off;
     size_t want = 1024 + (size_t)n * sizeof(float);
     if (file_bytes != want) {
         free(g);
         return it_error(IT_ERR_FORMAT,
-                        "%s: file size: the header (L=%d, C=%d, V=%d, H=%d%s) implies %lld parameters = %zu bytes, "
+                        "%s: file size: the header (L=%d, C=%d, V=%d, F=%d%s) implies %lld parameters = %zu bytes, "
                         "found %zu bytes",
                         path, h[4], h[7], h[3], moe ? h[16] : 0, moe ? ", experts" : "", (long long)n, want,
                         file_bytes);
@@ -393,11 +414,22 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
     m->impl = g;
-    st = it__model_init(m, &llama_vtable, dev, n);
+    st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, n);
+    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
+                              .block_size = g->T,
+                              .vocab_size = g->V,
+                              .padded_vocab = g->V,
+                              .num_params = n,
+                              .n_layer = g->L,
+                              .n_head = g->nh,
+                              .n_embd = g->C,
+                              .n_kv_head = g->nkv,
+                              .ffn_hidden = g->F,
+                              .n_expert = g->E,
+                              .router_topk = g->topk};
     if (!st) {
-        layout lo = {m, 0, true, false};
-        walk(g, &lo);
-        if (lo.failed) st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+        it__layout lo = {.m = m};
+        st = llama_walk(g, &lo);
     }
     if (!st && moe) {
         g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
@@ -408,18 +440,6 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         it_model_free(m);
         return st;
     }
-    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
-                              .block_size = g->T,
-                              .vocab_size = g->V,
-                              .padded_vocab = g->V,
-                              .num_params = n,
-                              .n_layer = g->L,
-                              .n_head = g->nh,
-                              .n_embd = g->C,
-                              .n_kv_head = g->nkv,
-                              .ffn_hidden = g->H,
-                              .n_expert = g->E,
-                              .router_topk = g->topk};
     *out = m;
     return IT_OK;
 }
@@ -429,18 +449,4 @@ it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { ret
 
 int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
     return llama3_ffn_hidden(n_embd, ffn_dim_multiplier, multiple_of);
-}
-
-void it_model_set_aux_loss_coeff(it_model *m, float coeff) {
-    if (m->vt == &llama_vtable) ((llama *)m->impl)->aux_coeff = coeff;
-}
-
-int it_model_expert_tokens(it_model *m, int64_t *counts, int max, bool reset) {
-    if (m->vt != &llama_vtable) return 0;
-    llama *g = m->impl;
-    if (!g->moe || !g->expert_tokens) return 0;
-    int n = g->L * g->E;
-    for (int i = 0; i < n && i < max; i++) counts[i] = g->expert_tokens[i];
-    if (reset) memset(g->expert_tokens, 0, sizeof(int64_t) * (size_t)n);
-    return n;
 }

@@ -1,6 +1,7 @@
 /* The generic model: flat parameter storage, checkpoint file plumbing, forward + loss. */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,187 @@ it_status it_model_grads_final(it_model *m) {
 void it_model_free(it_model *m) {
     if (!m) return;
     if (m->vt && m->vt->free_impl) m->vt->free_impl(m->impl);
+    for (int i = 0; i < m->n_entries; i++) {
+        it__param_entry *e = &m->entries[i];
+        free((char *)e->info.name); /* the module string shares this allocation */
+        if (e->alias) {
+            it_tensor_release(e->info.param);
+            it_tensor_release(e->info.grad);
+        }
+    }
+    free(m->entries);
+    for (int i = 0; i < m->n_leaves; i++) it_tensor_release(m->leaves[i]);
     free(m->leaves);
     it_tensor_release(m->params);
     it_tensor_release(m->grads);
     free(m);
+}
+
+/* ---------------------------------------------------------------- the layout walk */
+
+/* Megatron's cut of each role (InfiniTrain's Column/RowParallelLinear, VocabParallelEmbedding):
+ * a row-parallel layer adds its bias after the reduction, whole, so that bias is replicated. */
+static it_param_split role_split(it_param_role role, bool is_bias) {
+    switch (role) {
+    case IT_PARAM_ROLE_TOKEN_EMBEDDING: return IT_PARAM_SPLIT_VOCAB;
+    case IT_PARAM_ROLE_ATTN_QKV:
+    case IT_PARAM_ROLE_MLP_UP:
+    case IT_PARAM_ROLE_MLP_GATE:
+    case IT_PARAM_ROLE_LM_HEAD: return IT_PARAM_SPLIT_COLUMN;
+    case IT_PARAM_ROLE_ATTN_OUT:
+    case IT_PARAM_ROLE_MLP_DOWN: return is_bias ? IT_PARAM_SPLIT_NONE : IT_PARAM_SPLIT_ROW;
+    default: return IT_PARAM_SPLIT_NONE;
+    }
+}
+
+static bool role_is_linear(it_param_role role) {
+    return role != IT_PARAM_ROLE_TOKEN_EMBEDDING && role != IT_PARAM_ROLE_POSITION_EMBEDDING &&
+           role != IT_PARAM_ROLE_NORM;
+}
+
+/* Append the entry for `spec` at lo->off (views left to the caller). */
+static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_spec *spec, const char *fmt, va_list ap) {
+    it_model *m = lo->m;
+    char name[256];
+    int len = vsnprintf(name, sizeof name, fmt, ap);
+    if (len < 0 || (size_t)len >= sizeof name) {
+        lo->st = it_error(IT_ERR_INTERNAL, "model: parameter name too long: %s", name);
+        return NULL;
+    }
+    if (m->n_entries == m->cap_entries) {
+        int cap = m->cap_entries ? 2 * m->cap_entries : 64;
+        it__param_entry *e = realloc(m->entries, sizeof *e * (size_t)cap);
+        if (!e) {
+            lo->st = it_error(IT_ERR_OOM, "model: parameter names: out of host memory");
+            return NULL;
+        }
+        m->entries = e;
+        m->cap_entries = cap;
+    }
+    /* name and module in one allocation: "a.b.weight\0a.b\0" */
+    const char *dot = strrchr(name, '.');
+    size_t mlen = dot ? (size_t)(dot - name) : 0;
+    char *buf = malloc((size_t)len + 1 + mlen + 1);
+    if (!buf) {
+        lo->st = it_error(IT_ERR_OOM, "model: parameter names: out of host memory");
+        return NULL;
+    }
+    memcpy(buf, name, (size_t)len + 1);
+    memcpy(buf + len + 1, name, mlen);
+    buf[len + 1 + mlen] = '\0';
+    int64_t numel = spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
+    it__param_entry *e = &m->entries[m->n_entries++];
+    *e = (it__param_entry){{.name = buf,
+                            .module = buf + len + 1,
+                            .tied_name = spec->tied_name,
+                            .role = spec->role,
+                            .split = role_split(spec->role, spec->is_bias),
+                            .is_bias = spec->is_bias,
+                            .is_linear = role_is_linear(spec->role),
+                            .layer = spec->layer,
+                            .expert = spec->expert,
+                            .ndim = spec->ndim,
+                            .shape = {spec->shape[0], spec->ndim == 1 ? 0 : spec->shape[1]},
+                            .offset = at,
+                            .numel = numel},
+                           false};
+    if (spec->role == IT_PARAM_ROLE_ATTN_QKV) {
+        const it_model_info *in = &m->info;
+        int64_t hd = in->n_embd / in->n_head;
+        e->info.head_dim = hd;
+        e->info.q_rows = (int64_t)in->n_head * hd;
+        e->info.kv_rows = (int64_t)in->n_kv_head * hd;
+        if (spec->shape[0] != e->info.q_rows + 2 * e->info.kv_rows) {
+            lo->st = it_error(IT_ERR_INTERNAL, "model: %s has %lld rows, not Q+K+V = %lld", name,
+                              (long long)spec->shape[0], (long long)(e->info.q_rows + 2 * e->info.kv_rows));
+            return NULL;
+        }
+    }
+    return e;
+}
+
+it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
+    int64_t at = lo->off;
+    lo->off += spec.ndim == 1 ? spec.shape[0] : spec.shape[0] * spec.shape[1];
+    if (!lo->m || lo->st) return NULL;
+    it_tensor *t = it__model_param(lo->m, at, spec.ndim, spec.shape);
+    if (!t) {
+        lo->st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+        return NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    it__param_entry *e = add_entry(lo, at, &spec, fmt, ap);
+    va_end(ap);
+    if (!e) return NULL;
+    e->info.param = t;
+    e->info.grad = it_tensor_grad(t);
+    return t;
+}
+
+it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
+    if (!lo->m || lo->st) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    it__param_entry *e = add_entry(lo, lo->off, &spec, fmt, ap);
+    va_end(ap);
+    if (!e) return NULL;
+    int64_t strides[IT_MAX_DIMS];
+    it__contiguous_strides(spec.ndim, spec.shape, strides);
+    e->alias = true;
+    e->info.param = it__tensor_view_owned(lo->m->params, spec.ndim, spec.shape, strides, lo->off);
+    e->info.grad = it__tensor_view_owned(lo->m->grads, spec.ndim, spec.shape, strides, lo->off);
+    if (!e->info.param || !e->info.grad) {
+        lo->st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+        return NULL;
+    }
+    return e->info.param;
+}
+
+it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b) {
+    int64_t shape[2] = {a, b}, at = lo->off;
+    lo->off += ndim == 1 ? a : a * b;
+    if (!lo->m || lo->st) return NULL;
+    it_tensor *t = it__model_param(lo->m, at, ndim, shape);
+    if (!t) lo->st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+    return t;
+}
+
+int it_model_param_count(const it_model *m) { return m ? m->n_entries : 0; }
+
+const it_model_param_info *it_model_param_at(const it_model *m, int i) {
+    return m && i >= 0 && i < m->n_entries ? &m->entries[i].info : NULL;
+}
+
+const it_model_param_info *it_model_param_find(const it_model *m, const char *name) {
+    for (int i = 0; m && name && i < m->n_entries; i++)
+        if (strcmp(m->entries[i].info.name, name) == 0) return &m->entries[i].info;
+    return NULL;
+}
+
+bool it_model_name_matches(const char *name, const char *suffix) {
+    if (!name || !suffix || !*suffix) return false;
+    size_t n = strlen(name), k = strlen(suffix);
+    if (k > n || strcmp(name + n - k, suffix) != 0) return false;
+    return k == n || name[n - k - 1] == '.';
+}
+
+int it_model_param_match(const it_model *m, const char *suffix, const it_model_param_info **out, int max) {
+    int count = 0;
+    for (int i = 0; m && i < m->n_entries; i++) {
+        if (!it_model_name_matches(m->entries[i].info.name, suffix)) continue;
+        if (out && count < max) out[count] = &m->entries[i].info;
+        count++;
+    }
+    return count;
+}
+
+void it_model_set_aux_loss_coeff(it_model *m, float coeff) {
+    if (m->vt->set_aux_loss_coeff) m->vt->set_aux_loss_coeff(m, coeff);
+}
+
+int it_model_expert_tokens(it_model *m, int64_t *counts, int max, bool reset) {
+    return m->vt->expert_tokens ? m->vt->expert_tokens(m, counts, max, reset) : 0;
 }
 
 const it_model_info *it_model_get_info(const it_model *m) { return &m->info; }
@@ -149,8 +327,10 @@ it_status it__write_checkpoint(const char *path, const int32_t header[256], it_t
     if (!st) st = it_afile_write(f, header, 256 * sizeof(int32_t));
     if (!st) st = it_afile_write(f, host, bytes);
     if (f) {
-        if (st) it_afile_abort(f);
-        else st = it_afile_commit(f);
+        if (st)
+            it_afile_abort(f);
+        else
+            st = it_afile_commit(f);
     }
     free(host);
     return st;

@@ -10,15 +10,28 @@ typedef struct it_model_vtable {
     it_status (*save)(const it_model *m, const char *path);
     double (*flops_per_token)(const it_model *m, int64_t T);
     void (*free_impl)(void *impl);
+    /* Optional, NULL for a model without experts (it_model_set_aux_loss_coeff is then a no-op
+     * and it_model_expert_tokens returns 0). */
+    void (*set_aux_loss_coeff)(it_model *m, float coeff);
+    int (*expert_tokens)(it_model *m, int64_t *counts, int max, bool reset);
 } it_model_vtable;
+
+/* One entry of the layout walk. An alias entry's views are its own (Mixtral's packed c_attn
+ * over the Q, K and V leaves); an ordinary entry borrows its leaf and the leaf's gradient. */
+typedef struct it__param_entry {
+    it_model_param_info info;
+    bool alias;
+} it__param_entry;
 
 struct it_model {
     const it_model_vtable *vt;
     it_model_info info;
     it_device dev;
     it_tensor *params, *grads; /* flat, owned */
-    it_tensor **leaves;        /* every parameter view it__model_param made (borrowed) */
+    it_tensor **leaves;        /* every parameter view it__model_param made (owned) */
     int n_leaves, cap_leaves;
+    it__param_entry *entries; /* the layout walk, in flat order (owned, names included) */
+    int n_entries, cap_entries;
     /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
@@ -28,8 +41,36 @@ struct it_model {
 /* Allocate the flat parameter and gradient buffers (grads zeroed). */
 it_status it__model_init(it_model *m, const it_model_vtable *vt, it_device dev, int64_t num_params);
 /* A leaf parameter: a view of `shape` at `offset` into the flat params, with its gradient a
- * view at the same offset into the flat grads. Owned by the caller. */
+ * view at the same offset into the flat grads. Owned by the model (freed with it). */
 it_tensor *it__model_param(it_model *m, int64_t offset, int ndim, const int64_t *shape);
+
+/* The layout walk. A model lists each parameter once, in flat order, through it__layout_take;
+ * the same walk counts (m NULL: only `off` advances) and builds (views and named entries).
+ * Building needs m->info's n_head, n_kv_head and n_embd set (c_attn's Q/K/V rows). */
+typedef struct it__layout {
+    it_model *m;  /* NULL: count only */
+    int64_t off;  /* elements walked so far */
+    it_status st; /* the first failure while building */
+} it__layout;
+
+/* What the walk says of one parameter; the name is printf(fmt, ...). */
+typedef struct it__param_spec {
+    it_param_role role;
+    bool is_bias;
+    int layer, expert; /* -1: none */
+    int ndim;
+    int64_t shape[2];
+    const char *tied_name; /* a static string or NULL */
+} it__param_spec;
+
+/* The next parameter: a leaf view at lo->off (NULL when counting or after a failure), named. */
+it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);
+/* A named entry over the next `spec` elements that the model keeps as several leaves of its
+ * own: the entry gets views of its own and lo->off does not move (take the leaves next with
+ * it__layout_leaf, which must cover the entry exactly). */
+it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);
+/* An unnamed leaf under the last alias: a view at lo->off, which moves past it. */
+it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b);
 
 /* Deterministic normal samples (splitmix64 + Box-Muller), for initialization. */
 typedef struct it_rng {
