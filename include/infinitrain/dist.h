@@ -95,6 +95,12 @@ IT_API it_status it_zero1_grad_norm(it_zero1 *z, double *norm);
 IT_API it_status it_zero1_step(it_zero1 *z, float lr, float grad_scale);
 /* Bytes of optimizer state this rank holds. */
 IT_API size_t it_zero1_state_bytes(const it_zero1 *z);
+/* Checkpoints: Adam's moments whole (P elements each, host memory, the parameters' dtype)
+ * and the step count. Gather is a collective (every rank gets the whole moments); scatter
+ * takes this rank's shard, so a state saved at one world size loads at another. */
+IT_API it_status it_zero1_state_gather(it_zero1 *z, void *m, void *v, int64_t *step);
+IT_API it_status it_zero1_state_scatter(it_zero1 *z, const void *m, const void *v, int64_t step);
+IT_API it_optimizer *it_zero1_optimizer(it_zero1 *z);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,10 @@ IT_API void it_optimizer_free(it_optimizer *o);
 /* One update with learning rate lr; grad_scale multiplies the gradient first (clipping). */
 IT_API it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale);
 IT_API size_t it_optimizer_state_bytes(const it_optimizer *o);
+IT_API it_optim_kind it_optimizer_kind(const it_optimizer *o);
+/* The state a checkpoint saves and restores: Adam's moments (flat, like the parameters; NULL
+ * for SGD) and the step count (the bias corrections' t), all owned by the optimizer. */
+IT_API it_status it_optimizer_state(it_optimizer *o, it_tensor **m, it_tensor **v, int64_t **step);
 
 /* Global L2 norm of a flat gradient (synchronizing host read). */
 IT_API it_status it_grad_norm(it_tensor *grads, double *norm);

@@ -89,3 +89,53 @@ it_status it_zero1_step(it_zero1 *z, float lr, float grad_scale) {
 }
 
 size_t it_zero1_state_bytes(const it_zero1 *z) { return it_optimizer_state_bytes(z->opt); }
+
+/* One moment, whole: every rank's shard gathered into a (world*S) buffer, its first P
+ * elements copied to the host. */
+static it_status gather_moment(it_zero1 *z, it_tensor *shard, void *host) {
+    int64_t P = it_tensor_numel(z->params), full[1] = {it_tensor_numel(z->pad_p)};
+    it_scope_begin();
+    it_tensor *all = it_tensor_new(it_tensor_device(shard), it_tensor_dtype(shard), 1, full);
+    it_tensor *head = all ? it_tensor_slice(all, 0, 0, P, 1) : NULL;
+    it_status st = head ? it_dist_all_gather(z->d, shard, all) : it_last_status();
+    if (!st) st = it_tensor_copy_to_host(head, host, it_tensor_nbytes(head));
+    it_scope_end();
+    return st;
+}
+
+it_status it_zero1_state_gather(it_zero1 *z, void *m, void *v, int64_t *step) {
+    it_tensor *ms, *vs;
+    int64_t *t;
+    it_optimizer_state(z->opt, &ms, &vs, &t);
+    *step = *t;
+    if (!ms) return IT_OK;
+    it_status st = gather_moment(z, ms, m);
+    return st ? st : gather_moment(z, vs, v);
+}
+
+/* This rank's shard [r*S, (r+1)*S) of a whole moment, zeros past P. */
+static it_status scatter_moment(it_zero1 *z, it_tensor *shard, const void *host) {
+    int64_t P = it_tensor_numel(z->params), S = it_tensor_numel(shard), r = it_dist_rank(z->d);
+    int64_t lo = r * S < P ? r * S : P, hi = (r + 1) * S < P ? (r + 1) * S : P;
+    size_t esz = it_dtype_size(it_tensor_dtype(shard));
+    it_status st = it_tensor_fill(shard, it_scalar_f64(0));
+    if (st || hi <= lo) return st;
+    it_scope_begin();
+    it_tensor *mine = it_tensor_slice(shard, 0, 0, hi - lo, 1);
+    st = mine ? it_tensor_copy_from_host(mine, (const char *)host + (size_t)lo * esz, (size_t)(hi - lo) * esz)
+              : it_last_status();
+    it_scope_end();
+    return st;
+}
+
+it_status it_zero1_state_scatter(it_zero1 *z, const void *m, const void *v, int64_t step) {
+    it_tensor *ms, *vs;
+    int64_t *t;
+    it_optimizer_state(z->opt, &ms, &vs, &t);
+    *t = step;
+    if (!ms) return IT_OK;
+    it_status st = scatter_moment(z, ms, m);
+    return st ? st : scatter_moment(z, vs, v);
+}
+
+it_optimizer *it_zero1_optimizer(it_zero1 *z) { return z->opt; }

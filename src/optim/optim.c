@@ -62,6 +62,15 @@ size_t it_optimizer_state_bytes(const it_optimizer *o) {
     return (o->m ? it_tensor_nbytes(o->m) : 0) + (o->v ? it_tensor_nbytes(o->v) : 0);
 }
 
+it_optim_kind it_optimizer_kind(const it_optimizer *o) { return o->cfg.kind; }
+
+it_status it_optimizer_state(it_optimizer *o, it_tensor **m, it_tensor **v, int64_t **step) {
+    if (m) *m = o->m;
+    if (v) *v = o->v;
+    if (step) *step = &o->step;
+    return IT_OK;
+}
+
 it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale) {
     it_device dev = it_tensor_device(o->params);
     it_tdesc p = it_tensor_desc(o->params), g = it_tensor_desc(o->grads);
