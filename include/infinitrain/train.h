@@ -42,6 +42,12 @@ typedef struct it_train_config {
     int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* --quiet: no per-step lines (tests) */
+    const char *save;              /* --save: checkpoint root */
+    int save_interval;             /* --save_interval: checkpoint every N steps (0 = never) */
+    const char *load;              /* --load: a checkpoint_step_NNNNNN directory to resume from */
+    int max_checkpoint_keep;       /* --max_checkpoint_keep: newest checkpoints kept (3; 0 = all) */
+    bool save_optimizer_state;     /* --save_optimizer_state: write optimizer.ckpt (true) */
+    bool load_optimizer_state;     /* --load_optimizer_state: restore it on --load (true) */
     void *storage;                 /* values read from --flagfile; freed by it_train_config_release */
 } it_train_config;
 
@@ -72,7 +78,7 @@ typedef struct it_train_flag {
     int64_t lo, hi;  /* integers: the accepted range */
     double flo, fhi; /* floats: the accepted range */
     const it_flag_choice *choices;
-    const char *what; /* choices: what a value is, for errors ("a training dtype") */
+    const char *what;     /* choices: what a value is, for errors ("a training dtype") */
     const char *meta;     /* the value's placeholder in --help ("N", "PATH") */
     const char *help;     /* one line */
     const char *def_help; /* shown as the default where `def` does not say it ("B*T*ranks") */
@@ -82,6 +88,9 @@ typedef struct it_train_flag {
 
 IT_API const it_train_flag *it_train_flags(size_t *count);
 IT_API const it_train_flag *it_train_flag_find(const char *name);
+/* c's value of flag f as a command-line value ("4", "adamw", "true"; floats to 9 digits, which
+ * parse back to the same float). False when it has none (a string not given). */
+IT_API bool it_train_flag_format(const it_train_config *c, const it_train_flag *f, char *buf, size_t n);
 
 IT_API void it_train_config_defaults(it_train_config *c, const char *app);
 /* Frees what parsing a --flagfile kept (its values); the config's strings from it dangle after. */

@@ -52,7 +52,7 @@ _Static_assert(sizeof(it_optim_kind) == sizeof(int) && sizeof(it_lr_decay) == si
     { .name = n, .kind = IT_FLAG_ACTION, .meta = meta_, .help = help_, .group = grp }
 
 static const char G_MODEL[] = "model", G_DATA[] = "data", G_OPT[] = "optimization", G_PAR[] = "data parallelism",
-                  G_OUT[] = "output", G_PROG[] = "program";
+                  G_CKPT[] = "checkpoints", G_OUT[] = "output", G_PROG[] = "program";
 
 /* The order is --help's; each group's flags are contiguous. Ranges are what the code can
  * hold and check, not what is sensible. */
@@ -90,6 +90,16 @@ static const it_train_flag FLAGS[] = {
     INT("zero_stage", zero_stage, "0", 0, 1, "0|1", G_PAR, true, "1 shards Adam's state over the ranks (ZeRO-1)"),
     I64("ddp_bucket_kb", ddp_bucket_kb, "25600", 1, (int64_t)1 << 30, "N", G_PAR, true,
         "gradient all-reduce bucket size in KiB"),
+    STR("save", save, "DIR", G_CKPT, false, "checkpoint root: DIR/checkpoint_step_NNNNNN/ every --save_interval steps"),
+    INT("save_interval", save_interval, "0", 0, INT_MAX, "N", G_CKPT, true,
+        "save every N steps and after the last, 0 = never; needs --save"),
+    STR("load", load, "DIR", G_CKPT, false, "resume from a checkpoint_step_NNNNNN directory"),
+    INT("max_checkpoint_keep", max_checkpoint_keep, "3", 0, INT_MAX, "K", G_CKPT, false,
+        "keep the newest K checkpoints (and the one resumed from), 0 = all"),
+    BOOL("save_optimizer_state", save_optimizer_state, G_CKPT, true, "write optimizer.ckpt (Adam's moments)",
+         .def = "true"),
+    BOOL("load_optimizer_state", load_optimizer_state, G_CKPT, true,
+         "restore the optimizer on --load (without it the resumed run differs)", .def = "true"),
     STR("tokenizer_bin", tokenizer_bin, "PATH", G_OUT, false, "llm.c tokenizer file, to print generated text"),
     INT("freq_generate_txt", freq_generate_txt, "0", 0, INT_MAX, "N", G_OUT, false,
         "sample text every N steps, 0 = never"),
@@ -443,6 +453,39 @@ void it_train_print_help(const char *app, FILE *out) {
             "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
             "rank r sim:(r mod count)); --total_batch_size counts all ranks' tokens\n",
             app);
+}
+
+bool it_train_flag_format(const it_train_config *c, const it_train_flag *f, char *buf, size_t n) {
+    const char *field = (const char *)c + f->offset;
+    switch (f->kind) {
+    case IT_FLAG_STRING: {
+        const char *s = *(const char *const *)field;
+        if (!s) return false;
+        snprintf(buf, n, "%s", s);
+        return true;
+    }
+    case IT_FLAG_INT: snprintf(buf, n, "%d", *(const int *)field); return true;
+    case IT_FLAG_INT64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)field); return true;
+    case IT_FLAG_UINT64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)field); return true;
+    case IT_FLAG_FLOAT: { /* the shortest decimal that parses back to the same float */
+        float x = *(const float *)field;
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, n, "%.*g", digits, (double)x);
+            if ((float)strtod(buf, NULL) == x) break;
+        }
+        return true;
+    }
+    case IT_FLAG_BOOL: snprintf(buf, n, "%s", *(const bool *)field ? "true" : "false"); return true;
+    case IT_FLAG_CHOICE:
+        for (const it_flag_choice *ch = f->choices; ch->name; ch++)
+            if (ch->value == *(const int *)field && !ch->refusal) {
+                snprintf(buf, n, "%s", ch->name);
+                return true;
+            }
+        return false;
+    case IT_FLAG_ACTION: return false;
+    }
+    return false;
 }
 
 /* ---- data parallelism: every rank must be given the same value of each `agree` flag */

@@ -141,8 +141,8 @@ static void print_expert_counts(const it_train_ctx *ctx) {
 }
 
 static void print_progress(const it_train_ctx *ctx, double now) {
-    int step = ctx->step, steps = ctx->cfg->num_iteration;
-    double el = (now - ctx->t_start) / 1000.0, eta = el / step * (steps - step);
+    int step = ctx->step, steps = ctx->cfg->num_iteration, done = step - ctx->start_step;
+    double el = (now - ctx->t_start) / 1000.0, eta = el / done * (steps - step);
     char a[32], b[32];
     fmt_duration(el, a, sizeof a);
     fmt_duration(eta, b, sizeof b);

@@ -2,6 +2,7 @@
  * before it allocates, and says who meets its failures: every rank alike (the ranks decided
  * together, so rank 0 alone reports) or this rank alone (a file only it cannot read: it
  * aborts the job so that no rank waits forever in a collective). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,16 @@ static it_status setup_group(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
     if (!c->input_bin) return it_error(IT_ERR_INVALID_ARG, "--input_bin: required (an llm.c token shard)");
+    if (c->save_interval > 0 && !c->save)
+        return it_error(IT_ERR_INVALID_ARG, "--save_interval: %d needs --save DIR (where to write)", c->save_interval);
+    if (c->save && c->save_interval <= 0)
+        return it_error(IT_ERR_INVALID_ARG, "--save %s: needs --save_interval N (how often)", c->save);
+    for (int i = 0; i < 2; i++) {
+        const char *dir = i ? c->load : c->save;
+        if (dir && (!*dir || strlen(dir) > PATH_MAX - 128))
+            return it_error(IT_ERR_INVALID_ARG, "--%s: '%.64s%s' is %s", i ? "load" : "save", dir,
+                            strlen(dir) > 64 ? "..." : "", *dir ? "too long a path" : "empty");
+    }
     if ((st = it_device_parse(c->device, &ctx->dev))) return it_error_context("--device: ");
     it_dist_env(&ctx->rank, &ctx->world);
     if (ctx->world > 1 && !strchr(c->device, ':')) { /* each rank drives one device */
@@ -191,10 +202,11 @@ typedef struct train_stage {
 /* In order. A stage after the group formed that only reads this rank's files fails this rank
  * alone; one that every rank decides from agreed values or a collective fails them all. */
 static const train_stage SETUP[] = {
-    {setup_group, TRAIN_FAIL_BEFORE_GROUP},  {setup_agree, TRAIN_FAIL_ALL_RANKS},
-    {setup_model, TRAIN_FAIL_THIS_RANK},     {setup_batch, TRAIN_FAIL_ALL_RANKS},
-    {setup_data, TRAIN_FAIL_THIS_RANK},      {setup_sync_params, TRAIN_FAIL_ALL_RANKS},
-    {setup_optimizer, TRAIN_FAIL_THIS_RANK}, {setup_buffers, TRAIN_FAIL_THIS_RANK},
+    {setup_group, TRAIN_FAIL_BEFORE_GROUP},    {setup_agree, TRAIN_FAIL_ALL_RANKS},
+    {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_batch, TRAIN_FAIL_ALL_RANKS},
+    {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
+    {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
+    {setup_buffers, TRAIN_FAIL_THIS_RANK},     {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
 };
 
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result) {
@@ -212,6 +224,7 @@ it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_resu
 }
 
 void train_teardown(it_train_ctx *ctx) {
+    train_ckpt_release(ctx);
     it_tensor_release(ctx->acc);
     free(ctx->hx);
     free(ctx->hy);

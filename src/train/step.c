@@ -72,7 +72,7 @@ static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
     if (ctx->gsync) {
         int early = 0, buckets = 0;
         if ((st = it_grad_sync_finish(ctx->gsync, &early, &buckets))) return st;
-        if (ctx->step == 1 && !ctx->quiet)
+        if (ctx->step == ctx->start_step + 1 && !ctx->quiet)
             printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
     }
     if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
@@ -95,7 +95,7 @@ static it_status update(it_train_ctx *ctx) {
 
 it_status train_step(it_train_ctx *ctx, int step) {
     double t0 = train_now_ms(), loss_sum = 0.0;
-    if (step == 1) ctx->t_start = t0;
+    if (step == ctx->start_step + 1) ctx->t_start = t0;
     ctx->step = step;
     it_mem_stats_reset_peak(ctx->dev);
     it_status st = it_model_zero_grad(ctx->model); /* lazily: the first backward writes them */

@@ -57,6 +57,12 @@ struct it_train_ctx {
      * (reduced over the ranks when gsync is set). Adds the micro-steps' losses to *loss_sum. */
     it_status (*forward_backward)(it_train_ctx *ctx, double *loss_sum);
 
+    /* --load: the checkpoint's trainer state (a json_t), the directory read and the real path
+     * of the one resumed from (never pruned); the run continues after start_step */
+    void *resume;
+    char *resume_dir, *resumed_from;
+    int start_step;
+
     /* the step just taken */
     int step;
     double loss, step_ms;
@@ -71,6 +77,13 @@ void train_banner(const it_train_ctx *ctx);
 it_status train_log(it_train_ctx *ctx);
 it_status train_generate(it_train_ctx *ctx);
 double train_now_ms(void); /* CLOCK_MONOTONIC */
+
+/* checkpoint.c */
+it_status train_ckpt_load_model(it_train_ctx *ctx); /* --load: validate, the parameters */
+it_status train_ckpt_load_state(it_train_ctx *ctx); /* --load: optimizer, data position, RNG, step */
+bool train_ckpt_due(const it_train_ctx *ctx);
+it_status train_ckpt_save(it_train_ctx *ctx);
+void train_ckpt_release(it_train_ctx *ctx);
 
 /* flags.c: one hash per flag that every rank must agree on, with its name; returns the count. */
 IT_API int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max);

@@ -1,0 +1,738 @@
+/* Checkpoints in InfiniTrain's layout, and exact resume (docs/formats.md, "Checkpoints").
+ *
+ *   <save>/checkpoint_step_%06d/  model.ckpt  optimizer.ckpt  trainer_state.json
+ *
+ * Every rank of a data-parallel run holds the same parameters, and ZeRO-1's moments are
+ * gathered before a save, so one directory serves every world size: rank 0 writes it, every
+ * rank reads it. A save writes a directory under a temporary name (`.checkpoint_step_%06d.tmp-PID`),
+ * fsyncs each file and the directory, and only then renames it: a directory with the final
+ * name is complete. trainer_state.json, written last, holds InfiniTrain's keys and, under
+ * "infinitrain_c", what exact resume needs and each other file's size and CRC-32. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train/ckpt_file.h"
+#include "train/train_internal.h"
+
+enum { CKPT_FORMAT = 1 };
+#define STEP_PREFIX "checkpoint_step_"
+
+/* ---- file system helpers */
+
+/* --save and --load are refused at setup when longer than PATH_MAX - 128, so the names made
+ * here always fit. (A function, unlike snprintf, is not checked for truncation by GCC.) */
+static void path_fmt(char *buf, size_t n, const char *fmt, ...) IT_PRINTF(3, 4);
+static void path_fmt(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+static it_status fsync_path(const char *path, bool dir) {
+    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return it_error(IT_ERR_IO, "%s: opening to fsync: %s", path, strerror(errno));
+    /* some file systems refuse fsync on a directory (EINVAL); the data is written anyway */
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    if (rc != 0 && !(dir && (e == EINVAL || e == EROFS)))
+        return it_error(IT_ERR_IO, "%s: fsync: %s", path, strerror(e));
+    return IT_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* rm -rf, after renaming the tree out of the way, so that it vanishes from its name at once. */
+static it_status remove_tree(const char *dir, const char *parent, const char *name) {
+    char gone[PATH_MAX];
+    path_fmt(gone, sizeof gone, "%s/.%s.del-%ld", parent, name, (long)getpid());
+    if (rename(dir, gone) != 0) return it_error(IT_ERR_IO, "%s: renaming to remove it: %s", dir, strerror(errno));
+    if (nftw(gone, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return it_error(IT_ERR_IO, "%s: removing: %s", gone, strerror(errno));
+    return IT_OK;
+}
+
+static it_status write_text(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return it_error(IT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, text + done, n - done);
+        if (k <= 0) {
+            int e = errno;
+            close(fd);
+            return it_error(IT_ERR_IO, "%s: writing: %s", path, strerror(k < 0 ? e : EIO));
+        }
+        done += (size_t)k;
+    }
+    int rc = fsync(fd), e = errno;
+    if (close(fd) != 0 && !rc) rc = -1, e = errno;
+    return rc ? it_error(IT_ERR_IO, "%s: writing: %s", path, strerror(e)) : IT_OK;
+}
+
+/* ---- what a checkpoint holds */
+
+/* The model's tensors under InfiniTrain's names, as host copies (freed by free_items). GPT-2
+ * also gets what InfiniTrain's GPT-2 state dict holds besides its parameters, so that
+ * InfiniTrain loads the file: lm_head.weight (tied to wte, written twice, as InfiniTrain
+ * does) and each layer's causal-mask buffer attn.bias (1, 1, block, block). */
+typedef struct items {
+    it_ckpt_item *v;
+    size_t n, cap;
+    void **owned;
+    size_t n_owned;
+} items;
+
+static it_status items_add(items *it, const char *name, it_dtype dt, int ndim, const int64_t *dims, void *data,
+                           bool own) {
+    if (it->n == it->cap) {
+        size_t cap = it->cap ? 2 * it->cap : 64;
+        it_ckpt_item *v = realloc(it->v, cap * sizeof *v);
+        void **o = realloc(it->owned, cap * sizeof *o);
+        if (v) it->v = v;
+        if (o) it->owned = o;
+        if (!v || !o) return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
+        it->cap = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
+    it_ckpt_item *e = &it->v[it->n++];
+    memset(e, 0, sizeof *e);
+    e->name = copy;
+    e->dtype = dt;
+    e->ndim = (uint32_t)ndim;
+    memcpy(e->dims, dims, sizeof(int64_t) * (size_t)ndim);
+    e->data = data;
+    if (own) it->owned[it->n_owned++] = data;
+    return IT_OK;
+}
+
+static void items_free(items *it) {
+    for (size_t i = 0; i < it->n; i++) free((char *)it->v[i].name);
+    for (size_t i = 0; i < it->n_owned; i++) free(it->owned[i]);
+    free(it->v);
+    free(it->owned);
+    memset(it, 0, sizeof *it);
+}
+
+static bool has_role(it_model *m, it_param_role role) {
+    for (int i = 0; i < it_model_param_count(m); i++)
+        if (it_model_param_at(m, i)->role == role) return true;
+    return false;
+}
+
+/* flat: the model's parameters (or a moment of the same layout) in host memory. */
+static it_status model_items(it_model *m, const float *flat, items *it) {
+    it_status st = IT_OK;
+    for (int i = 0; i < it_model_param_count(m) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(m, i);
+        st = items_add(it, p->name, IT_DTYPE_FP32, p->ndim, p->shape, (void *)(flat + p->offset), false);
+        if (!st && p->tied_name)
+            st = items_add(it, p->tied_name, IT_DTYPE_FP32, p->ndim, p->shape, (void *)(flat + p->offset), false);
+    }
+    if (st || !has_role(m, IT_PARAM_ROLE_POSITION_EMBEDDING)) return st;
+    const it_model_info *info = it_model_get_info(m);
+    int64_t bs = info->block_size, dims[4] = {1, 1, bs, bs};
+    float *mask = malloc(sizeof(float) * (size_t)(bs * bs));
+    if (!mask) return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
+    for (int64_t r = 0; r < bs; r++)
+        for (int64_t c = 0; c < bs; c++) mask[r * bs + c] = c <= r ? 1.0f : 0.0f;
+    char name[64];
+    if (info->n_layer == 0) free(mask);
+    for (int l = 0; l < info->n_layer && !st; l++) {
+        snprintf(name, sizeof name, "transformer.h.%d.attn.bias", l);
+        st = items_add(it, name, IT_DTYPE_FP32, 4, dims, mask, l == 0); /* one copy, owned by the first */
+        if (st && l == 0) free(mask);
+    }
+    return st;
+}
+
+/* The flat parameters, or Adam's moments whole (ZeRO-1's gathered: a collective), on the host. */
+typedef struct host_state {
+    float *params, *m, *v;
+    int64_t step; /* Adam's t */
+    bool adam;
+} host_state;
+
+static void host_state_free(host_state *h) {
+    free(h->params);
+    free(h->m);
+    free(h->v);
+    memset(h, 0, sizeof *h);
+}
+
+static it_status host_state_get(it_train_ctx *ctx, host_state *h) {
+    it_tensor *params = it_model_params(ctx->model);
+    size_t bytes = it_tensor_nbytes(params);
+    memset(h, 0, sizeof *h);
+    h->adam = ctx->cfg->optimizer != IT_OPTIM_SGD;
+    if (it_tensor_dtype(params) != IT_DTYPE_FP32)
+        return it_error(IT_ERR_UNSUPPORTED, "checkpoint: parameters of dtype %s (float32 only)",
+                        it_dtype_name(it_tensor_dtype(params)));
+    h->params = malloc(bytes);
+    if (h->adam) h->m = malloc(bytes), h->v = malloc(bytes);
+    if (!h->params || (h->adam && (!h->m || !h->v))) return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
+    it_status st = it_tensor_copy_to_host(params, h->params, bytes);
+    if (st) return st;
+    if (ctx->zero) return it_zero1_state_gather(ctx->zero, h->m, h->v, &h->step);
+    it_tensor *m, *v;
+    int64_t *t;
+    it_optimizer_state(ctx->opt, &m, &v, &t);
+    h->step = *t;
+    if (h->adam && !(st = it_tensor_copy_to_host(m, h->m, bytes))) st = it_tensor_copy_to_host(v, h->v, bytes);
+    return st;
+}
+
+static it_status optimizer_items(it_model *m, host_state *h, items *it) {
+    it_status st = IT_OK;
+    char name[64];
+    for (int i = 0; i < it_model_param_count(m) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(m, i);
+        snprintf(name, sizeof name, "adam.m.%d", i);
+        st = items_add(it, name, IT_DTYPE_FP32, p->ndim, p->shape, h->m + p->offset, false);
+        snprintf(name, sizeof name, "adam.v.%d", i);
+        if (!st) st = items_add(it, name, IT_DTYPE_FP32, p->ndim, p->shape, h->v + p->offset, false);
+    }
+    return st ? st : items_add(it, "adam.t", IT_DTYPE_I64, 0, NULL, &h->step, false);
+}
+
+/* ---- trainer_state.json */
+
+static json_t *flags_json(const it_train_config *c) {
+    json_t *o = json_object();
+    size_t n;
+    const it_train_flag *flags = it_train_flags(&n);
+    char buf[256];
+    for (size_t i = 0; i < n; i++) {
+        if (!flags[i].agree) continue;
+        if (it_train_flag_format(c, &flags[i], buf, sizeof buf))
+            json_object_set_new(o, flags[i].name, json_string(buf));
+    }
+    return o;
+}
+
+static it_status file_json(json_t *files, const char *dir, const char *name) {
+    char path[PATH_MAX];
+    path_fmt(path, sizeof path, "%s/%s", dir, name);
+    uint32_t crc;
+    uint64_t bytes;
+    it_status st = it_file_crc32(path, &crc, &bytes);
+    if (st) return st;
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08x", crc);
+    json_object_set_new(files, name, json_pack("{s:I,s:s}", "bytes", (json_int_t)bytes, "crc32", hex));
+    return IT_OK;
+}
+
+static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
+    const it_model_info *info = ctx->info;
+    const it_train_config *c = ctx->cfg;
+    int64_t consumed = it_loader_step(ctx->loader) * ctx->world + ctx->rank; /* InfiniTrain's: the next batch */
+    char rng[24];
+    snprintf(rng, sizeof rng, "%016llx", (unsigned long long)ctx->rng);
+    json_t *ours = json_pack("{s:i,s:s,s:s,s:I,s:I,s:I,s:s,s:o,s:o}", "format", CKPT_FORMAT, "app", c->app, "optimizer",
+                             it_optim_kind_name(c->optimizer), "consumed_batches_all_ranks",
+                             (json_int_t)(it_loader_step(ctx->loader) * ctx->world), "loader_step",
+                             (json_int_t)it_loader_step(ctx->loader), "accumulation", (json_int_t)ctx->accum, "rng",
+                             rng, "flags", flags_json(c), "files", json_incref(files));
+    json_t *root =
+        json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
+                  info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
+                  "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
+                  (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", 1, "sp_size", 1,
+                  "pp_size", 1, "infinitrain_c", ours);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(root);
+    return text;
+}
+
+/* ---- saving */
+
+static it_status write_checkpoint(it_train_ctx *ctx, host_state *h, const char *tmp) {
+    const it_train_config *c = ctx->cfg;
+    char path[PATH_MAX];
+    items it = {0};
+    json_t *files = json_object();
+    it_status st = model_items(ctx->model, h->params, &it);
+    path_fmt(path, sizeof path, "%s/model.ckpt", tmp);
+    if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
+    if (!st) st = file_json(files, tmp, "model.ckpt");
+    items_free(&it);
+    if (!st && h->adam && c->save_optimizer_state) {
+        st = optimizer_items(ctx->model, h, &it);
+        path_fmt(path, sizeof path, "%s/optimizer.ckpt", tmp);
+        if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
+        if (!st) st = file_json(files, tmp, "optimizer.ckpt");
+        items_free(&it);
+    }
+    if (!st) {
+        char *text = trainer_state_text(ctx, files);
+        path_fmt(path, sizeof path, "%s/trainer_state.json", tmp);
+        size_t len = text ? strlen(text) : 0;
+        char *line = text ? realloc(text, len + 2) : NULL;
+        if (line) text = line, memcpy(text + len, "\n", 2);
+        st = line ? write_text(path, text) : it_error(IT_ERR_OOM, "trainer_state.json: out of host memory");
+        free(text);
+    }
+    json_decref(files);
+    return st ? st : fsync_path(tmp, true);
+}
+
+/* The step of a complete checkpoint directory's name, or -1. */
+static long step_of(const char *name) {
+    size_t n = strlen(STEP_PREFIX);
+    if (strncmp(name, STEP_PREFIX, n) != 0 || strlen(name) < n + 6) return -1;
+    char *end;
+    errno = 0;
+    long s = strtol(name + n, &end, 10);
+    return *end || errno || s < 0 ? -1 : s;
+}
+
+/* Leftovers of saves or removals a crash interrupted. */
+static void remove_stale(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "." STEP_PREFIX, strlen(STEP_PREFIX) + 1) == 0 &&
+            (strstr(e->d_name, ".tmp-") || strstr(e->d_name, ".del-"))) {
+            path_fmt(path, sizeof path, "%s/%s", root, e->d_name);
+            nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        }
+    closedir(d);
+}
+
+static int by_step(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Keep the newest --max_checkpoint_keep complete checkpoints, and the one resumed from. */
+static it_status prune(const it_train_ctx *ctx) {
+    int keep = ctx->cfg->max_checkpoint_keep;
+    const char *root = ctx->cfg->save;
+    if (keep <= 0) return IT_OK;
+    DIR *d = opendir(root);
+    if (!d) return it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
+    long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        long s = step_of(e->d_name);
+        if (s >= 0) steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof steps[0], by_step);
+    it_status st = IT_OK;
+    char name[64], path[PATH_MAX], real[PATH_MAX];
+    for (int i = 0; i < n - keep && !st; i++) {
+        snprintf(name, sizeof name, STEP_PREFIX "%06ld", steps[i]);
+        path_fmt(path, sizeof path, "%s/%s", root, name);
+        if (ctx->resumed_from && realpath(path, real) && strcmp(real, ctx->resumed_from) == 0) continue;
+        st = remove_tree(path, root, name);
+    }
+    return st;
+}
+
+static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
+    const char *root = ctx->cfg->save;
+    char name[64], tmp[PATH_MAX], final[PATH_MAX];
+    snprintf(name, sizeof name, STEP_PREFIX "%06d", ctx->step);
+    path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)getpid());
+    path_fmt(final, sizeof final, "%s/%s", root, name);
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) return it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
+    remove_stale(root);
+    if (mkdir(tmp, 0755) != 0) return it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
+    it_status st = write_checkpoint(ctx, h, tmp);
+    struct stat sb;
+    if (!st && stat(final, &sb) == 0) st = remove_tree(final, root, name); /* an older run's, same step */
+    if (!st && rename(tmp, final) != 0) st = it_error(IT_ERR_IO, "%s: renaming to %s: %s", tmp, final, strerror(errno));
+    if (!st) st = fsync_path(root, true);
+    if (st) {
+        it_status keep = st;
+        nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the earlier checkpoints stay as they were */
+        return it_error(keep, "checkpoint at step %d not saved: %s", ctx->step, it_last_error());
+    }
+    if (!ctx->quiet) printf("checkpoint: saved %s\n", final);
+    return prune(ctx);
+}
+
+it_status train_ckpt_save(it_train_ctx *ctx) {
+    host_state h;
+    it_status st = host_state_get(ctx, &h); /* a collective under ZeRO-1 */
+    if (!st && ctx->rank == 0) st = save_rank0(ctx, &h);
+    host_state_free(&h);
+    /* every rank learns whether rank 0 saved, so that all stop together if it did not */
+    if (ctx->world > 1) {
+        double failed = st ? 1 : 0;
+        it_status cst = it_dist_all_reduce_host(ctx->dist, &failed, 1, IT_DTYPE_FP64, IT_CCL_SUM);
+        if (cst) return cst;
+        ctx->fail_scope = TRAIN_FAIL_ALL_RANKS;
+        if (failed && !st) st = it_error(IT_ERR_IO, "checkpoint at step %d: rank 0 could not save it", ctx->step);
+        if (!st) ctx->fail_scope = TRAIN_FAIL_THIS_RANK;
+    }
+    return st;
+}
+
+bool train_ckpt_due(const it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    return c->save_interval > 0 && (ctx->step % c->save_interval == 0 || ctx->step == c->num_iteration);
+}
+
+/* ---- loading */
+
+/* InfiniTrain's writer leaves out the comma after "vocab_size" (a value ends one line, a key
+ * begins the next). Insert a comma wherever that happens: valid JSON never has it, and no
+ * JSON string holds a raw newline, so the repair changes nothing else. */
+static char *insert_missing_commas(const char *text) {
+    size_t n = strlen(text), extra = 0;
+    for (size_t i = 0; i < n; i++) extra += text[i] == '\n';
+    char *out = malloc(n + extra + 1);
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '\n') {
+            size_t p = k;
+            while (p > 0 && (out[p - 1] == ' ' || out[p - 1] == '\t' || out[p - 1] == '\r')) p--;
+            size_t q = i + 1;
+            while (q < n && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r' || text[q] == '\n')) q++;
+            char last = p ? out[p - 1] : '\0';
+            bool value_end = last == '"' || last == '}' || last == ']' || (last >= '0' && last <= '9') || last == 'e' ||
+                             last == 'l'; /* true, false, null */
+            if (value_end && q < n && text[q] == '"') out[k++] = ',';
+        }
+        out[k++] = text[i];
+    }
+    out[k] = '\0';
+    return out;
+}
+
+static it_status read_text(const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return it_error(errno == ENOENT ? IT_ERR_NOT_FOUND : IT_ERR_IO, "%s: %s", path, strerror(errno));
+    enum { MAX = 1 << 20 };
+    char *buf = malloc(MAX + 1);
+    size_t n = buf ? fread(buf, 1, MAX + 1, f) : 0;
+    bool bad = !buf || ferror(f);
+    fclose(f);
+    if (bad || n > MAX || memchr(buf, '\0', n)) {
+        free(buf);
+        return it_error(buf ? IT_ERR_FORMAT : IT_ERR_OOM, "%s: %s", path,
+                        !buf      ? "out of host memory"
+                        : n > MAX ? "larger than 1 MiB"
+                                  : "a NUL byte or a read error");
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return IT_OK;
+}
+
+static it_status parse_state(const char *path, json_t **out) {
+    char *text = NULL;
+    it_status st = read_text(path, &text);
+    if (st) return st;
+    json_error_t err;
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    if (!j) {
+        char *fixed = insert_missing_commas(text);
+        json_error_t err2;
+        j = fixed ? json_loads(fixed, JSON_REJECT_DUPLICATES, &err2) : NULL;
+        free(fixed);
+    }
+    free(text);
+    if (!j) return it_error(IT_ERR_FORMAT, "%s: not JSON: line %d column %d: %s", path, err.line, err.column, err.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return it_error(IT_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    *out = j;
+    return IT_OK;
+}
+
+/* An integer field; absent: `def` (InfiniTrain's reader falls back to 0, or 1 for the sizes). */
+static it_status get_int(const char *path, json_t *o, const char *key, int64_t def, int64_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return *out = def, IT_OK;
+    if (json_is_integer(v)) return *out = json_integer_value(v), IT_OK;
+    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v))
+        return *out = (int64_t)json_real_value(v), IT_OK;
+    return it_error(IT_ERR_FORMAT, "%s: '%s' is not an integer", path, key);
+}
+
+static it_status get_str(const char *path, json_t *o, const char *key, const char **out) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return it_error(IT_ERR_FORMAT, "%s: no '%s'", path, key);
+    if (!json_is_string(v)) return it_error(IT_ERR_FORMAT, "%s: '%s' is not a string", path, key);
+    *out = json_string_value(v);
+    return IT_OK;
+}
+
+static it_status expect_int(const char *path, json_t *o, const char *key, int64_t def, int64_t want,
+                            const char *whose) {
+    int64_t got;
+    it_status st = get_int(path, o, key, def, &got);
+    if (st) return st;
+    if (got != want)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %s: expected %lld (%s), found %lld", path, key, (long long)want, whose,
+                        (long long)got);
+    return IT_OK;
+}
+
+/* Each file the state lists, by size and CRC-32. */
+static it_status check_files(const char *dir, const char *path, json_t *files) {
+    const char *name;
+    json_t *f;
+    json_object_foreach(files, name, f) {
+        char file[PATH_MAX], hex[16];
+        path_fmt(file, sizeof file, "%s/%s", dir, name);
+        int64_t bytes;
+        const char *want;
+        uint32_t crc;
+        uint64_t got;
+        it_status st;
+        if (strchr(name, '/') || !json_is_object(f) || (st = get_int(path, f, "bytes", -1, &bytes)) ||
+            (st = get_str(path, f, "crc32", &want)))
+            return it_error(IT_ERR_FORMAT, "%s: files: entry '%s' is malformed", path, name);
+        if ((st = it_file_crc32(file, &crc, &got))) return it_error_context("checkpoint is incomplete: ");
+        if ((int64_t)got != bytes)
+            return it_error(IT_ERR_FORMAT,
+                            "%s: size: expected %lld bytes (trainer_state.json), found %llu (truncated?)", file,
+                            (long long)bytes, (unsigned long long)got);
+        snprintf(hex, sizeof hex, "%08x", crc);
+        if (strcmp(hex, want) != 0)
+            return it_error(IT_ERR_FORMAT, "%s: checksum: expected crc32 %s (trainer_state.json), found %s (damaged?)",
+                            file, want, hex);
+    }
+    return IT_OK;
+}
+
+/* The directory a rank reads: DIR, or InfiniTrain's DIR/rank_%06d of a parallel run. */
+static it_status resolve_dir(it_train_ctx *ctx, const char *dir, char *out, size_t n) {
+    struct stat sb;
+    char path[PATH_MAX];
+    if (stat(dir, &sb) != 0)
+        return it_error(errno == ENOENT ? IT_ERR_NOT_FOUND : IT_ERR_IO, "--load %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return it_error(IT_ERR_INVALID_ARG, "--load %s: not a directory", dir);
+    const char *base = strrchr(dir, '/');
+    base = base && base[1] ? base + 1 : dir;
+    if (strstr(base, ".tmp-") || strstr(base, ".del-"))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--load %s: an incomplete checkpoint (a save or removal that did not finish)", dir);
+    snprintf(out, n, "%s", dir);
+    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
+    if (stat(path, &sb) == 0) return IT_OK;
+    for (int r = ctx->rank; r >= 0; r = r ? 0 : -1) {
+        path_fmt(path, sizeof path, "%s/rank_%06d/trainer_state.json", dir, r);
+        if (stat(path, &sb) == 0) {
+            snprintf(out, n, "%s/rank_%06d", dir, r);
+            return IT_OK;
+        }
+    }
+    return it_error(IT_ERR_FORMAT, "--load %s: no trainer_state.json: not a complete checkpoint", dir);
+}
+
+/* model.ckpt's tensors that are not parameters here, but that InfiniTrain's state dicts hold. */
+static bool known_extra(it_model *m, const char *name) {
+    size_t n = strlen(name);
+    if (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0 && strncmp(name, "transformer.h.", 14) == 0) return true;
+    for (int i = 0; i < it_model_param_count(m); i++) {
+        const char *t = it_model_param_at(m, i)->tied_name;
+        if (t && strcmp(t, name) == 0) return true;
+    }
+    return false;
+}
+
+static it_status load_model_file(it_train_ctx *ctx, const char *dir) {
+    char path[PATH_MAX];
+    path_fmt(path, sizeof path, "%s/model.ckpt", dir);
+    it_ckpt *ck;
+    it_status st = it_ckpt_open(path, &ck);
+    if (st) return st;
+    it_tensor *params = it_model_params(ctx->model);
+    float *flat = malloc(it_tensor_nbytes(params));
+    if (!flat) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    int found = 0;
+    for (int i = 0; i < it_model_param_count(ctx->model) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(ctx->model, i);
+        const it_ckpt_entry *e;
+        if (!(st = it_ckpt_expect(ck, p->name, IT_DTYPE_FP32, (uint32_t)p->ndim, p->shape, &e)))
+            st = it_ckpt_read(ck, e, flat + p->offset, sizeof(float) * (size_t)p->numel);
+        found++;
+    }
+    char extra[256] = "";
+    int n_extra = 0;
+    for (size_t i = 0; i < it_ckpt_count(ck) && !st; i++) {
+        const char *name = it_ckpt_at(ck, i)->name;
+        if (it_model_param_find(ctx->model, name) || known_extra(ctx->model, name)) continue;
+        if (n_extra++ < 3)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s'%s'", *extra ? ", " : "", name);
+    }
+    if (!st && n_extra && !ctx->quiet)
+        fprintf(stderr, "note: %s: %d entr%s this model does not have, ignored: %s%s\n", path, n_extra,
+                n_extra == 1 ? "y" : "ies", extra, n_extra > 3 ? ", ..." : "");
+    if (!st) st = it_tensor_copy_from_host(params, flat, it_tensor_nbytes(params));
+    free(flat);
+    it_ckpt_close(ck);
+    (void)found;
+    return st;
+}
+
+it_status train_ckpt_load_model(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    if (!c->load) return IT_OK;
+    char dir[PATH_MAX], path[PATH_MAX];
+    it_status st = resolve_dir(ctx, c->load, dir, sizeof dir);
+    if (st) return st;
+    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
+    json_t *j = NULL;
+    if ((st = parse_state(path, &j))) return st;
+    ctx->resume = j;
+    ctx->resume_dir = strdup(dir);
+    ctx->resumed_from = realpath(c->load, NULL);
+    if (!ctx->resume_dir) return it_error(IT_ERR_OOM, "--load: out of host memory");
+    const it_model_info *info = ctx->info;
+    const char *whose = "this model";
+    if ((st = expect_int(path, j, "n_layer", 0, info->n_layer, whose)) ||
+        (st = expect_int(path, j, "n_head", 0, info->n_head, whose)) ||
+        (st = expect_int(path, j, "n_kv_head", 0, info->n_kv_head ? info->n_kv_head : info->n_head, whose)) ||
+        (st = expect_int(path, j, "n_embd", 0, info->n_embd, whose)) ||
+        (st = expect_int(path, j, "vocab_size", 0, info->vocab_size, whose)) ||
+        (st = expect_int(path, j, "tp_size", 1, 1, "this run: no tensor parallelism")) ||
+        (st = expect_int(path, j, "sp_size", 1, 1, "this run: no sequence parallelism")) ||
+        (st = expect_int(path, j, "pp_size", 1, 1, "this run: no pipeline parallelism")))
+        return st;
+    json_t *ours = json_object_get(j, "infinitrain_c");
+    if (ours) {
+        const char *app;
+        json_t *files = json_object_get(ours, "files");
+        if ((st = get_str(path, ours, "app", &app))) return st;
+        if (strcmp(app, c->app) != 0)
+            return it_error(IT_ERR_INVALID_ARG, "%s: app: expected %s (this program), found %s", path, c->app, app);
+        if (!json_is_object(files)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.files is not an object", path);
+        if ((st = check_files(dir, path, files))) return st;
+    }
+    return load_model_file(ctx, dir);
+}
+
+static it_status load_optimizer(it_train_ctx *ctx, const char *dir) {
+    char path[PATH_MAX];
+    path_fmt(path, sizeof path, "%s/optimizer.ckpt", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "%s: missing (saved with --save_optimizer_state=false?); resume with "
+                        "--load_optimizer_state=false to start Adam's moments afresh",
+                        path);
+    it_ckpt *ck;
+    it_status st = it_ckpt_open(path, &ck);
+    if (st) return st;
+    it_tensor *params = it_model_params(ctx->model);
+    size_t bytes = it_tensor_nbytes(params);
+    host_state h = {.m = malloc(bytes), .v = malloc(bytes), .adam = true};
+    if (!h.m || !h.v) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    char name[64];
+    for (int i = 0; i < it_model_param_count(ctx->model) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(ctx->model, i);
+        const it_ckpt_entry *e;
+        for (int k = 0; k < 2 && !st; k++) {
+            snprintf(name, sizeof name, "adam.%c.%d", k ? 'v' : 'm', i);
+            if (!(st = it_ckpt_expect(ck, name, IT_DTYPE_FP32, (uint32_t)p->ndim, p->shape, &e)))
+                st = it_ckpt_read(ck, e, (k ? h.v : h.m) + p->offset, sizeof(float) * (size_t)p->numel);
+        }
+    }
+    const it_ckpt_entry *t;
+    if (!st && !(st = it_ckpt_expect(ck, "adam.t", IT_DTYPE_I64, 0, NULL, &t)))
+        st = it_ckpt_read(ck, t, &h.step, sizeof h.step);
+    it_ckpt_close(ck);
+    if (!st && ctx->zero) st = it_zero1_state_scatter(ctx->zero, h.m, h.v, h.step);
+    if (!st && !ctx->zero) {
+        it_tensor *m, *v;
+        int64_t *step;
+        it_optimizer_state(ctx->opt, &m, &v, &step);
+        if (!(st = it_tensor_copy_from_host(m, h.m, bytes)) && !(st = it_tensor_copy_from_host(v, h.v, bytes)))
+            *step = h.step;
+    }
+    host_state_free(&h);
+    return st;
+}
+
+/* Say which trajectory-changing flags differ from the checkpoint's: the run then continues,
+ * but it is not the one that was saved. */
+static void note_flag_changes(const it_train_ctx *ctx, json_t *saved) {
+    if (ctx->quiet || !json_is_object(saved)) return;
+    json_t *now = flags_json(ctx->cfg);
+    const char *name;
+    json_t *v;
+    json_object_foreach(saved, name, v) {
+        json_t *w = json_object_get(now, name);
+        if (strcmp(name, "num_iteration") == 0 || strcmp(name, "save_interval") == 0) continue;
+        if (!w || !json_is_string(v) || strcmp(json_string_value(v), json_string_value(w)) != 0)
+            printf("note: --%s is %s here, %s in the checkpoint: the resumed run is not the one saved\n", name,
+                   w ? json_string_value(w) : "unset", json_is_string(v) ? json_string_value(v) : "?");
+    }
+    json_decref(now);
+}
+
+it_status train_ckpt_load_state(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    json_t *j = ctx->resume;
+    if (!j) return IT_OK;
+    char path[PATH_MAX];
+    path_fmt(path, sizeof path, "%s/trainer_state.json", ctx->resume_dir);
+    json_t *ours = json_object_get(j, "infinitrain_c");
+    int64_t step, consumed, rank0_consumed;
+    it_status st;
+    if ((st = get_int(path, j, "global_step", 0, &step)) ||
+        (st = get_int(path, j, "consumed_batches", 0, &rank0_consumed)))
+        return st;
+    consumed = rank0_consumed;
+    if (ours) {
+        const char *opt, *rng;
+        if ((st = get_str(path, ours, "optimizer", &opt)) || (st = get_str(path, ours, "rng", &rng)) ||
+            (st = get_int(path, ours, "consumed_batches_all_ranks", 0, &consumed)))
+            return st;
+        if (strcmp(opt, it_optim_kind_name(c->optimizer)) != 0 && c->load_optimizer_state)
+            return it_error(IT_ERR_INVALID_ARG,
+                            "%s: optimizer: expected %s (--optimizer), found %s (resume with --optimizer %s, or "
+                            "--load_optimizer_state=false)",
+                            path, it_optim_kind_name(c->optimizer), opt, opt);
+        ctx->rng = strtoull(rng, NULL, 16);
+        note_flag_changes(ctx, json_object_get(ours, "flags"));
+    }
+    if (step < 0 || step > INT_MAX || consumed < 0)
+        return it_error(IT_ERR_FORMAT, "%s: global_step %lld / consumed_batches %lld", path, (long long)step,
+                        (long long)consumed);
+    if (consumed % ctx->world != 0)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %lld consumed batches do not divide among %d ranks", path,
+                        (long long)consumed, ctx->world);
+    if (c->optimizer != IT_OPTIM_SGD && c->load_optimizer_state && (st = load_optimizer(ctx, ctx->resume_dir)))
+        return st;
+    it_loader_set_step(ctx->loader, consumed / ctx->world); /* no token of the skipped batches is read */
+    ctx->start_step = (int)step;
+    if (!ctx->quiet)
+        printf("resumed from %s: step %lld, %lld batches consumed%s\n", c->load, (long long)step, (long long)consumed,
+               step >= c->num_iteration ? " (nothing left to train: --num_iteration is not beyond it)" : "");
+    return IT_OK;
+}
+
+void train_ckpt_release(it_train_ctx *ctx) {
+    json_decref(ctx->resume);
+    free(ctx->resume_dir);
+    free(ctx->resumed_from);
+    ctx->resume = NULL;
+    ctx->resume_dir = ctx->resumed_from = NULL;
+}
