@@ -95,7 +95,7 @@ typedef struct it_runtime {
     it_status (*malloc)(int device, size_t nbytes, void **ptr);
     it_status (*free)(int device, void *ptr);
     it_status (*malloc_async)(int device, size_t nbytes, it_stream *stream, void **ptr); /* optional */
-    it_status (*free_async)(int device, void *ptr, it_stream *stream);                 /* optional */
+    it_status (*free_async)(int device, void *ptr, it_stream *stream);                   /* optional */
     /* Synchronous copy: returns when dst holds the data. Host pointers may be pageable. */
     it_status (*memcpy)(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind);
     /* Asynchronous copy ordered on `stream`; the host buffer must stay valid until the
@@ -109,18 +109,18 @@ typedef struct it_runtime {
 /* ---------------------------------------------------------------- kernel argument types */
 
 typedef enum it_unary_op {
-    IT_UNARY_NEG = 0,    /* y = -x */
-    IT_UNARY_SCALE = 1,  /* y = alpha * x */
-    IT_UNARY_EXP = 2,    /* y = exp(x) */
-    IT_UNARY_LOG = 3,    /* y = log(x) */
-    IT_UNARY_SQRT = 4,   /* y = sqrt(x) */
-    IT_UNARY_RSQRT = 5,  /* y = 1/sqrt(x) */
-    IT_UNARY_SQUARE = 6, /* y = x*x */
-    IT_UNARY_TANH = 7,   /* y = tanh(x) */
-    IT_UNARY_GELU = 8,   /* y = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (GPT-2's tanh form) */
-    IT_UNARY_SILU = 9,   /* y = x * sigmoid(x) */
+    IT_UNARY_NEG = 0,         /* y = -x */
+    IT_UNARY_SCALE = 1,       /* y = alpha * x */
+    IT_UNARY_EXP = 2,         /* y = exp(x) */
+    IT_UNARY_LOG = 3,         /* y = log(x) */
+    IT_UNARY_SQRT = 4,        /* y = sqrt(x) */
+    IT_UNARY_RSQRT = 5,       /* y = 1/sqrt(x) */
+    IT_UNARY_SQUARE = 6,      /* y = x*x */
+    IT_UNARY_TANH = 7,        /* y = tanh(x) */
+    IT_UNARY_GELU = 8,        /* y = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (GPT-2's tanh form) */
+    IT_UNARY_SILU = 9,        /* y = x * sigmoid(x) */
     IT_UNARY_ADD_SCALAR = 10, /* y = x + alpha */
-    IT_UNARY_RECIP = 11, /* y = 1/x */
+    IT_UNARY_RECIP = 11,      /* y = 1/x */
     IT_UNARY_COUNT
 } it_unary_op;
 
@@ -226,8 +226,7 @@ typedef struct it_kernels {
                                it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
     /* dx (R, C) written; dw, db (C) written (not accumulated); db may be NULL. */
     it_status (*layernorm_bwd)(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
-                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
-                               it_tdesc *db);
+                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db);
 
     /* ---- softmax over the last dim (see it_softmax_args) */
     it_status (*softmax_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
@@ -248,8 +247,8 @@ typedef struct it_kernels {
     /* ---- optimizers, on contiguous flat tensors of equal length */
     /* p -= lr * grad_scale * g */
     it_status (*sgd_step)(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
-    it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
-                           it_tdesc *m, it_tdesc *v);
+    it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
+                           it_tdesc *v);
 
     /* ---- LLaMA-3 / Mixtral */
     /* RMSNorm over the last dim C of x (R, C): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps)
@@ -295,8 +294,8 @@ typedef struct it_kernels {
      * each group with the reduce slot, as the composition's expand does); datt (B, H, T, S)
      * contiguous gets the scores' gradient (softmax_bwd's dx). */
     it_status (*attention_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
-                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
-                               it_tdesc *dk, it_tdesc *dv, it_tdesc *datt);
+                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
+                               it_tdesc *dv, it_tdesc *datt);
 } it_kernels;
 
 /* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */
@@ -325,8 +324,7 @@ typedef struct it_ccl {
      * divides by the rank count with the binary kernel. Same for reduce_scatter. */
     it_status (*all_reduce)(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
                             it_stream *s);
-    it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
-                            it_stream *s);
+    it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt, it_stream *s);
     it_status (*reduce_scatter)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
                                 it_reduce_kind op, it_stream *s);
     it_status (*broadcast)(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s);
@@ -347,8 +345,8 @@ typedef struct it_ccl {
 
 /* ---------------------------------------------------------------- the backend */
 typedef struct it_backend {
-    int api_version; /* IT_BACKEND_API_VERSION the backend was built against */
-    const char *name; /* lowercase [a-z0-9_]+, unique in the process */
+    int api_version;                 /* IT_BACKEND_API_VERSION the backend was built against */
+    const char *name;                /* lowercase [a-z0-9_]+, unique in the process */
     it_dtype default_autocast_dtype; /* IT_DTYPE_BF16 or IT_DTYPE_FP16 */
     /* True when device memory is the host's own memory (the CPU backend): the core may then
      * hand its pointers to host code. Every accelerator leaves this false. */
@@ -385,7 +383,7 @@ IT_API it_status it_backend_discover(char names[][40], int max, int *count);
 typedef struct it_kernel_stat {
     const char *slot;
     bool native;
-    uint64_t calls;          /* all calls, whichever path served them */
+    uint64_t calls; /* all calls, whichever path served them */
     double ms;
     uint64_t bytes_moved;    /* by the CPU fallback */
     uint64_t fallback_calls; /* calls the CPU fallback served (all of them when !native) */

@@ -200,7 +200,8 @@ static it_status fb_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdes
     return RUN(CPU->layernorm_fwd(NULL, hx, hw, hb, eps, hy, hm, hr));
 }
 static it_status fb_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
-                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db) {
+                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
+                                  it_tdesc *db) {
     fb f;
     fb_begin(&f, s);
     const it_tdesc *hdy = IN(dy), *hx = IN(x), *hw = IN(w), *hm = IN(mean), *hr = IN(rstd);
@@ -436,8 +437,9 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
     }
-    fprintf(f, "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
-               "fallbacks, %.2f MB moved by fallbacks\n",
+    fprintf(f,
+            "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
+            "fallbacks, %.2f MB moved by fallbacks\n",
             total, fb_ms, (double)bytes / (1024.0 * 1024.0));
     return IT_OK;
 }

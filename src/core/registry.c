@@ -39,12 +39,29 @@ extern const it_backend it_cpu_backend;
 
 /* The names of the kernel slots, in it_kernels order. */
 static const char *const slot_names[] = {
-    "cast",          "fill",          "copy_strided",  "gemm",
-    "unary",         "binary",        "reduce",        "embedding_fwd",
-    "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_fwd",
-    "softmax_bwd",   "cross_entropy_fwd", "cross_entropy_bwd", "sgd_step",
-    "adam_step",     "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
-    "topk",          "attention_fwd", "attention_bwd",
+    "cast",
+    "fill",
+    "copy_strided",
+    "gemm",
+    "unary",
+    "binary",
+    "reduce",
+    "embedding_fwd",
+    "embedding_bwd",
+    "layernorm_fwd",
+    "layernorm_bwd",
+    "softmax_fwd",
+    "softmax_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "sgd_step",
+    "adam_step",
+    "rmsnorm_fwd",
+    "rmsnorm_bwd",
+    "rope",
+    "topk",
+    "attention_fwd",
+    "attention_bwd",
 };
 _Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
                "slot_names must list every it_kernels slot");
@@ -75,8 +92,7 @@ static it_status validate(const it_backend *b) {
                         "(rebuild the backend against this version of backend.h)",
                         b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
     if (!valid_name(b->name))
-        return it_error(IT_ERR_INVALID_ARG,
-                        "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
+        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
                         b->name ? b->name : "(null)");
     if (b->default_autocast_dtype != IT_DTYPE_BF16 && b->default_autocast_dtype != IT_DTYPE_FP16)
         return it_error(IT_ERR_INVALID_ARG, "backend '%s': default_autocast_dtype must be bf16 or fp16, got %d",
@@ -84,7 +100,7 @@ static it_status validate(const it_backend *b) {
     const it_runtime *r = b->runtime;
     if (!r) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no runtime table", b->name);
     char missing[512] = "";
-#define NEED_RT(slot)                                                                                  \
+#define NEED_RT(slot)                                                                                                  \
     if (!r->slot) strncat(missing, missing[0] ? ", " #slot : #slot, sizeof missing - strlen(missing) - 1)
     NEED_RT(init);
     NEED_RT(device_count);
@@ -99,15 +115,13 @@ static it_status validate(const it_backend *b) {
     NEED_RT(synchronize_device);
 #undef NEED_RT
     if (missing[0])
-        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name,
-                        missing);
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name, missing);
     const it_kernels *k = b->kernels;
     if (!k) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no kernel table", b->name);
     if (!k->cast) strcat(missing, "cast");
     if (!k->fill) strcat(missing, missing[0] ? ", fill" : "fill");
     if (!k->copy_strided) strcat(missing, missing[0] ? ", copy_strided" : "copy_strided");
-    if (missing[0])
-        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
+    if (missing[0]) return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
     return IT_OK;
 }
 
@@ -116,11 +130,10 @@ static it_status register_locked(const it_backend *b, const char *origin) {
     if (st) return st;
     reg_entry *old = find_locked(b->name);
     if (old)
-        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is already registered (by %s)", b->name,
-                        old->origin);
+        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is already registered (by %s)", b->name, old->origin);
     if (reg_count == IT_MAX_BACKENDS)
-        return it_error(IT_ERR_INVALID_ARG, "cannot register backend '%s': %d backends already registered",
-                        b->name, IT_MAX_BACKENDS);
+        return it_error(IT_ERR_INVALID_ARG, "cannot register backend '%s': %d backends already registered", b->name,
+                        IT_MAX_BACKENDS);
     reg_entry *e = &reg[reg_count];
     memset(e, 0, sizeof *e);
     e->dispatch = it__dispatch_new(b);
@@ -260,8 +273,7 @@ static it_status load_plugin_locked(const char *name) {
                 dlclose(h);
             }
         }
-        if (off < sizeof tried)
-            off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
+        if (off < sizeof tried) off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
     }
     char avail[1024];
     describe_available(avail, sizeof avail);
@@ -279,8 +291,8 @@ it_status it_backend_find(const char *name, const it_backend **out) {
         if (!valid_name(name)) {
             char avail[1024];
             describe_available(avail, sizeof avail);
-            st = it_error(IT_ERR_INVALID_ARG, "'%s' is not a valid backend name (lowercase [a-z0-9_]; %s)", name,
-                          avail);
+            st =
+                it_error(IT_ERR_INVALID_ARG, "'%s' is not a valid backend name (lowercase [a-z0-9_]; %s)", name, avail);
         } else {
             st = load_plugin_locked(name);
             if (!st) e = find_locked(name);
@@ -391,8 +403,8 @@ it_status it_device_parse(const char *text, it_device *out) {
     st = it_device_count(b, &count);
     if (st) return st;
     if (index >= count)
-        return it_error(IT_ERR_INVALID_ARG, "device '%s': index %ld out of range (backend '%s' has %d device%s)",
-                        text, index, name, count, count == 1 ? "" : "s");
+        return it_error(IT_ERR_INVALID_ARG, "device '%s': index %ld out of range (backend '%s' has %d device%s)", text,
+                        index, name, count, count == 1 ? "" : "s");
     out->backend = b;
     out->index = (int)index;
     return IT_OK;
@@ -410,9 +422,12 @@ it_device it_device_cpu(void) {
 bool it_device_equal(it_device a, it_device b) { return a.backend == b.backend && a.index == b.index; }
 
 const char *it_device_str(it_device dev, char *buf, size_t size) {
-    if (!dev.backend) snprintf(buf, size, "(no device)");
-    else if (dev.index == 0 && dev.backend == &it_cpu_backend) snprintf(buf, size, "cpu");
-    else snprintf(buf, size, "%s:%d", dev.backend->name, dev.index);
+    if (!dev.backend)
+        snprintf(buf, size, "(no device)");
+    else if (dev.index == 0 && dev.backend == &it_cpu_backend)
+        snprintf(buf, size, "cpu");
+    else
+        snprintf(buf, size, "%s:%d", dev.backend->name, dev.index);
     return buf;
 }
 
