@@ -269,11 +269,11 @@ typedef struct it_kernels {
      * 1 <= k <= E. */
     it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
 
-    /* ---- optional fused kernels, last in the table (it_kernel_slot_fused counts from the
-     * first of them). Unlike the slots above, an empty one is not served by the
-     * CPU fallback: the core composes the op from the slots above instead, on the device.
-     * A native one may decline a call (IT_ERR_UNSUPPORTED before writing anything: a dtype
-     * or layout it does not take); the core then composes that call. */
+    /* ---- optional fused kernels (it_kernel_slot_fused names them). Unlike the slots
+     * above, an empty one is not served by the CPU fallback: the core composes the op from
+     * the slots above instead, on the device. A native one may decline a call
+     * (IT_ERR_UNSUPPORTED before writing anything: a dtype or layout it does not take); the
+     * core then composes that call. */
     /* Multi-head attention, the fused form of the core's composition
      *   att = softmax(args->scale * q k^T, args->causal)   (softmax_fwd's semantics)
      *   y   = att v
@@ -298,8 +298,38 @@ typedef struct it_kernels {
                                it_tdesc *dv, it_tdesc *datt);
 } it_kernels;
 
-/* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */
+/* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
+ * names and indices from this list and checks at compile time that entry i is member i of
+ * it_kernels, so appending a slot means appending it here too (the build fails otherwise). */
+#define IT_KERNEL_SLOTS(X)                                                                                             \
+    X(cast)                                                                                                            \
+    X(fill)                                                                                                            \
+    X(copy_strided)                                                                                                    \
+    X(gemm)                                                                                                            \
+    X(unary)                                                                                                           \
+    X(binary)                                                                                                          \
+    X(reduce)                                                                                                          \
+    X(embedding_fwd)                                                                                                   \
+    X(embedding_bwd)                                                                                                   \
+    X(layernorm_fwd)                                                                                                   \
+    X(layernorm_bwd)                                                                                                   \
+    X(softmax_fwd)                                                                                                     \
+    X(softmax_bwd)                                                                                                     \
+    X(cross_entropy_fwd)                                                                                               \
+    X(cross_entropy_bwd)                                                                                               \
+    X(sgd_step)                                                                                                        \
+    X(adam_step)                                                                                                       \
+    X(rmsnorm_fwd)                                                                                                     \
+    X(rmsnorm_bwd)                                                                                                     \
+    X(rope)                                                                                                            \
+    X(topk)                                                                                                            \
+    X(attention_fwd)                                                                                                   \
+    X(attention_bwd)
+
+/* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
+/* Names of the kernel slots in table order, for reports ("cast", "fill", ...); NULL past the
+ * last. */
 IT_API const char *it_kernel_slot_name(size_t slot);
 /* True for the optional fused slots (attention_fwd, attention_bwd): empty, they are composed
  * by the core from the other slots, not served by the CPU fallback. */

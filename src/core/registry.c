@@ -37,38 +37,28 @@ static int reg_count;
 
 extern const it_backend it_cpu_backend;
 
-/* The names of the kernel slots, in it_kernels order. */
-static const char *const slot_names[] = {
-    "cast",
-    "fill",
-    "copy_strided",
-    "gemm",
-    "unary",
-    "binary",
-    "reduce",
-    "embedding_fwd",
-    "embedding_bwd",
-    "layernorm_fwd",
-    "layernorm_bwd",
-    "softmax_fwd",
-    "softmax_bwd",
-    "cross_entropy_fwd",
-    "cross_entropy_bwd",
-    "sgd_step",
-    "adam_step",
-    "rmsnorm_fwd",
-    "rmsnorm_bwd",
-    "rope",
-    "topk",
-    "attention_fwd",
-    "attention_bwd",
+/* IT_KERNEL_SLOTS lists the members of it_kernels in order, each once: entry i names
+ * member i. A slot inserted, moved or appended in one and not the other fails here. */
+enum {
+#define SLOT_POS(slot) slot_pos_##slot,
+    IT_KERNEL_SLOTS(SLOT_POS)
+#undef SLOT_POS
+        slots_listed
 };
-_Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
-               "slot_names must list every it_kernels slot");
+_Static_assert((size_t)slots_listed == IT_KERNEL_SLOT_COUNT, "IT_KERNEL_SLOTS must list every it_kernels slot");
+#define SLOT_AT_POS(slot)                                                                                              \
+    _Static_assert(IT_SLOT(slot) == (size_t)slot_pos_##slot, "IT_KERNEL_SLOTS lists " #slot " out of order");
+IT_KERNEL_SLOTS(SLOT_AT_POS)
+#undef SLOT_AT_POS
+
+/* Each name keyed by its member's index, so it cannot land on another slot. */
+#define SLOT_NAME(slot) [IT_SLOT(slot)] = #slot,
+static const char *const slot_names[IT_KERNEL_SLOT_COUNT] = {IT_KERNEL_SLOTS(SLOT_NAME)};
+#undef SLOT_NAME
 
 const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
 
-bool it_kernel_slot_fused(size_t slot) { return slot >= IT_SLOT(attention_fwd) && slot < IT_KERNEL_SLOT_COUNT; }
+bool it_kernel_slot_fused(size_t slot) { return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd); }
 
 static bool valid_name(const char *name) {
     if (!name || !*name || strlen(name) > 32) return false;

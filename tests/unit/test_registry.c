@@ -291,6 +291,28 @@ static void test_refused_plugins(void) {
     }
 }
 
+/* ------------------------------------------------------------------ slot names */
+
+#define SLOT_BYTES sizeof(void (*)(void))
+#define SLOT_OF(name) (offsetof(it_kernels, name) / SLOT_BYTES)
+
+/* Each slot's name is the member's at that index, and the fused ones are exactly the pair. */
+static void test_slot_names(void) {
+#define NAME_AT_SLOT(name)                                                                                             \
+    CHECK_MSG(it_kernel_slot_name(SLOT_OF(name)) && strcmp(it_kernel_slot_name(SLOT_OF(name)), #name) == 0,            \
+              "slot %zu is named %s, expected " #name, SLOT_OF(name), it_kernel_slot_name(SLOT_OF(name)));
+    IT_KERNEL_SLOTS(NAME_AT_SLOT)
+#undef NAME_AT_SLOT
+    CHECK(IT_KERNEL_SLOT_COUNT >= 23); /* API version 6's, and any appended since */
+    CHECK(strcmp(it_kernel_slot_name(0), "cast") == 0);
+    CHECK(it_kernel_slot_name(IT_KERNEL_SLOT_COUNT) == NULL);
+    int fused = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT + 2; i++) fused += it_kernel_slot_fused(i);
+    CHECK(fused == 2);
+    CHECK(it_kernel_slot_fused(SLOT_OF(attention_fwd)) && it_kernel_slot_fused(SLOT_OF(attention_bwd)));
+    CHECK(!it_kernel_slot_fused(SLOT_OF(topk)));
+}
+
 static void test_discover(void) {
     char names[64][40];
     int n = -1;
@@ -532,6 +554,7 @@ int main(void) {
     test_testplug_runtime();
     test_device_parse();
     test_refused_plugins();
+    test_slot_names();
     test_discover();
     test_register();
     test_lazy_init();
