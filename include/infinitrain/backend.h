@@ -33,12 +33,28 @@
 extern "C" {
 #endif
 
-/* Bump on any incompatible change of the structs below; plugins built against another
- * version are refused at load time. */
-/* 3: it_ccl gained all_reduce_start / request_test / request_wait;
+/* The version of the structs below. A plugin that declares another version is refused at
+ * load time, except 5, which is 6 without it_backend.kernels_size and is read as 6 with
+ * kernels_size 0 (its table is the 23 slots cast .. attention_bwd).
+ *
+ * Bump it on any change a plugin built before it would misread:
+ *  - removing, reordering or renaming a slot, or inserting one anywhere but at the end of a
+ *    table (every later slot moves);
+ *  - changing a slot's signature or meaning, or a struct, enum or constant a slot takes
+ *    (it_tdesc, it_gemm_args, it_softmax_args, it_adam_args, the op enums, IT_MAX_DIMS...);
+ *  - appending a slot to it_runtime or it_ccl (they carry no size: the core would read past
+ *    an older plugin's table), or a field to it_backend;
+ *  - making an existing optional slot required.
+ * Appending an optional slot at the end of it_kernels does not bump it: kernels_size tells
+ * the core how much of the table a plugin was built with, and a slot past that reads as NULL
+ * (served by the CPU fallback, or composed for the fused ones), as if the plugin left it
+ * empty. An appended kernel slot is therefore never required.
+ *
+ * 3: it_ccl gained all_reduce_start / request_test / request_wait;
  * 4: it_kernels gained the optional fused attention_fwd / attention_bwd;
- * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q) */
-#define IT_BACKEND_API_VERSION 5
+ * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q);
+ * 6: it_backend gained kernels_size, so that it_kernels can grow without a bump */
+#define IT_BACKEND_API_VERSION 6
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -384,6 +400,14 @@ typedef struct it_backend {
     const it_runtime *runtime;
     const it_kernels *kernels;
     const it_ccl *ccl; /* NULL when the backend has no collectives */
+    /* sizeof(it_kernels) as the backend was built: set it to exactly that. The core reads
+     * that many bytes of *kernels (a whole number of slots, at least cast .. copy_strided)
+     * and treats every slot past them as NULL; a table larger than the core's own (a plugin
+     * built against a newer header) is accepted and its slots unknown to the core are never
+     * called. 0, what a backend written before this field leaves, reads as the 23 slots of
+     * API version 6 (cast .. attention_bwd): such a backend keeps working, but sees no slot
+     * appended after them until it sets the field. */
+    size_t kernels_size;
 } it_backend;
 
 /* Signature of the symbol a plugin exports. */
@@ -407,6 +431,12 @@ IT_API const it_backend *it_backend_at(int i);
 IT_API const char *it_backend_origin(const it_backend *backend);
 /* Names of plugins found on the search path (loaded or not). */
 IT_API it_status it_backend_discover(char names[][40], int max, int *count);
+
+/* A registered backend's kernel table as the core uses it: all IT_KERNEL_SLOT_COUNT slots,
+ * those past the backend's kernels_size NULL. Read this, not backend->kernels, to walk the
+ * slots of a backend that may have been built with fewer. NULL (with it_error) for a backend
+ * that is not registered. */
+IT_API const it_kernels *it_backend_kernels(const it_backend *backend);
 
 /* Per-slot dispatch statistics of a backend: whether the slot is native or served by the
  * core's CPU fallback, calls, host-side time, and bytes the fallback copied. */

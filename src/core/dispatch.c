@@ -25,8 +25,9 @@ typedef struct slot_stats {
 } slot_stats;
 
 struct it__dispatch {
-    it_kernels effective;
-    bool is_cpu; /* the reference: never falls back */
+    it_kernels table;     /* the backend's own slots, full size: NULL past its kernels_size */
+    it_kernels effective; /* table with each NULL slot but the fused ones a fallback wrapper */
+    bool is_cpu;          /* the reference: never falls back */
     bool native[IT_KERNEL_SLOT_COUNT];
     slot_stats stats[IT_KERNEL_SLOT_COUNT];
 };
@@ -288,6 +289,8 @@ static it_status fb_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *v
     return RUN(CPU->topk(NULL, hx, k, hv, hi));
 }
 
+/* A wrapper for every slot but the fused ones (it_kernel_slot_fused): a slot appended to
+ * it_kernels needs one here, since an older plugin's table reads it as NULL. */
 static const it_kernels fallback_kernels = {
     .cast = fb_cast,
     .fill = fb_fill,
@@ -314,23 +317,31 @@ static const it_kernels fallback_kernels = {
 
 /* ---------------------------------------------------------------- tables and stats */
 
-it__dispatch *it__dispatch_new(const it_backend *b) {
+it__dispatch *it__dispatch_new(const it_backend *b, size_t kernels_size) {
     it__dispatch *d = calloc(1, sizeof *d);
     if (!d) return NULL;
+    /* The backend's slots up to kernels_size, NULL past them (the calloc), and nothing of a
+     * larger table's tail: those slots are newer than this core. */
+    memcpy(&d->table, b->kernels, kernels_size < sizeof d->table ? kernels_size : sizeof d->table);
     /* The table is a struct of function pointers only: walk it as an array of them. */
-    it_fnptr mine[IT_KERNEL_SLOT_COUNT], fallbacks[IT_KERNEL_SLOT_COUNT];
-    _Static_assert(sizeof(it_kernels) == sizeof mine, "it_kernels must hold only function pointers");
-    memcpy(mine, b->kernels, sizeof mine);
+    it_fnptr slots[IT_KERNEL_SLOT_COUNT], fallbacks[IT_KERNEL_SLOT_COUNT];
+    _Static_assert(sizeof(it_kernels) == sizeof slots, "it_kernels must hold only function pointers");
+    memcpy(slots, &d->table, sizeof slots);
     memcpy(fallbacks, &fallback_kernels, sizeof fallbacks);
     /* The CPU backend is the reference: its table is used as is. */
     bool is_cpu = b->kernels == it_cpu_kernels();
     d->is_cpu = is_cpu;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
-        d->native[i] = mine[i] != NULL;
-        if (!mine[i] && !is_cpu) mine[i] = fallbacks[i];
+        d->native[i] = slots[i] != NULL;
+        if (!slots[i] && !is_cpu) slots[i] = fallbacks[i];
     }
-    memcpy(&d->effective, mine, sizeof mine);
+    memcpy(&d->effective, slots, sizeof slots);
     return d;
+}
+
+const it_kernels *it_backend_kernels(const it_backend *b) {
+    it__dispatch *d = it__dispatch_of(b);
+    return d ? &d->table : NULL;
 }
 
 bool it__kpre(it_device dev, size_t slot) {

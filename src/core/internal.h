@@ -68,7 +68,8 @@ it_stream *it__stream(it_device dev);
  * effective table (native slot, or the CPU fallback when the backend left it empty),
  * counting calls and time per slot. Evaluates to an it_status. */
 typedef struct it__dispatch it__dispatch;
-it__dispatch *it__dispatch_new(const it_backend *backend);
+/* kernels_size: the bytes of backend->kernels to read (validated by the registry). */
+it__dispatch *it__dispatch_new(const it_backend *backend, size_t kernels_size);
 it__dispatch *it__dispatch_of(const it_backend *backend); /* registry.c */
 typedef struct it__kcall_ctx {
     it_device dev;

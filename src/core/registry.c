@@ -60,6 +60,19 @@ const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUN
 
 bool it_kernel_slot_fused(size_t slot) { return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd); }
 
+/* The table of API version 6 (cast .. attention_bwd, 23 slots): what kernels_size 0 and
+ * api_version 5 stand for. Pinned to attention_bwd, so slots appended later leave it be. */
+#define KERNELS_SIZE_API6 (offsetof(it_kernels, attention_bwd) + sizeof(void (*)(void)))
+/* The smallest table a backend may declare: the required slots. */
+#define KERNELS_SIZE_MIN (offsetof(it_kernels, copy_strided) + sizeof(void (*)(void)))
+
+/* The bytes of b->kernels the backend was built with. */
+static size_t declared_kernels_size(const it_backend *b) {
+    /* a version 5 it_backend ends before kernels_size: it is not read there */
+    if (b->api_version == 5 || b->kernels_size == 0) return KERNELS_SIZE_API6;
+    return b->kernels_size;
+}
+
 static bool valid_name(const char *name) {
     if (!name || !*name || strlen(name) > 32) return false;
     for (const char *p = name; *p; p++)
@@ -76,10 +89,10 @@ static reg_entry *find_locked(const char *name) {
 /* Validate everything about a backend before it becomes visible. */
 static it_status validate(const it_backend *b) {
     if (!b) return it_error(IT_ERR_INVALID_ARG, "backend registration: NULL backend");
-    if (b->api_version != IT_BACKEND_API_VERSION)
+    if (b->api_version != IT_BACKEND_API_VERSION && b->api_version != 5)
         return it_error(IT_ERR_INVALID_ARG,
                         "backend '%s': api_version %d does not match this core's IT_BACKEND_API_VERSION %d "
-                        "(rebuild the backend against this version of backend.h)",
+                        "(which also loads version 5; rebuild the backend against this version of backend.h)",
                         b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
     if (!valid_name(b->name))
         return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
@@ -108,6 +121,12 @@ static it_status validate(const it_backend *b) {
         return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name, missing);
     const it_kernels *k = b->kernels;
     if (!k) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no kernel table", b->name);
+    size_t ksize = declared_kernels_size(b);
+    if (ksize < KERNELS_SIZE_MIN || ksize % sizeof(void (*)(void)))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "backend '%s': kernels_size %zu is not a table of whole slots from cast to at least "
+                        "copy_strided (set it to sizeof(it_kernels), %zu in this core)",
+                        b->name, ksize, sizeof(it_kernels));
     if (!k->cast) strcat(missing, "cast");
     if (!k->fill) strcat(missing, missing[0] ? ", fill" : "fill");
     if (!k->copy_strided) strcat(missing, missing[0] ? ", copy_strided" : "copy_strided");
@@ -126,7 +145,7 @@ static it_status register_locked(const it_backend *b, const char *origin) {
                         IT_MAX_BACKENDS);
     reg_entry *e = &reg[reg_count];
     memset(e, 0, sizeof *e);
-    e->dispatch = it__dispatch_new(b);
+    e->dispatch = it__dispatch_new(b, declared_kernels_size(b));
     if (!e->dispatch) return it_error(IT_ERR_OOM, "registering backend '%s': out of host memory", b->name);
     e->backend = b;
     snprintf(e->origin, sizeof e->origin, "%s", origin);
