@@ -153,14 +153,20 @@ static it_status register_locked(const it_backend *b, const char *origin) {
     return IT_OK;
 }
 
-static void ensure_cpu_locked(void) {
-    if (reg_count == 0) register_locked(&it_cpu_backend, "built in");
+/* The CPU backend is entry 0, before any other. Its registration fails only for want of
+ * host memory (the core's own table passes validation); callers then return that error and
+ * register nothing else, the next call tries again, and those that return no status see an
+ * empty registry (no backends, a cpu device that fails at first use). */
+static it_status ensure_cpu_locked(void) {
+    if (reg_count > 0) return IT_OK;
+    it_status st = register_locked(&it_cpu_backend, "built in");
+    return st ? it_error_context("registering the built-in cpu backend: ") : IT_OK;
 }
 
 it_status it_backend_register(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    it_status st = register_locked(backend, "it_backend_register");
+    it_status st = ensure_cpu_locked();
+    if (!st) st = register_locked(backend, "it_backend_register");
     pthread_mutex_unlock(&reg_lock);
     return st;
 }
@@ -293,10 +299,9 @@ static it_status load_plugin_locked(const char *name) {
 it_status it_backend_find(const char *name, const it_backend **out) {
     if (!name || !*name) return it_error(IT_ERR_INVALID_ARG, "empty backend name");
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = find_locked(name);
-    it_status st = IT_OK;
-    if (!e) {
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : find_locked(name);
+    if (!e && !st) {
         if (!valid_name(name)) {
             char avail[1024];
             describe_available(avail, sizeof avail);
@@ -315,16 +320,15 @@ it_status it_backend_find(const char *name, const it_backend **out) {
 
 int it_backend_count(void) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    int n = reg_count;
+    int n = ensure_cpu_locked() == IT_OK ? reg_count : 0; /* the error says why there are none */
     pthread_mutex_unlock(&reg_lock);
     return n;
 }
 
 const it_backend *it_backend_at(int i) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    const it_backend *b = i >= 0 && i < reg_count ? reg[i].backend : NULL;
+    bool ok = ensure_cpu_locked() == IT_OK;
+    const it_backend *b = ok && i >= 0 && i < reg_count ? reg[i].backend : NULL;
     pthread_mutex_unlock(&reg_lock);
     return b;
 }
@@ -369,18 +373,18 @@ static it_status ready_locked(reg_entry *e) {
 
 it_status it__backend_ready(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
-    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend %p is not registered", (void *)backend);
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
+    if (!st) st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend %p is not registered", (void *)backend);
     pthread_mutex_unlock(&reg_lock);
     return st;
 }
 
 it_status it_device_count(const it_backend *backend, int *count) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
-    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend is not registered");
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
+    if (!st) st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend is not registered");
     if (!st) *count = e->device_count;
     pthread_mutex_unlock(&reg_lock);
     return st;
@@ -421,8 +425,8 @@ it_status it_device_parse(const char *text, it_device *out) {
 
 it_device it_device_cpu(void) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    if (!reg[0].init_done) ready_locked(&reg[0]);
+    /* without an entry the device fails at first use, with the registration's message */
+    if (ensure_cpu_locked() == IT_OK && !reg[0].init_done) ready_locked(&reg[0]);
     pthread_mutex_unlock(&reg_lock);
     it_device d = {&it_cpu_backend, 0};
     return d;
@@ -442,11 +446,11 @@ const char *it_device_str(it_device dev, char *buf, size_t size) {
 
 /* Per-device state, created on first use. Fails when the device is not usable. */
 static it_status device_state_locked(it_device dev, reg_entry **out) {
-    ensure_cpu_locked();
+    it_status st = ensure_cpu_locked();
+    if (st) return st;
     reg_entry *e = entry_of_locked(dev.backend);
     if (!e) return it_error(IT_ERR_NOT_FOUND, "device's backend is not registered");
-    it_status st = ready_locked(e);
-    if (st) return st;
+    if ((st = ready_locked(e))) return st;
     if (dev.index < 0 || dev.index >= e->device_count)
         return it_error(IT_ERR_INVALID_ARG, "device index %d out of range (backend '%s' has %d devices)", dev.index,
                         dev.backend->name, e->device_count);
@@ -497,10 +501,10 @@ it_status it_device_synchronize(it_device dev) {
 
 it__dispatch *it__dispatch_of(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
     it__dispatch *d = e ? e->dispatch : NULL;
     pthread_mutex_unlock(&reg_lock);
-    if (!d) it_error(IT_ERR_NOT_FOUND, "backend '%s' is not registered", backend ? backend->name : "(null)");
+    if (!d && !st) it_error(IT_ERR_NOT_FOUND, "backend '%s' is not registered", backend ? backend->name : "(null)");
     return d;
 }
