@@ -40,4 +40,5 @@ const it_backend it_cpu_backend = {
     .runtime = &it_cpu_runtime,
     .kernels = &cpu_kernels,
     .ccl = &it_cpu_ccl,
+    .kernels_size = sizeof(it_kernels),
 };

@@ -46,6 +46,7 @@ static const it_backend cu_backend = {
 #else
     .ccl = NULL,
 #endif
+    .kernels_size = sizeof(it_kernels),
 };
 
 /* The one symbol the core looks up. No CUDA call happens here: the driver is first touched

@@ -11,6 +11,7 @@ static const it_backend mlu_backend = {
     .runtime = &mlu_runtime,
     .kernels = &mlu_kernels,
     .ccl = &mlu_ccl,
+    .kernels_size = sizeof(it_kernels),
 };
 
 IT_BACKEND_EXPORT const it_backend *it_backend_entry(void) { return &mlu_backend; }

@@ -20,6 +20,7 @@ static const it_backend sim_backend = {
     .runtime = &sim_runtime,
     .kernels = &sim_kernels,
     .ccl = NULL, /* a real backend plugs NCCL / CNCL in here */
+    .kernels_size = sizeof(it_kernels),
 };
 
 /* The one symbol the core looks up (dlsym "it_backend_entry"). No work happens here: the

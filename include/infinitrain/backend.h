@@ -33,12 +33,28 @@
 extern "C" {
 #endif
 
-/* Bump on any incompatible change of the structs below; plugins built against another
- * version are refused at load time. */
-/* 3: it_ccl gained all_reduce_start / request_test / request_wait;
+/* The version of the structs below. A plugin that declares another version is refused at
+ * load time, except 5, which is 6 without it_backend.kernels_size and is read as 6 with
+ * kernels_size 0 (its table is the 23 slots cast .. attention_bwd).
+ *
+ * Bump it on any change a plugin built before it would misread:
+ *  - removing, reordering or renaming a slot, or inserting one anywhere but at the end of a
+ *    table (every later slot moves);
+ *  - changing a slot's signature or meaning, or a struct, enum or constant a slot takes
+ *    (it_tdesc, it_gemm_args, it_softmax_args, it_adam_args, the op enums, IT_MAX_DIMS...);
+ *  - appending a slot to it_runtime or it_ccl (they carry no size: the core would read past
+ *    an older plugin's table), or a field to it_backend;
+ *  - making an existing optional slot required.
+ * Appending an optional slot at the end of it_kernels does not bump it: kernels_size tells
+ * the core how much of the table a plugin was built with, and a slot past that reads as NULL
+ * (served by the CPU fallback, or composed for the fused ones), as if the plugin left it
+ * empty. An appended kernel slot is therefore never required.
+ *
+ * 3: it_ccl gained all_reduce_start / request_test / request_wait;
  * 4: it_kernels gained the optional fused attention_fwd / attention_bwd;
- * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q) */
-#define IT_BACKEND_API_VERSION 5
+ * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q);
+ * 6: it_backend gained kernels_size, so that it_kernels can grow without a bump */
+#define IT_BACKEND_API_VERSION 6
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -95,7 +111,7 @@ typedef struct it_runtime {
     it_status (*malloc)(int device, size_t nbytes, void **ptr);
     it_status (*free)(int device, void *ptr);
     it_status (*malloc_async)(int device, size_t nbytes, it_stream *stream, void **ptr); /* optional */
-    it_status (*free_async)(int device, void *ptr, it_stream *stream);                 /* optional */
+    it_status (*free_async)(int device, void *ptr, it_stream *stream);                   /* optional */
     /* Synchronous copy: returns when dst holds the data. Host pointers may be pageable. */
     it_status (*memcpy)(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind);
     /* Asynchronous copy ordered on `stream`; the host buffer must stay valid until the
@@ -109,18 +125,18 @@ typedef struct it_runtime {
 /* ---------------------------------------------------------------- kernel argument types */
 
 typedef enum it_unary_op {
-    IT_UNARY_NEG = 0,    /* y = -x */
-    IT_UNARY_SCALE = 1,  /* y = alpha * x */
-    IT_UNARY_EXP = 2,    /* y = exp(x) */
-    IT_UNARY_LOG = 3,    /* y = log(x) */
-    IT_UNARY_SQRT = 4,   /* y = sqrt(x) */
-    IT_UNARY_RSQRT = 5,  /* y = 1/sqrt(x) */
-    IT_UNARY_SQUARE = 6, /* y = x*x */
-    IT_UNARY_TANH = 7,   /* y = tanh(x) */
-    IT_UNARY_GELU = 8,   /* y = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (GPT-2's tanh form) */
-    IT_UNARY_SILU = 9,   /* y = x * sigmoid(x) */
+    IT_UNARY_NEG = 0,         /* y = -x */
+    IT_UNARY_SCALE = 1,       /* y = alpha * x */
+    IT_UNARY_EXP = 2,         /* y = exp(x) */
+    IT_UNARY_LOG = 3,         /* y = log(x) */
+    IT_UNARY_SQRT = 4,        /* y = sqrt(x) */
+    IT_UNARY_RSQRT = 5,       /* y = 1/sqrt(x) */
+    IT_UNARY_SQUARE = 6,      /* y = x*x */
+    IT_UNARY_TANH = 7,        /* y = tanh(x) */
+    IT_UNARY_GELU = 8,        /* y = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (GPT-2's tanh form) */
+    IT_UNARY_SILU = 9,        /* y = x * sigmoid(x) */
     IT_UNARY_ADD_SCALAR = 10, /* y = x + alpha */
-    IT_UNARY_RECIP = 11, /* y = 1/x */
+    IT_UNARY_RECIP = 11,      /* y = 1/x */
     IT_UNARY_COUNT
 } it_unary_op;
 
@@ -226,8 +242,7 @@ typedef struct it_kernels {
                                it_tdesc *y, it_tdesc *mean, it_tdesc *rstd);
     /* dx (R, C) written; dw, db (C) written (not accumulated); db may be NULL. */
     it_status (*layernorm_bwd)(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
-                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
-                               it_tdesc *db);
+                               const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db);
 
     /* ---- softmax over the last dim (see it_softmax_args) */
     it_status (*softmax_fwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
@@ -248,8 +263,8 @@ typedef struct it_kernels {
     /* ---- optimizers, on contiguous flat tensors of equal length */
     /* p -= lr * grad_scale * g */
     it_status (*sgd_step)(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
-    it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
-                           it_tdesc *m, it_tdesc *v);
+    it_status (*adam_step)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
+                           it_tdesc *v);
 
     /* ---- LLaMA-3 / Mixtral */
     /* RMSNorm over the last dim C of x (R, C): y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps)
@@ -270,11 +285,11 @@ typedef struct it_kernels {
      * 1 <= k <= E. */
     it_status (*topk)(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
 
-    /* ---- optional fused kernels, last in the table (it_kernel_slot_fused counts from the
-     * first of them). Unlike the slots above, an empty one is not served by the
-     * CPU fallback: the core composes the op from the slots above instead, on the device.
-     * A native one may decline a call (IT_ERR_UNSUPPORTED before writing anything: a dtype
-     * or layout it does not take); the core then composes that call. */
+    /* ---- optional fused kernels (it_kernel_slot_fused names them). Unlike the slots
+     * above, an empty one is not served by the CPU fallback: the core composes the op from
+     * the slots above instead, on the device. A native one may decline a call
+     * (IT_ERR_UNSUPPORTED before writing anything: a dtype or layout it does not take); the
+     * core then composes that call. */
     /* Multi-head attention, the fused form of the core's composition
      *   att = softmax(args->scale * q k^T, args->causal)   (softmax_fwd's semantics)
      *   y   = att v
@@ -295,12 +310,42 @@ typedef struct it_kernels {
      * each group with the reduce slot, as the composition's expand does); datt (B, H, T, S)
      * contiguous gets the scores' gradient (softmax_bwd's dx). */
     it_status (*attention_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
-                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
-                               it_tdesc *dk, it_tdesc *dv, it_tdesc *datt);
+                               const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
+                               it_tdesc *dv, it_tdesc *datt);
 } it_kernels;
 
-/* Names of the kernel slots in table order, for reports ("cast", "fill", ...). */
+/* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
+ * names and indices from this list and checks at compile time that entry i is member i of
+ * it_kernels, so appending a slot means appending it here too (the build fails otherwise). */
+#define IT_KERNEL_SLOTS(X)                                                                                             \
+    X(cast)                                                                                                            \
+    X(fill)                                                                                                            \
+    X(copy_strided)                                                                                                    \
+    X(gemm)                                                                                                            \
+    X(unary)                                                                                                           \
+    X(binary)                                                                                                          \
+    X(reduce)                                                                                                          \
+    X(embedding_fwd)                                                                                                   \
+    X(embedding_bwd)                                                                                                   \
+    X(layernorm_fwd)                                                                                                   \
+    X(layernorm_bwd)                                                                                                   \
+    X(softmax_fwd)                                                                                                     \
+    X(softmax_bwd)                                                                                                     \
+    X(cross_entropy_fwd)                                                                                               \
+    X(cross_entropy_bwd)                                                                                               \
+    X(sgd_step)                                                                                                        \
+    X(adam_step)                                                                                                       \
+    X(rmsnorm_fwd)                                                                                                     \
+    X(rmsnorm_bwd)                                                                                                     \
+    X(rope)                                                                                                            \
+    X(topk)                                                                                                            \
+    X(attention_fwd)                                                                                                   \
+    X(attention_bwd)
+
+/* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
+/* Names of the kernel slots in table order, for reports ("cast", "fill", ...); NULL past the
+ * last. */
 IT_API const char *it_kernel_slot_name(size_t slot);
 /* True for the optional fused slots (attention_fwd, attention_bwd): empty, they are composed
  * by the core from the other slots, not served by the CPU fallback. */
@@ -325,8 +370,7 @@ typedef struct it_ccl {
      * divides by the rank count with the binary kernel. Same for reduce_scatter. */
     it_status (*all_reduce)(it_comm *c, const void *send, void *recv, size_t count, it_dtype dt, it_reduce_kind op,
                             it_stream *s);
-    it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
-                            it_stream *s);
+    it_status (*all_gather)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt, it_stream *s);
     it_status (*reduce_scatter)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
                                 it_reduce_kind op, it_stream *s);
     it_status (*broadcast)(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s);
@@ -347,8 +391,8 @@ typedef struct it_ccl {
 
 /* ---------------------------------------------------------------- the backend */
 typedef struct it_backend {
-    int api_version; /* IT_BACKEND_API_VERSION the backend was built against */
-    const char *name; /* lowercase [a-z0-9_]+, unique in the process */
+    int api_version;                 /* IT_BACKEND_API_VERSION the backend was built against */
+    const char *name;                /* lowercase [a-z0-9_]+, unique in the process */
     it_dtype default_autocast_dtype; /* IT_DTYPE_BF16 or IT_DTYPE_FP16 */
     /* True when device memory is the host's own memory (the CPU backend): the core may then
      * hand its pointers to host code. Every accelerator leaves this false. */
@@ -356,6 +400,14 @@ typedef struct it_backend {
     const it_runtime *runtime;
     const it_kernels *kernels;
     const it_ccl *ccl; /* NULL when the backend has no collectives */
+    /* sizeof(it_kernels) as the backend was built: set it to exactly that. The core reads
+     * that many bytes of *kernels (a whole number of slots, at least cast .. copy_strided)
+     * and treats every slot past them as NULL; a table larger than the core's own (a plugin
+     * built against a newer header) is accepted and its slots unknown to the core are never
+     * called. 0, what a backend written before this field leaves, reads as the 23 slots of
+     * API version 6 (cast .. attention_bwd): such a backend keeps working, but sees no slot
+     * appended after them until it sets the field. */
+    size_t kernels_size;
 } it_backend;
 
 /* Signature of the symbol a plugin exports. */
@@ -380,12 +432,18 @@ IT_API const char *it_backend_origin(const it_backend *backend);
 /* Names of plugins found on the search path (loaded or not). */
 IT_API it_status it_backend_discover(char names[][40], int max, int *count);
 
+/* A registered backend's kernel table as the core uses it: all IT_KERNEL_SLOT_COUNT slots,
+ * those past the backend's kernels_size NULL. Read this, not backend->kernels, to walk the
+ * slots of a backend that may have been built with fewer. NULL (with it_error) for a backend
+ * that is not registered. */
+IT_API const it_kernels *it_backend_kernels(const it_backend *backend);
+
 /* Per-slot dispatch statistics of a backend: whether the slot is native or served by the
  * core's CPU fallback, calls, host-side time, and bytes the fallback copied. */
 typedef struct it_kernel_stat {
     const char *slot;
     bool native;
-    uint64_t calls;          /* all calls, whichever path served them */
+    uint64_t calls; /* all calls, whichever path served them */
     double ms;
     uint64_t bytes_moved;    /* by the CPU fallback */
     uint64_t fallback_calls; /* calls the CPU fallback served (all of them when !native) */

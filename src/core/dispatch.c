@@ -25,8 +25,9 @@ typedef struct slot_stats {
 } slot_stats;
 
 struct it__dispatch {
-    it_kernels effective;
-    bool is_cpu; /* the reference: never falls back */
+    it_kernels table;     /* the backend's own slots, full size: NULL past its kernels_size */
+    it_kernels effective; /* table with each NULL slot but the fused ones a fallback wrapper */
+    bool is_cpu;          /* the reference: never falls back */
     bool native[IT_KERNEL_SLOT_COUNT];
     slot_stats stats[IT_KERNEL_SLOT_COUNT];
 };
@@ -87,32 +88,33 @@ static it_status stage_out(stage *s) {
     return s->buf ? dev_copy((void *)s->dptr, s->buf, s->bytes, IT_MEMCPY_H2D) : IT_OK;
 }
 
-#define FB_MAX 8
-typedef struct fb {
-    stage s[FB_MAX];
-    bool out[FB_MAX];
+/* One fallback call's staged arguments (at most FRAME_ARGS), and the first error. */
+#define FRAME_ARGS 8
+typedef struct fallback_frame {
+    stage s[FRAME_ARGS];
+    bool out[FRAME_ARGS];
     int n;
     it_status st;
-} fb;
+} fallback_frame;
 
-static void fb_begin(fb *f, it_stream *stream) {
+static void frame_begin(fallback_frame *f, it_stream *stream) {
     memset(f, 0, sizeof *f);
     /* Inputs may still be written by queued native kernels. */
     f->st = it__kc.dev.backend->runtime->stream_synchronize(stream);
 }
 /* Stage one descriptor; returns the host descriptor (NULL for a NULL input). */
-static it_tdesc *fb_arg(fb *f, const it_tdesc *d, bool is_out, bool read) {
+static it_tdesc *frame_arg(fallback_frame *f, const it_tdesc *d, bool is_out, bool read) {
     if (!d || f->st) return NULL;
     stage *s = &f->s[f->n];
     f->out[f->n++] = is_out;
     f->st = stage_in(d, s, read);
     return &s->host;
 }
-#define IN(d) fb_arg(&f, (d), false, true)
-#define OUT(d) fb_arg(&f, (d), true, !dense(d))
-#define INOUT(d) fb_arg(&f, (d), true, true)
+#define IN(d) frame_arg(&f, (d), false, true)
+#define OUT(d) frame_arg(&f, (d), true, !dense(d))
+#define INOUT(d) frame_arg(&f, (d), true, true)
 
-static it_status fb_end(fb *f, it_status kst) {
+static it_status frame_end(fallback_frame *f, it_status kst) {
     it_status st = f->st ? f->st : kst;
     for (int i = 0; i < f->n; i++) {
         if (!st && f->out[i]) st = stage_out(&f->s[i]);
@@ -121,31 +123,31 @@ static it_status fb_end(fb *f, it_status kst) {
     return st;
 }
 #define CPU (it_cpu_kernels())
-#define RUN(call) fb_end(&f, f.st ? f.st : (call))
+#define RUN(call) frame_end(&f, f.st ? f.st : (call))
 
 static it_status fb_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *a = IN(src);
     it_tdesc *o = OUT(dst);
     return RUN(CPU->cast(NULL, a, o));
 }
 static it_status fb_fill(it_stream *s, it_tdesc *dst, it_scalar v) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     it_tdesc *o = OUT(dst);
     return RUN(CPU->fill(NULL, o, v));
 }
 static it_status fb_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *a = IN(src);
     it_tdesc *o = OUT(dst);
     return RUN(CPU->copy_strided(NULL, a, o));
 }
 static it_status fb_gemm(it_stream *s, const it_gemm_args *args) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     it_gemm_args h = *args;
     const it_tdesc *a = IN(&args->a), *b = IN(&args->b);
     it_tdesc *c = args->beta != 0.0f ? INOUT(&args->c) : OUT(&args->c); /* beta != 0 reads C */
@@ -157,98 +159,99 @@ static it_status fb_gemm(it_stream *s, const it_gemm_args *args) {
     return RUN(CPU->gemm(NULL, &h));
 }
 static it_status fb_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *a = IN(x);
     it_tdesc *o = OUT(out);
     return RUN(CPU->unary(NULL, op, alpha, a, o));
 }
 static it_status fb_binary(it_stream *s, it_binary_op op, const it_tdesc *x, const it_tdesc *y, it_tdesc *out) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *a = IN(x), *b = IN(y);
     it_tdesc *o = OUT(out);
     return RUN(CPU->binary(NULL, op, a, b, o));
 }
 static it_status fb_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *a = IN(x);
     it_tdesc *o = OUT(out);
     return RUN(CPU->reduce(NULL, op, a, o));
 }
 static it_status fb_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *w, it_tdesc *out) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *i = IN(idx), *a = IN(w);
     it_tdesc *o = OUT(out);
     return RUN(CPU->embedding_fwd(NULL, i, a, o));
 }
 static it_status fb_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dw) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *i = IN(idx), *d = IN(dout);
     it_tdesc *o = INOUT(dw); /* accumulated into */
     return RUN(CPU->embedding_bwd(NULL, i, d, o));
 }
 static it_status fb_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
                                   it_tdesc *y, it_tdesc *mean, it_tdesc *rstd) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hx = IN(x), *hw = IN(w), *hb = IN(b);
     it_tdesc *hy = OUT(y), *hm = OUT(mean), *hr = OUT(rstd);
     return RUN(CPU->layernorm_fwd(NULL, hx, hw, hb, eps, hy, hm, hr));
 }
 static it_status fb_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
-                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw, it_tdesc *db) {
-    fb f;
-    fb_begin(&f, s);
+                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
+                                  it_tdesc *db) {
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hdy = IN(dy), *hx = IN(x), *hw = IN(w), *hm = IN(mean), *hr = IN(rstd);
     it_tdesc *hdx = OUT(dx), *hdw = OUT(dw), *hdb = OUT(db);
     return RUN(CPU->layernorm_bwd(NULL, hdy, hx, hw, hm, hr, hdx, hdw, hdb));
 }
 static it_status fb_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hx = IN(x);
     it_tdesc *hy = OUT(y);
     return RUN(CPU->softmax_fwd(NULL, args, hx, hy));
 }
 static it_status fb_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
                                 it_tdesc *dx) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hy = IN(y), *hdy = IN(dy);
     it_tdesc *hdx = OUT(dx);
     return RUN(CPU->softmax_bwd(NULL, args, hy, hdy, hdx));
 }
 static it_status fb_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                       it_tdesc *losses) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hl = IN(logits), *ht = IN(targets);
     it_tdesc *ho = OUT(losses);
     return RUN(CPU->cross_entropy_fwd(NULL, hl, ht, valid, ho));
 }
 static it_status fb_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                       const it_tdesc *dlosses, it_tdesc *dlogits) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hl = IN(logits), *ht = IN(targets), *hd = IN(dlosses);
     it_tdesc *ho = OUT(dlogits);
     return RUN(CPU->cross_entropy_bwd(NULL, hl, ht, valid, hd, ho));
 }
 static it_status fb_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     it_tdesc *hp = INOUT(param);
     const it_tdesc *hg = IN(grad);
     return RUN(CPU->sgd_step(NULL, lr, grad_scale, hp, hg));
 }
 static it_status fb_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
                               it_tdesc *m, it_tdesc *v) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     it_tdesc *hp = INOUT(param), *hm = INOUT(m), *hv = INOUT(v);
     const it_tdesc *hg = IN(grad);
     return RUN(CPU->adam_step(NULL, args, hp, hg, hm, hv));
@@ -256,36 +259,38 @@ static it_status fb_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *
 
 static it_status fb_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,
                                 it_tdesc *rstd) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hx = IN(x), *hw = IN(w);
     it_tdesc *hy = OUT(y), *hr = OUT(rstd);
     return RUN(CPU->rmsnorm_fwd(NULL, hx, hw, eps, hy, hr));
 }
 static it_status fb_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
                                 const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hdy = IN(dy), *hx = IN(x), *hw = IN(w), *hr = IN(rstd);
     it_tdesc *hdx = OUT(dx), *hdw = OUT(dw);
     return RUN(CPU->rmsnorm_bwd(NULL, hdy, hx, hw, hr, hdx, hdw));
 }
 static it_status fb_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
                          it_tdesc *y) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hx = IN(x), *hc = IN(cos), *hs = IN(sin);
     it_tdesc *hy = OUT(y);
     return RUN(CPU->rope(NULL, hx, hc, hs, inverse, hy));
 }
 static it_status fb_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices) {
-    fb f;
-    fb_begin(&f, s);
+    fallback_frame f;
+    frame_begin(&f, s);
     const it_tdesc *hx = IN(x);
     it_tdesc *hv = OUT(values), *hi = OUT(indices);
     return RUN(CPU->topk(NULL, hx, k, hv, hi));
 }
 
+/* A wrapper for every slot but the fused ones (it_kernel_slot_fused): a slot appended to
+ * it_kernels needs one here, since an older plugin's table reads it as NULL. */
 static const it_kernels fallback_kernels = {
     .cast = fb_cast,
     .fill = fb_fill,
@@ -312,23 +317,31 @@ static const it_kernels fallback_kernels = {
 
 /* ---------------------------------------------------------------- tables and stats */
 
-it__dispatch *it__dispatch_new(const it_backend *b) {
+it__dispatch *it__dispatch_new(const it_backend *b, size_t kernels_size) {
     it__dispatch *d = calloc(1, sizeof *d);
     if (!d) return NULL;
+    /* The backend's slots up to kernels_size, NULL past them (the calloc), and nothing of a
+     * larger table's tail: those slots are newer than this core. */
+    memcpy(&d->table, b->kernels, kernels_size < sizeof d->table ? kernels_size : sizeof d->table);
     /* The table is a struct of function pointers only: walk it as an array of them. */
-    it_fnptr mine[IT_KERNEL_SLOT_COUNT], fb[IT_KERNEL_SLOT_COUNT];
-    _Static_assert(sizeof(it_kernels) == sizeof mine, "it_kernels must hold only function pointers");
-    memcpy(mine, b->kernels, sizeof mine);
-    memcpy(fb, &fallback_kernels, sizeof fb);
+    it_fnptr slots[IT_KERNEL_SLOT_COUNT], fallbacks[IT_KERNEL_SLOT_COUNT];
+    _Static_assert(sizeof(it_kernels) == sizeof slots, "it_kernels must hold only function pointers");
+    memcpy(slots, &d->table, sizeof slots);
+    memcpy(fallbacks, &fallback_kernels, sizeof fallbacks);
     /* The CPU backend is the reference: its table is used as is. */
     bool is_cpu = b->kernels == it_cpu_kernels();
     d->is_cpu = is_cpu;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
-        d->native[i] = mine[i] != NULL;
-        if (!mine[i] && !is_cpu) mine[i] = fb[i];
+        d->native[i] = slots[i] != NULL;
+        if (!slots[i] && !is_cpu) slots[i] = fallbacks[i];
     }
-    memcpy(&d->effective, mine, sizeof mine);
+    memcpy(&d->effective, slots, sizeof slots);
     return d;
+}
+
+const it_kernels *it_backend_kernels(const it_backend *b) {
+    it__dispatch *d = it__dispatch_of(b);
+    return d ? &d->table : NULL;
 }
 
 bool it__kpre(it_device dev, size_t slot) {
@@ -436,8 +449,9 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
     }
-    fprintf(f, "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
-               "fallbacks, %.2f MB moved by fallbacks\n",
+    fprintf(f,
+            "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
+            "fallbacks, %.2f MB moved by fallbacks\n",
             total, fb_ms, (double)bytes / (1024.0 * 1024.0));
     return IT_OK;
 }

@@ -27,7 +27,7 @@ struct it_tensor {
     int64_t offset; /* in elements */
     /* autograd */
     bool requires_grad;
-    bool is_leaf;         /* created by the user (parameters), not by an op */
+    bool is_leaf;           /* created by the user (parameters), not by an op */
     struct it_tensor *grad; /* owned reference; for leaves it persists across steps */
     int pending_uses;       /* a hooked backward: nodes not yet run that take this leaf */
     bool grad_zero;         /* a leaf whose grad buffer is logically zero, not yet written */
@@ -68,7 +68,8 @@ it_stream *it__stream(it_device dev);
  * effective table (native slot, or the CPU fallback when the backend left it empty),
  * counting calls and time per slot. Evaluates to an it_status. */
 typedef struct it__dispatch it__dispatch;
-it__dispatch *it__dispatch_new(const it_backend *backend);
+/* kernels_size: the bytes of backend->kernels to read (validated by the registry). */
+it__dispatch *it__dispatch_new(const it_backend *backend, size_t kernels_size);
 it__dispatch *it__dispatch_of(const it_backend *backend); /* registry.c */
 typedef struct it__kcall_ctx {
     it_device dev;
@@ -92,11 +93,10 @@ const it_kernels *it__fallback_kernels(void);
 bool it__kernel_native(it_device dev, size_t slot);
 #define IT_SLOT(slot) (offsetof(it_kernels, slot) / sizeof(void (*)(void)))
 /* The arguments are evaluated again for a retried call: pass no expression with side effects. */
-#define KCALL(dev, slot, ...)                                                                          \
-    (it__kpre((dev), IT_SLOT(slot))                                                                    \
-         ? it__kpost(it__kretry(it__kc.k->slot(it__kc.stream, __VA_ARGS__))                            \
-                         ? it__fallback_kernels()->slot(it__kc.stream, __VA_ARGS__)                    \
-                         : it__kc.st)                                                                  \
-         : it_last_status())
+#define KCALL(dev, slot, ...)                                                                                          \
+    (it__kpre((dev), IT_SLOT(slot)) ? it__kpost(it__kretry(it__kc.k->slot(it__kc.stream, __VA_ARGS__))                 \
+                                                    ? it__fallback_kernels()->slot(it__kc.stream, __VA_ARGS__)         \
+                                                    : it__kc.st)                                                       \
+                                    : it_last_status())
 
 #endif

@@ -37,21 +37,41 @@ static int reg_count;
 
 extern const it_backend it_cpu_backend;
 
-/* The names of the kernel slots, in it_kernels order. */
-static const char *const slot_names[] = {
-    "cast",          "fill",          "copy_strided",  "gemm",
-    "unary",         "binary",        "reduce",        "embedding_fwd",
-    "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "softmax_fwd",
-    "softmax_bwd",   "cross_entropy_fwd", "cross_entropy_bwd", "sgd_step",
-    "adam_step",     "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
-    "topk",          "attention_fwd", "attention_bwd",
+/* IT_KERNEL_SLOTS lists the members of it_kernels in order, each once: entry i names
+ * member i. A slot inserted, moved or appended in one and not the other fails here. */
+enum {
+#define SLOT_POS(slot) slot_pos_##slot,
+    IT_KERNEL_SLOTS(SLOT_POS)
+#undef SLOT_POS
+        slots_listed
 };
-_Static_assert(sizeof slot_names / sizeof slot_names[0] == IT_KERNEL_SLOT_COUNT,
-               "slot_names must list every it_kernels slot");
+_Static_assert((size_t)slots_listed == IT_KERNEL_SLOT_COUNT, "IT_KERNEL_SLOTS must list every it_kernels slot");
+#define SLOT_AT_POS(slot)                                                                                              \
+    _Static_assert(IT_SLOT(slot) == (size_t)slot_pos_##slot, "IT_KERNEL_SLOTS lists " #slot " out of order");
+IT_KERNEL_SLOTS(SLOT_AT_POS)
+#undef SLOT_AT_POS
+
+/* Each name keyed by its member's index, so it cannot land on another slot. */
+#define SLOT_NAME(slot) [IT_SLOT(slot)] = #slot,
+static const char *const slot_names[IT_KERNEL_SLOT_COUNT] = {IT_KERNEL_SLOTS(SLOT_NAME)};
+#undef SLOT_NAME
 
 const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
 
-bool it_kernel_slot_fused(size_t slot) { return slot >= IT_SLOT(attention_fwd) && slot < IT_KERNEL_SLOT_COUNT; }
+bool it_kernel_slot_fused(size_t slot) { return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd); }
+
+/* The table of API version 6 (cast .. attention_bwd, 23 slots): what kernels_size 0 and
+ * api_version 5 stand for. Pinned to attention_bwd, so slots appended later leave it be. */
+#define KERNELS_SIZE_API6 (offsetof(it_kernels, attention_bwd) + sizeof(void (*)(void)))
+/* The smallest table a backend may declare: the required slots. */
+#define KERNELS_SIZE_MIN (offsetof(it_kernels, copy_strided) + sizeof(void (*)(void)))
+
+/* The bytes of b->kernels the backend was built with. */
+static size_t declared_kernels_size(const it_backend *b) {
+    /* a version 5 it_backend ends before kernels_size: it is not read there */
+    if (b->api_version == 5 || b->kernels_size == 0) return KERNELS_SIZE_API6;
+    return b->kernels_size;
+}
 
 static bool valid_name(const char *name) {
     if (!name || !*name || strlen(name) > 32) return false;
@@ -69,14 +89,13 @@ static reg_entry *find_locked(const char *name) {
 /* Validate everything about a backend before it becomes visible. */
 static it_status validate(const it_backend *b) {
     if (!b) return it_error(IT_ERR_INVALID_ARG, "backend registration: NULL backend");
-    if (b->api_version != IT_BACKEND_API_VERSION)
+    if (b->api_version != IT_BACKEND_API_VERSION && b->api_version != 5)
         return it_error(IT_ERR_INVALID_ARG,
                         "backend '%s': api_version %d does not match this core's IT_BACKEND_API_VERSION %d "
-                        "(rebuild the backend against this version of backend.h)",
+                        "(which also loads version 5; rebuild the backend against this version of backend.h)",
                         b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
     if (!valid_name(b->name))
-        return it_error(IT_ERR_INVALID_ARG,
-                        "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
+        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
                         b->name ? b->name : "(null)");
     if (b->default_autocast_dtype != IT_DTYPE_BF16 && b->default_autocast_dtype != IT_DTYPE_FP16)
         return it_error(IT_ERR_INVALID_ARG, "backend '%s': default_autocast_dtype must be bf16 or fp16, got %d",
@@ -84,7 +103,7 @@ static it_status validate(const it_backend *b) {
     const it_runtime *r = b->runtime;
     if (!r) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no runtime table", b->name);
     char missing[512] = "";
-#define NEED_RT(slot)                                                                                  \
+#define NEED_RT(slot)                                                                                                  \
     if (!r->slot) strncat(missing, missing[0] ? ", " #slot : #slot, sizeof missing - strlen(missing) - 1)
     NEED_RT(init);
     NEED_RT(device_count);
@@ -99,15 +118,19 @@ static it_status validate(const it_backend *b) {
     NEED_RT(synchronize_device);
 #undef NEED_RT
     if (missing[0])
-        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name,
-                        missing);
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required runtime functions missing: %s", b->name, missing);
     const it_kernels *k = b->kernels;
     if (!k) return it_error(IT_ERR_INVALID_ARG, "backend '%s': no kernel table", b->name);
+    size_t ksize = declared_kernels_size(b);
+    if (ksize < KERNELS_SIZE_MIN || ksize % sizeof(void (*)(void)))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "backend '%s': kernels_size %zu is not a table of whole slots from cast to at least "
+                        "copy_strided (set it to sizeof(it_kernels), %zu in this core)",
+                        b->name, ksize, sizeof(it_kernels));
     if (!k->cast) strcat(missing, "cast");
     if (!k->fill) strcat(missing, missing[0] ? ", fill" : "fill");
     if (!k->copy_strided) strcat(missing, missing[0] ? ", copy_strided" : "copy_strided");
-    if (missing[0])
-        return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
+    if (missing[0]) return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
     return IT_OK;
 }
 
@@ -116,14 +139,13 @@ static it_status register_locked(const it_backend *b, const char *origin) {
     if (st) return st;
     reg_entry *old = find_locked(b->name);
     if (old)
-        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is already registered (by %s)", b->name,
-                        old->origin);
+        return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is already registered (by %s)", b->name, old->origin);
     if (reg_count == IT_MAX_BACKENDS)
-        return it_error(IT_ERR_INVALID_ARG, "cannot register backend '%s': %d backends already registered",
-                        b->name, IT_MAX_BACKENDS);
+        return it_error(IT_ERR_INVALID_ARG, "cannot register backend '%s': %d backends already registered", b->name,
+                        IT_MAX_BACKENDS);
     reg_entry *e = &reg[reg_count];
     memset(e, 0, sizeof *e);
-    e->dispatch = it__dispatch_new(b);
+    e->dispatch = it__dispatch_new(b, declared_kernels_size(b));
     if (!e->dispatch) return it_error(IT_ERR_OOM, "registering backend '%s': out of host memory", b->name);
     e->backend = b;
     snprintf(e->origin, sizeof e->origin, "%s", origin);
@@ -131,14 +153,20 @@ static it_status register_locked(const it_backend *b, const char *origin) {
     return IT_OK;
 }
 
-static void ensure_cpu_locked(void) {
-    if (reg_count == 0) register_locked(&it_cpu_backend, "built in");
+/* The CPU backend is entry 0, before any other. Its registration fails only for want of
+ * host memory (the core's own table passes validation); callers then return that error and
+ * register nothing else, the next call tries again, and those that return no status see an
+ * empty registry (no backends, a cpu device that fails at first use). */
+static it_status ensure_cpu_locked(void) {
+    if (reg_count > 0) return IT_OK;
+    it_status st = register_locked(&it_cpu_backend, "built in");
+    return st ? it_error_context("registering the built-in cpu backend: ") : IT_OK;
 }
 
 it_status it_backend_register(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    it_status st = register_locked(backend, "it_backend_register");
+    it_status st = ensure_cpu_locked();
+    if (!st) st = register_locked(backend, "it_backend_register");
     pthread_mutex_unlock(&reg_lock);
     return st;
 }
@@ -260,8 +288,7 @@ static it_status load_plugin_locked(const char *name) {
                 dlclose(h);
             }
         }
-        if (off < sizeof tried)
-            off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
+        if (off < sizeof tried) off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
     }
     char avail[1024];
     describe_available(avail, sizeof avail);
@@ -272,15 +299,14 @@ static it_status load_plugin_locked(const char *name) {
 it_status it_backend_find(const char *name, const it_backend **out) {
     if (!name || !*name) return it_error(IT_ERR_INVALID_ARG, "empty backend name");
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = find_locked(name);
-    it_status st = IT_OK;
-    if (!e) {
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : find_locked(name);
+    if (!e && !st) {
         if (!valid_name(name)) {
             char avail[1024];
             describe_available(avail, sizeof avail);
-            st = it_error(IT_ERR_INVALID_ARG, "'%s' is not a valid backend name (lowercase [a-z0-9_]; %s)", name,
-                          avail);
+            st =
+                it_error(IT_ERR_INVALID_ARG, "'%s' is not a valid backend name (lowercase [a-z0-9_]; %s)", name, avail);
         } else {
             st = load_plugin_locked(name);
             if (!st) e = find_locked(name);
@@ -294,16 +320,15 @@ it_status it_backend_find(const char *name, const it_backend **out) {
 
 int it_backend_count(void) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    int n = reg_count;
+    int n = ensure_cpu_locked() == IT_OK ? reg_count : 0; /* the error says why there are none */
     pthread_mutex_unlock(&reg_lock);
     return n;
 }
 
 const it_backend *it_backend_at(int i) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    const it_backend *b = i >= 0 && i < reg_count ? reg[i].backend : NULL;
+    bool ok = ensure_cpu_locked() == IT_OK;
+    const it_backend *b = ok && i >= 0 && i < reg_count ? reg[i].backend : NULL;
     pthread_mutex_unlock(&reg_lock);
     return b;
 }
@@ -348,18 +373,18 @@ static it_status ready_locked(reg_entry *e) {
 
 it_status it__backend_ready(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
-    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend %p is not registered", (void *)backend);
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
+    if (!st) st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend %p is not registered", (void *)backend);
     pthread_mutex_unlock(&reg_lock);
     return st;
 }
 
 it_status it_device_count(const it_backend *backend, int *count) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
-    it_status st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend is not registered");
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
+    if (!st) st = e ? ready_locked(e) : it_error(IT_ERR_NOT_FOUND, "backend is not registered");
     if (!st) *count = e->device_count;
     pthread_mutex_unlock(&reg_lock);
     return st;
@@ -391,8 +416,8 @@ it_status it_device_parse(const char *text, it_device *out) {
     st = it_device_count(b, &count);
     if (st) return st;
     if (index >= count)
-        return it_error(IT_ERR_INVALID_ARG, "device '%s': index %ld out of range (backend '%s' has %d device%s)",
-                        text, index, name, count, count == 1 ? "" : "s");
+        return it_error(IT_ERR_INVALID_ARG, "device '%s': index %ld out of range (backend '%s' has %d device%s)", text,
+                        index, name, count, count == 1 ? "" : "s");
     out->backend = b;
     out->index = (int)index;
     return IT_OK;
@@ -400,8 +425,8 @@ it_status it_device_parse(const char *text, it_device *out) {
 
 it_device it_device_cpu(void) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    if (!reg[0].init_done) ready_locked(&reg[0]);
+    /* without an entry the device fails at first use, with the registration's message */
+    if (ensure_cpu_locked() == IT_OK && !reg[0].init_done) ready_locked(&reg[0]);
     pthread_mutex_unlock(&reg_lock);
     it_device d = {&it_cpu_backend, 0};
     return d;
@@ -410,19 +435,22 @@ it_device it_device_cpu(void) {
 bool it_device_equal(it_device a, it_device b) { return a.backend == b.backend && a.index == b.index; }
 
 const char *it_device_str(it_device dev, char *buf, size_t size) {
-    if (!dev.backend) snprintf(buf, size, "(no device)");
-    else if (dev.index == 0 && dev.backend == &it_cpu_backend) snprintf(buf, size, "cpu");
-    else snprintf(buf, size, "%s:%d", dev.backend->name, dev.index);
+    if (!dev.backend)
+        snprintf(buf, size, "(no device)");
+    else if (dev.index == 0 && dev.backend == &it_cpu_backend)
+        snprintf(buf, size, "cpu");
+    else
+        snprintf(buf, size, "%s:%d", dev.backend->name, dev.index);
     return buf;
 }
 
 /* Per-device state, created on first use. Fails when the device is not usable. */
 static it_status device_state_locked(it_device dev, reg_entry **out) {
-    ensure_cpu_locked();
+    it_status st = ensure_cpu_locked();
+    if (st) return st;
     reg_entry *e = entry_of_locked(dev.backend);
     if (!e) return it_error(IT_ERR_NOT_FOUND, "device's backend is not registered");
-    it_status st = ready_locked(e);
-    if (st) return st;
+    if ((st = ready_locked(e))) return st;
     if (dev.index < 0 || dev.index >= e->device_count)
         return it_error(IT_ERR_INVALID_ARG, "device index %d out of range (backend '%s' has %d devices)", dev.index,
                         dev.backend->name, e->device_count);
@@ -473,10 +501,10 @@ it_status it_device_synchronize(it_device dev) {
 
 it__dispatch *it__dispatch_of(const it_backend *backend) {
     pthread_mutex_lock(&reg_lock);
-    ensure_cpu_locked();
-    reg_entry *e = entry_of_locked(backend);
+    it_status st = ensure_cpu_locked();
+    reg_entry *e = st ? NULL : entry_of_locked(backend);
     it__dispatch *d = e ? e->dispatch : NULL;
     pthread_mutex_unlock(&reg_lock);
-    if (!d) it_error(IT_ERR_NOT_FOUND, "backend '%s' is not registered", backend ? backend->name : "(null)");
+    if (!d && !st) it_error(IT_ERR_NOT_FOUND, "backend '%s' is not registered", backend ? backend->name : "(null)");
     return d;
 }

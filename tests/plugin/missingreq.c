@@ -79,6 +79,7 @@ static const it_backend mr_backend = {
     .runtime = &mr_runtime,
     .kernels = &mr_kernels,
     .ccl = NULL,
+    .kernels_size = sizeof(it_kernels),
 };
 
 IT_BACKEND_EXPORT const it_backend *it_backend_entry(void) {

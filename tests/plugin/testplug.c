@@ -448,6 +448,7 @@ static const it_backend tp_backend = {
     .runtime = &tp_runtime,
     .kernels = &tp_kernels,
     .ccl = NULL,
+    .kernels_size = sizeof(it_kernels),
 };
 
 static pthread_once_t tp_once = PTHREAD_ONCE_INIT;

@@ -80,6 +80,7 @@ static const it_backend wn_backend = {
     .runtime = &wn_runtime,
     .kernels = &wn_kernels,
     .ccl = NULL,
+    .kernels_size = sizeof(it_kernels),
 };
 
 IT_BACKEND_EXPORT const it_backend *it_backend_entry(void) {

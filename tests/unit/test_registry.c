@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "infinitrain/backend.h"
+#include "infinitrain/ops.h"
 #include "infinitrain/tensor.h"
 #include "it_test.h"
 
@@ -291,11 +292,79 @@ static void test_refused_plugins(void) {
     }
 }
 
+/* ------------------------------------------------------------------ a table of fewer slots */
+
+#define SLOT_BYTES sizeof(void (*)(void))
+#define SLOT_OF(name) (offsetof(it_kernels, name) / SLOT_BYTES)
+
+/* Each slot's name is the member's at that index, and the fused ones are exactly the pair. */
+static void test_slot_names(void) {
+#define NAME_AT_SLOT(name)                                                                                             \
+    CHECK_MSG(it_kernel_slot_name(SLOT_OF(name)) && strcmp(it_kernel_slot_name(SLOT_OF(name)), #name) == 0,            \
+              "slot %zu is named %s, expected " #name, SLOT_OF(name), it_kernel_slot_name(SLOT_OF(name)));
+    IT_KERNEL_SLOTS(NAME_AT_SLOT)
+#undef NAME_AT_SLOT
+    CHECK(IT_KERNEL_SLOT_COUNT >= 23); /* API version 6's, and any appended since */
+    CHECK(strcmp(it_kernel_slot_name(0), "cast") == 0);
+    CHECK(it_kernel_slot_name(IT_KERNEL_SLOT_COUNT) == NULL);
+    int fused = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT + 2; i++) fused += it_kernel_slot_fused(i);
+    CHECK(fused == 2);
+    CHECK(it_kernel_slot_fused(SLOT_OF(attention_fwd)) && it_kernel_slot_fused(SLOT_OF(attention_bwd)));
+    CHECK(!it_kernel_slot_fused(SLOT_OF(topk)));
+}
+
+/* tests/plugin/oldtable.c: built as if before topk and the attention pair were appended. */
+static void test_old_table(void) {
+    const it_backend *b = NULL;
+    CHECK_OK(it_backend_find("oldtable", &b));
+    if (!b) return;
+    CHECK(b->kernels_size == SLOT_OF(topk) * SLOT_BYTES);
+    const it_kernels *k = it_backend_kernels(b), *cpu = it_cpu_kernels();
+    CHECK(k != NULL && k != b->kernels); /* the registry's full-size copy */
+    if (!k) return;
+    CHECK(k->cast == cpu->cast && k->gemm == cpu->gemm);
+    CHECK(k->rope == cpu->rope); /* the last slot it has is read */
+    CHECK(k->layernorm_fwd == NULL);
+    CHECK(k->topk == NULL && k->attention_fwd == NULL && k->attention_bwd == NULL);
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    CHECK_OK(it_backend_kernel_stats(b, st));
+    int native = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) native += st[i].native;
+    CHECK_MSG(native == 5, "%d native slots, expected 5 (cast fill copy_strided gemm rope)", native);
+    CHECK(st[SLOT_OF(rope)].native && !st[SLOT_OF(topk)].native && !st[SLOT_OF(attention_fwd)].native);
+
+    /* topk, past its table, runs on the CPU fallback and gives the CPU's answer. */
+    it_device d;
+    CHECK_OK(it_device_parse("oldtable", &d));
+    it_backend_stats_reset(b);
+    const float x[2][4] = {{1, 5, 3, 5}, {-2, 0, 7, 1}};
+    it_tensor *t = it_tensor_from_host(d, IT_DTYPE_FP32, 2, (int64_t[]){2, 4}, x, sizeof x);
+    it_tensor *idx = NULL, *vals = t ? it_topk(t, 2, &idx) : NULL;
+    CHECK(vals != NULL && idx != NULL);
+    float v[4] = {0};
+    int32_t ix[4] = {0};
+    if (vals && idx) {
+        CHECK_OK(it_tensor_copy_to_host(vals, v, sizeof v));
+        CHECK_OK(it_tensor_copy_to_host(idx, ix, sizeof ix));
+    }
+    CHECK(v[0] == 5 && v[1] == 5 && v[2] == 7 && v[3] == 1);
+    CHECK(ix[0] == 1 && ix[1] == 3 && ix[2] == 2 && ix[3] == 3);
+    CHECK_OK(it_backend_kernel_stats(b, st));
+    CHECK(st[SLOT_OF(topk)].calls == 1 && st[SLOT_OF(topk)].fallback_calls == 1);
+    /* x in (32 bytes), the values and indices out (16 + 16) */
+    CHECK_MSG(st[SLOT_OF(topk)].bytes_moved == 64, "topk fallback moved %llu bytes",
+              (unsigned long long)st[SLOT_OF(topk)].bytes_moved);
+    it_tensor_release(vals);
+    it_tensor_release(idx);
+    it_tensor_release(t);
+}
+
 static void test_discover(void) {
     char names[64][40];
     int n = -1;
     CHECK_OK(it_backend_discover(names, 64, &n));
-    const char *want[] = {"testplug", "badversion", "noentry", "missingreq", "wrongname"};
+    const char *want[] = {"testplug", "badversion", "noentry", "missingreq", "wrongname", "oldtable"};
     for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
         int hits = 0;
         for (int i = 0; i < n; i++) hits += strcmp(names[i], want[w]) == 0;
@@ -429,6 +498,78 @@ static void test_register(void) {
     CHECK(found == &long_b);
 }
 
+/* kernels_size: what each value is taken to mean, and which are refused. */
+static bool extra_slot_called;
+static void extra_slot(void) { extra_slot_called = true; }
+static struct {
+    it_kernels k;
+    void (*newer[2])(void); /* slots of a header newer than this core's */
+} newer_table;
+static it_kernels zero_size_kernels;
+static it_backend zero_b, five_b, newer_b;
+
+static void test_kernels_size(void) {
+    int before = it_backend_count();
+    const it_kernels *cpu = it_cpu_kernels();
+    it_backend b = named("ksize");
+    b.kernels_size = 2 * SLOT_BYTES; /* cast and fill only */
+    CHECK_ERR(it_backend_register(&b), IT_ERR_INVALID_ARG, "kernels_size 16 is not a table");
+    CHECK_HAS("at least copy_strided");
+    b.kernels_size = sizeof(it_kernels) + 4;
+    CHECK_ERR(it_backend_register(&b), IT_ERR_INVALID_ARG, "whole slots");
+    char want[64];
+    snprintf(want, sizeof want, "sizeof(it_kernels), %zu", sizeof(it_kernels));
+    CHECK_HAS(want);
+    CHECK(it_backend_count() == before);
+
+    /* 0: the 23 slots of API version 6, all of this core's table. */
+    zero_size_kernels = *cpu;
+    zero_b = named("ksize_zero");
+    zero_b.kernels = &zero_size_kernels;
+    zero_b.kernels_size = 0;
+    CHECK_OK(it_backend_register(&zero_b));
+    const it_kernels *k = it_backend_kernels(&zero_b);
+    CHECK(k && k->cast == cpu->cast && k->topk == cpu->topk && k->attention_bwd == cpu->attention_bwd);
+
+    /* api_version 5 has no kernels_size: whatever lies there is not read. */
+    five_b = named("apifive");
+    five_b.api_version = 5;
+    five_b.kernels_size = 3;
+    CHECK_OK(it_backend_register(&five_b));
+    k = it_backend_kernels(&five_b);
+    CHECK(k && k->attention_bwd == cpu->attention_bwd);
+    b = named("apifour");
+    b.api_version = 4;
+    CHECK_ERR(it_backend_register(&b), IT_ERR_INVALID_ARG, "api_version 4");
+    CHECK_HAS("also loads version 5");
+
+    /* Larger than the core's: accepted, the tail never read into the table nor called. */
+    newer_table.k = *cpu;
+    newer_table.k.layernorm_fwd = NULL;
+    newer_table.newer[0] = newer_table.newer[1] = extra_slot;
+    newer_b = named("newer");
+    newer_b.kernels = &newer_table.k;
+    newer_b.kernels_size = sizeof newer_table;
+    CHECK_OK(it_backend_register(&newer_b));
+    k = it_backend_kernels(&newer_b);
+    CHECK(k && k != &newer_table.k && k->attention_bwd == cpu->attention_bwd && k->layernorm_fwd == NULL);
+    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
+    CHECK_OK(it_backend_kernel_stats(&newer_b, st));
+    int native = 0;
+    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) native += st[i].native;
+    CHECK(native == (int)IT_KERNEL_SLOT_COUNT - 1 && !st[SLOT_OF(layernorm_fwd)].native);
+    it_device d;
+    CHECK_OK(it_device_parse("newer", &d));
+    it_tensor *t = it_tensor_full(d, IT_DTYPE_FP32, 1, (int64_t[]){3}, it_scalar_f64(2.5));
+    double x = 0;
+    CHECK(t && it_tensor_item(t, (int64_t[]){2}, &x) == IT_OK && x == 2.5);
+    it_tensor_release(t);
+    CHECK(!extra_slot_called);
+    CHECK(it_backend_kernels(&b) == NULL); /* not registered */
+    CHECK_HAS("not registered");
+    CHECK(it_backend_count() == before + 3);
+}
+
 /* Init runs once, lazily (not at registration or lookup), and a failure sticks. */
 static void test_lazy_init(void) {
     lazy_rt = *cpu_backend()->runtime;
@@ -532,8 +673,11 @@ int main(void) {
     test_testplug_runtime();
     test_device_parse();
     test_refused_plugins();
+    test_slot_names();
+    test_old_table();
     test_discover();
     test_register();
+    test_kernels_size();
     test_lazy_init();
     test_backend_path();
     return it_test_report("test_registry");
