@@ -672,6 +672,59 @@ static void test_order_sensitive(void) {
     }
 }
 
+/* ---------------------------------------------------------------- dense sampling of the copies
+ * cu_math.h's exp / tanh / GELU / SiLU and their backwards are copies of the CPU's (written
+ * with the unfused device operations, where the CPU's are plain arithmetic inside its
+ * vectorized loops): every unary and binary op over 2^21 random 32-bit patterns (NaNs,
+ * infinities and subnormals included, in their natural share), a quarter of them in
+ * |x| < 128, where the formulas switch, bit for bit. */
+static void test_dense_f32(void) {
+    enum { N = 1 << 21 };
+    static float x[N], y[N], ref[N];
+    for (int i = 0; i < N; i++) x[i] = bits_f32(rnd32()), y[i] = bits_f32(rnd32());
+    for (int i = 0; i < N / 4; i++) x[i] = bits_f32(rnd32() % 0x43000000u | (rnd32() & 0x80000000u));
+    it_tdesc xd = flat(x, IT_DTYPE_FP32, N), yd = flat(y, IT_DTYPE_FP32, N), rd = flat(ref, IT_DTYPE_FP32, N);
+    for (int op = 0; op < IT_UNARY_COUNT + IT_BINARY_COUNT; op++) {
+        bool un = op < IT_UNARY_COUNT;
+        if (un)
+            CHECK_OK(it_cpu_kernels()->unary(NULL, (it_unary_op)op, 0.75f, &xd, &rd));
+        else
+            CHECK_OK(it_cpu_kernels()->binary(NULL, (it_binary_op)(op - IT_UNARY_COUNT), &xd, &yd, &rd));
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float got = un ? it_cu_unary_f32(op, 0.75f, x[i]) : it_cu_binary_f32(op - IT_UNARY_COUNT, x[i], y[i]);
+            /* two NaN operands: IEEE leaves open whose payload the result carries (x86 keeps
+             * the first, and the CPU's compiler may swap a commutative op's operands) */
+            if (!un && x[i] != x[i] && y[i] != y[i] && got != got && ref[i] != ref[i]) continue;
+            if (!same_f32(got, ref[i]) && bad++ < 3)
+                CHECK_MSG(false, "%s op %d at (%a, %a): %a, cpu %a", un ? "unary" : "binary",
+                          un ? op : op - IT_UNARY_COUNT, (double)x[i], (double)y[i], (double)got, (double)ref[i]);
+        }
+        CHECK_MSG(bad == 0, "op %d: %d of %d differ", op, bad, N);
+    }
+}
+
+/* The device's fp64 <-> fp32 conversions spell NaN out (it_sc_fp64_nan_to_fp32 and back);
+ * the host's are C's: every fp32 NaN, and 2^22 random fp64 NaN payloads, bit for bit. */
+static void test_nan_conversions(void) {
+    int bad = 0;
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t man = 1; man < 0x800000u; man++) {
+            float f = bits_f32(sign << 31 | 0x7f800000u | man);
+            if (!same_f64(it_sc_fp32_nan_to_fp64(f), (double)f) && bad++ < 3)
+                CHECK_MSG(false, "fp32 NaN 0x%08x -> fp64", (unsigned)it_sc_f32_bits(f));
+        }
+    for (int i = 0; i < (1 << 22); i++) {
+        uint64_t man = rnd64() & ((UINT64_C(1) << 52) - 1);
+        double d = it_sc_bits_f64((rnd64() & UINT64_C(0x8000000000000000)) | UINT64_C(0x7ff0000000000000) | man);
+        if (man == 0) continue; /* Inf */
+        if (!same_f32(it_sc_fp64_nan_to_fp32(d), (float)d) && bad++ < 3)
+            CHECK_MSG(false, "fp64 NaN 0x%016llx -> fp32", (unsigned long long)it_sc_f64_bits(d));
+        if (!same_f32(it_sc_cvt_fp64_fp32(d), (float)d) && bad++ < 3) CHECK_MSG(false, "cvt fp64 -> fp32 of a NaN");
+    }
+    CHECK(bad == 0);
+}
+
 int main(void) {
     test_unary_binary_f32();
     test_unary_binary_f64();
@@ -680,5 +733,7 @@ int main(void) {
     test_cast();
     test_reduce();
     test_order_sensitive();
+    test_dense_f32();
+    test_nan_conversions();
     return it_test_report("test_cuda_math");
 }
