@@ -4,15 +4,9 @@
  *   fill:         dst[i] = (dst.dtype) value       any strides
  *   copy_strided: dst[i] = src[i]                  same dtype and shape, any strides
  *
- * Conversion rules (backend.h): x -> bool is x != 0 (NaN is true); float -> integer
- * truncates toward zero, saturates at the target's range, NaN -> 0; integer -> integer wraps
- * modulo 2^bits (two's complement); integer -> float rounds to nearest even; bool -> anything
- * is 0 / 1 (any nonzero bool byte counts as true). fp16 / bf16 are read exactly as fp32; every
- * conversion to them rounds once, to nearest even: fp64 and 64-bit integers are rounded
- * directly (core/half.h), never through an fp32 that would round a second time. fp64 -> fp32
- * is C's conversion, which under IEEE 754 (Annex F, as GCC and Clang implement it) rounds to
- * nearest and overflows to Inf. No input reaches a C conversion whose result is out of range
- * (the float -> integer comparisons below run first), so no input has undefined behaviour.
+ * The conversion of one element (backend.h's rules) is it_sc_cvt_<src>_<dst>, in
+ * include/infinitrain/scalar/it_scalar_cast.h, which the CUDA backend compiles too: this file
+ * is the loops around it.
  *
  * Loop structure: the descriptors are turned into a byte-strided loop nest with size-1 dims
  * dropped and adjacent dims merged wherever both operands are contiguous across them, so a
@@ -26,146 +20,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/half.h"
 #include "cpu/cpu_kernels.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 /* Elements per chunk of work; tensors of more than one chunk run in parallel. */
 #define IT_CAST_CHUNK ((int64_t)1 << 15)
-
-/* ------------------------------------------------------------------------------------------
- * Element conversions. Every source is first read as one of five kinds: b (bool), u
- * (uint64_t: unsigned integers), i (int64_t: signed integers), f (float: bf16, fp16, fp32),
- * d (double: fp64). Then to_<dst>_<kind>() converts a kind to the destination's storage. */
-
-static inline bool ld_boolean(uint8_t v) { return v != 0; }
-static inline uint64_t ld_u8(uint8_t v) { return v; }
-static inline int64_t ld_i8(int8_t v) { return v; }
-static inline uint64_t ld_u16(uint16_t v) { return v; }
-static inline int64_t ld_i16(int16_t v) { return v; }
-static inline uint64_t ld_u32(uint32_t v) { return v; }
-static inline int64_t ld_i32(int32_t v) { return v; }
-static inline uint64_t ld_u64(uint64_t v) { return v; }
-static inline int64_t ld_i64(int64_t v) { return v; }
-static inline float ld_bf16(uint16_t v) { return it_bfloat_to_float(v); }
-static inline float ld_fp16(uint16_t v) { return it_half_to_float(v); }
-static inline float ld_fp32(float v) { return v; }
-static inline double ld_fp64(double v) { return v; }
-
-/* Two's complement reinterpretation of the low bits, written without implementation-defined
- * out-of-range conversions (compilers reduce each to a plain truncation). */
-static inline int8_t wrap_i8(uint64_t u) {
-    uint8_t v = (uint8_t)u;
-    return v <= INT8_MAX ? (int8_t)v : (int8_t)((int)v - 256);
-}
-static inline int16_t wrap_i16(uint64_t u) {
-    uint16_t v = (uint16_t)u;
-    return v <= INT16_MAX ? (int16_t)v : (int16_t)((int32_t)v - 65536);
-}
-static inline int32_t wrap_i32(uint64_t u) {
-    uint32_t v = (uint32_t)u;
-    return v <= (uint32_t)INT32_MAX ? (int32_t)v : (int32_t)(v - UINT32_C(0x80000000)) + INT32_MIN;
-}
-static inline int64_t wrap_i64(uint64_t u) {
-    return u <= (uint64_t)INT64_MAX ? (int64_t)u : (int64_t)(u - UINT64_C(0x8000000000000000)) + INT64_MIN;
-}
-
-/* Unsigned integer targets; HI1 = 2^bits, exact in float and double. A float is converted by
- * C only inside (-1, 2^bits), where truncation is in range; NaN fails `v > -1` and gives 0. */
-#define IT_UINT_CONVS(N, T, TMAX, HI1)                                                                                 \
-    static inline T to_##N##_b(bool v) { return (T)v; }                                                                \
-    static inline T to_##N##_u(uint64_t v) { return (T)v; }                                                            \
-    static inline T to_##N##_i(int64_t v) { return (T)(uint64_t)v; }                                                   \
-    static inline T to_##N##_f(float v) { return v > -1.0f ? (v < (float)(HI1) ? (T)v : (TMAX)) : 0; }                 \
-    static inline T to_##N##_d(double v) { return v > -1.0 ? (v < (HI1) ? (T)v : (TMAX)) : 0; }
-
-/* Signed integer targets; the range is [TMIN, -TMIN), both bounds exact powers of two. A
- * float is converted by C only inside it (truncation stays in range); below TMIN saturates
- * to TMIN (anything in (TMIN - 1, TMIN) would truncate to TMIN anyway). */
-#define IT_SINT_CONVS(N, T, TMIN, TMAX, WRAP)                                                                          \
-    static inline T to_##N##_b(bool v) { return (T)v; }                                                                \
-    static inline T to_##N##_u(uint64_t v) { return WRAP(v); }                                                         \
-    static inline T to_##N##_i(int64_t v) { return WRAP((uint64_t)v); }                                                \
-    static inline T to_##N##_f(float v) {                                                                              \
-        return v != v ? 0 : v >= -(float)(TMIN) ? (TMAX) : v < (float)(TMIN) ? (TMIN) : (T)v;                          \
-    }                                                                                                                  \
-    static inline T to_##N##_d(double v) {                                                                             \
-        return v != v ? 0 : v >= -(double)(TMIN) ? (TMAX) : v < (double)(TMIN) ? (TMIN) : (T)v;                        \
-    }
-
-static inline uint8_t to_boolean_b(bool v) { return v; }
-static inline uint8_t to_boolean_u(uint64_t v) { return v != 0; }
-static inline uint8_t to_boolean_i(int64_t v) { return v != 0; }
-static inline uint8_t to_boolean_f(float v) { return v != 0.0f; } /* NaN != 0 is true */
-static inline uint8_t to_boolean_d(double v) { return v != 0.0; }
-
-IT_UINT_CONVS(u8, uint8_t, UINT8_MAX, 256.0)
-IT_SINT_CONVS(i8, int8_t, INT8_MIN, INT8_MAX, wrap_i8)
-IT_UINT_CONVS(u16, uint16_t, UINT16_MAX, 65536.0)
-IT_SINT_CONVS(i16, int16_t, INT16_MIN, INT16_MAX, wrap_i16)
-IT_UINT_CONVS(u32, uint32_t, UINT32_MAX, 4294967296.0)
-IT_SINT_CONVS(i32, int32_t, INT32_MIN, INT32_MAX, wrap_i32)
-IT_UINT_CONVS(u64, uint64_t, UINT64_MAX, 18446744073709551616.0)
-IT_SINT_CONVS(i64, int64_t, INT64_MIN, INT64_MAX, wrap_i64)
-
-/* bf16: 64-bit integers need it_int_to_bfloat's single rounding (an int -> fp32 -> bf16
- * chain rounds twice once |v| > 2^24). */
-static inline uint16_t to_bf16_b(bool v) { return v ? 0x3f80u : 0u; }
-static inline uint16_t to_bf16_u(uint64_t v) { return it_int_to_bfloat(v, 0); }
-static inline uint16_t to_bf16_i(int64_t v) { return it_int_to_bfloat(v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0); }
-static inline uint16_t to_bf16_f(float v) { return it_float_to_bfloat(v); }
-static inline uint16_t to_bf16_d(double v) { return it_double_to_bfloat(v); }
-
-/* fp16: integers go through fp32 without double rounding: below 65520 they are exact in
- * fp32, and from 65520 up fp32 rounding cannot drop below 65520, so they become Inf. */
-static inline uint16_t to_fp16_b(bool v) { return v ? 0x3c00u : 0u; }
-static inline uint16_t to_fp16_u(uint64_t v) { return it_float_to_half((float)v); }
-static inline uint16_t to_fp16_i(int64_t v) { return it_float_to_half((float)v); }
-static inline uint16_t to_fp16_f(float v) { return it_float_to_half(v); }
-static inline uint16_t to_fp16_d(double v) { return it_double_to_half(v); }
-
-static inline float to_fp32_b(bool v) { return v ? 1.0f : 0.0f; }
-static inline float to_fp32_u(uint64_t v) { return (float)v; }
-static inline float to_fp32_i(int64_t v) { return (float)v; }
-static inline float to_fp32_f(float v) { return v; }
-static inline float to_fp32_d(double v) { return (float)v; }
-
-static inline double to_fp64_b(bool v) { return v ? 1.0 : 0.0; }
-static inline double to_fp64_u(uint64_t v) { return (double)v; }
-static inline double to_fp64_i(int64_t v) { return (double)v; }
-static inline double to_fp64_f(float v) { return v; }
-static inline double to_fp64_d(double v) { return v; }
-
-/* The 13 dtypes in enum order: X(name, enum, storage type, kind, extra...) ("boolean": the
- * token bool is a macro). Two copies,
- * because a list macro cannot expand itself from inside its own expansion. */
-#define IT_FOR_SRC(X, ...)                                                                                             \
-    X(boolean, IT_DTYPE_BOOL, uint8_t, b, __VA_ARGS__)                                                                 \
-    X(u8, IT_DTYPE_U8, uint8_t, u, __VA_ARGS__)                                                                        \
-    X(i8, IT_DTYPE_I8, int8_t, i, __VA_ARGS__)                                                                         \
-    X(u16, IT_DTYPE_U16, uint16_t, u, __VA_ARGS__)                                                                     \
-    X(i16, IT_DTYPE_I16, int16_t, i, __VA_ARGS__)                                                                      \
-    X(u32, IT_DTYPE_U32, uint32_t, u, __VA_ARGS__)                                                                     \
-    X(i32, IT_DTYPE_I32, int32_t, i, __VA_ARGS__)                                                                      \
-    X(u64, IT_DTYPE_U64, uint64_t, u, __VA_ARGS__)                                                                     \
-    X(i64, IT_DTYPE_I64, int64_t, i, __VA_ARGS__)                                                                      \
-    X(bf16, IT_DTYPE_BF16, uint16_t, f, __VA_ARGS__)                                                                   \
-    X(fp16, IT_DTYPE_FP16, uint16_t, f, __VA_ARGS__)                                                                   \
-    X(fp32, IT_DTYPE_FP32, float, f, __VA_ARGS__)                                                                      \
-    X(fp64, IT_DTYPE_FP64, double, d, __VA_ARGS__)
-#define IT_FOR_DST(X, ...)                                                                                             \
-    X(boolean, IT_DTYPE_BOOL, uint8_t, b, __VA_ARGS__)                                                                 \
-    X(u8, IT_DTYPE_U8, uint8_t, u, __VA_ARGS__)                                                                        \
-    X(i8, IT_DTYPE_I8, int8_t, i, __VA_ARGS__)                                                                         \
-    X(u16, IT_DTYPE_U16, uint16_t, u, __VA_ARGS__)                                                                     \
-    X(i16, IT_DTYPE_I16, int16_t, i, __VA_ARGS__)                                                                      \
-    X(u32, IT_DTYPE_U32, uint32_t, u, __VA_ARGS__)                                                                     \
-    X(i32, IT_DTYPE_I32, int32_t, i, __VA_ARGS__)                                                                      \
-    X(u64, IT_DTYPE_U64, uint64_t, u, __VA_ARGS__)                                                                     \
-    X(i64, IT_DTYPE_I64, int64_t, i, __VA_ARGS__)                                                                      \
-    X(bf16, IT_DTYPE_BF16, uint16_t, f, __VA_ARGS__)                                                                   \
-    X(fp16, IT_DTYPE_FP16, uint16_t, f, __VA_ARGS__)                                                                   \
-    X(fp32, IT_DTYPE_FP32, float, f, __VA_ARGS__)                                                                      \
-    X(fp64, IT_DTYPE_FP64, double, d, __VA_ARGS__)
 
 /* ------------------------------------------------------------------------------------------
  * Inner functions: one run of n elements of the innermost dim; strides in bytes. */
@@ -180,25 +39,25 @@ typedef void (*it_run_fn)(char *d, int64_t ds, const char *s, int64_t ss, int64_
             _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                      \
                 ST x;                                                                                                  \
                 memcpy(&x, s + i * (int64_t)sizeof(ST), sizeof x);                                                     \
-                DT y = to_##DN##_##SK(ld_##SN(x));                                                                     \
+                DT y = it_sc_cvt_##SN##_##DN(x);                                                                       \
                 memcpy(d + i * (int64_t)sizeof(DT), &y, sizeof y);                                                     \
             }                                                                                                          \
         } else {                                                                                                       \
             for (int64_t i = 0; i < n; i++) {                                                                          \
                 ST x;                                                                                                  \
                 memcpy(&x, s + i * ss, sizeof x);                                                                      \
-                DT y = to_##DN##_##SK(ld_##SN(x));                                                                     \
+                DT y = it_sc_cvt_##SN##_##DN(x);                                                                       \
                 memcpy(d + i * ds, &y, sizeof y);                                                                      \
             }                                                                                                          \
         }                                                                                                              \
     }
-#define IT_DEF_CASTS_TO(DN, DE, DT, DK, unused) IT_FOR_SRC(IT_DEF_CAST, DN, DT)
-IT_FOR_DST(IT_DEF_CASTS_TO, 0)
+#define IT_DEF_CASTS_TO(DN, DE, DT, DK, unused) IT_SC_FOR_SRC(IT_DEF_CAST, DN, DT)
+IT_SC_FOR_DST(IT_DEF_CASTS_TO, 0)
 
 #define IT_CAST_ENTRY(DN, DE, DT, DK, SN) [DE] = cast_##SN##_##DN,
-#define IT_CAST_ROW(SN, SE, ST, SK, unused) [SE] = {IT_FOR_DST(IT_CAST_ENTRY, SN)},
+#define IT_CAST_ROW(SN, SE, ST, SK, unused) [SE] = {IT_SC_FOR_DST(IT_CAST_ENTRY, SN)},
 /* cast_fns[src][dst] */
-static const it_run_fn cast_fns[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_FOR_SRC(IT_CAST_ROW, 0)};
+static const it_run_fn cast_fns[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_SC_FOR_SRC(IT_CAST_ROW, 0)};
 
 /* copy_<bytes>: a run of same-size elements. ss == 0 (a broadcast source, or fill's value)
  * hoists the load so the store loop vectorizes. memmove, because an in-place call may pass
@@ -443,14 +302,14 @@ it_status it_cpu_cast(it_stream *stream, const it_tdesc *src, it_tdesc *dst) {
 /* value converted to dtype's storage, by the same rules as cast (integers exactly). */
 #define IT_FILL_CASE(DN, DE, DT, DK, unused)                                                                           \
     case DE: {                                                                                                         \
-        DT y = value.kind == IT_SCALAR_F64   ? to_##DN##_d(value.v.f64)                                                \
-               : value.kind == IT_SCALAR_I64 ? to_##DN##_i(value.v.i64)                                                \
-                                             : to_##DN##_u(value.v.u64);                                               \
+        DT y = value.kind == IT_SCALAR_F64   ? it_sc_to_##DN##_d(value.v.f64)                                          \
+               : value.kind == IT_SCALAR_I64 ? it_sc_to_##DN##_i(value.v.i64)                                          \
+                                             : it_sc_to_##DN##_u(value.v.u64);                                         \
         memcpy(out, &y, sizeof y);                                                                                     \
         break;                                                                                                         \
     }
 static void scalar_to_bytes(it_scalar value, it_dtype dtype, void *out) {
-    switch (dtype) { IT_FOR_DST(IT_FILL_CASE, 0) }
+    switch (dtype) { IT_SC_FOR_DST(IT_FILL_CASE, 0) }
 }
 
 it_status it_cpu_fill(it_stream *stream, it_tdesc *dst, it_scalar value) {

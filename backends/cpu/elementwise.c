@@ -23,8 +23,8 @@
  * over an empty set SUM/SUMSQ give 0, MEAN NaN and MAX -inf. */
 #include <omp.h>
 
-#include "core/half.h"
 #include "cpu/cpu_util.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 #define PAR_MIN 32768   /* elements below which a kernel stays on the calling thread */
 #define CHUNK 8192      /* elements per task of a long row */
@@ -178,15 +178,15 @@ DEFINE_ROWS(double, f64, exp, log, sqrt, tanh)
 /* bf16/fp16 <-> fp32 for the half paths. */
 static void half_load(it_dtype dt, const uint16_t *x, int64_t sx, float *dst, int64_t n) {
     if (dt == IT_DTYPE_BF16)
-        for (int64_t i = 0; i < n; i++) dst[i] = it_bfloat_to_float(x[i * sx]);
+        for (int64_t i = 0; i < n; i++) dst[i] = it_sc_bf16_to_fp32(x[i * sx]);
     else
-        for (int64_t i = 0; i < n; i++) dst[i] = it_half_to_float(x[i * sx]);
+        for (int64_t i = 0; i < n; i++) dst[i] = it_sc_fp16_to_fp32(x[i * sx]);
 }
 static void half_store(it_dtype dt, const float *src, uint16_t *y, int64_t sy, int64_t n) {
     if (dt == IT_DTYPE_BF16)
-        for (int64_t i = 0; i < n; i++) y[i * sy] = it_float_to_bfloat(src[i]);
+        for (int64_t i = 0; i < n; i++) y[i * sy] = it_sc_fp32_to_bf16(src[i]);
     else
-        for (int64_t i = 0; i < n; i++) y[i * sy] = it_float_to_half(src[i]);
+        for (int64_t i = 0; i < n; i++) y[i * sy] = it_sc_fp32_to_fp16(src[i]);
 }
 
 /* ---------------------------------------------------------------- strided iteration */

@@ -20,8 +20,8 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#include "core/half.h"
 #include "cpu/cpu_kernels.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 enum { LAYOUT_ROW, LAYOUT_COL, LAYOUT_COPY };
 
@@ -80,8 +80,8 @@ static double load(const operand *o, int64_t batch, int64_t i, int64_t j) {
     switch (o->d->dtype) {
     case IT_DTYPE_FP32: return ((const float *)o->d->data)[off];
     case IT_DTYPE_FP64: return ((const double *)o->d->data)[off];
-    case IT_DTYPE_BF16: return it_bfloat_to_float(((const uint16_t *)o->d->data)[off]);
-    default: return it_half_to_float(((const uint16_t *)o->d->data)[off]);
+    case IT_DTYPE_BF16: return it_sc_bf16_to_fp32(((const uint16_t *)o->d->data)[off]);
+    default: return it_sc_fp16_to_fp32(((const uint16_t *)o->d->data)[off]);
     }
 }
 
@@ -90,8 +90,8 @@ static void store(const operand *o, int64_t batch, int64_t i, int64_t j, double 
     switch (o->d->dtype) {
     case IT_DTYPE_FP32: ((float *)o->d->data)[off] = (float)v; break;
     case IT_DTYPE_FP64: ((double *)o->d->data)[off] = v; break;
-    case IT_DTYPE_BF16: ((uint16_t *)o->d->data)[off] = it_float_to_bfloat((float)v); break;
-    default: ((uint16_t *)o->d->data)[off] = it_float_to_half((float)v); break;
+    case IT_DTYPE_BF16: ((uint16_t *)o->d->data)[off] = it_sc_fp32_to_bf16((float)v); break;
+    default: ((uint16_t *)o->d->data)[off] = it_sc_fp32_to_fp16((float)v); break;
     }
 }
 

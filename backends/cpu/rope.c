@@ -25,8 +25,8 @@
  * to fp32, compute as fp32 and round y once (as Meta's `x.float()` ... `.type_as(x)`, except
  * that cos/sin arrive already rounded to x's dtype). Every element is independent, so
  * results do not depend on the thread count. */
-#include "core/half.h"
 #include "cpu/cpu_util.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -109,14 +109,14 @@ static void rope_half(const rope_geo *g, const uint16_t *x, const uint16_t *cs, 
         for (int64_t i = 0; i < g->P; i++) {
             uint16_t h0 = xr[(2 * i) * g->sx[3]], h1 = xr[(2 * i + 1) * g->sx[3]];
             uint16_t hc = cr[i * g->sc[1]], hs = sr[i * g->ss[1]];
-            float x0 = bf16 ? it_bfloat_to_float(h0) : it_half_to_float(h0);
-            float x1 = bf16 ? it_bfloat_to_float(h1) : it_half_to_float(h1);
-            float c = bf16 ? it_bfloat_to_float(hc) : it_half_to_float(hc);
-            float s = sgn * (bf16 ? it_bfloat_to_float(hs) : it_half_to_float(hs));
+            float x0 = bf16 ? it_sc_bf16_to_fp32(h0) : it_sc_fp16_to_fp32(h0);
+            float x1 = bf16 ? it_sc_bf16_to_fp32(h1) : it_sc_fp16_to_fp32(h1);
+            float c = bf16 ? it_sc_bf16_to_fp32(hc) : it_sc_fp16_to_fp32(hc);
+            float s = sgn * (bf16 ? it_sc_bf16_to_fp32(hs) : it_sc_fp16_to_fp32(hs));
             float x0c = x0 * c, x1s = x1 * s, x0s = x0 * s, x1c = x1 * c;
             float y0 = x0c - x1s, y1 = x0s + x1c;
-            yr[(2 * i) * g->sy[3]] = bf16 ? it_float_to_bfloat(y0) : it_float_to_half(y0);
-            yr[(2 * i + 1) * g->sy[3]] = bf16 ? it_float_to_bfloat(y1) : it_float_to_half(y1);
+            yr[(2 * i) * g->sy[3]] = bf16 ? it_sc_fp32_to_bf16(y0) : it_sc_fp32_to_fp16(y0);
+            yr[(2 * i + 1) * g->sy[3]] = bf16 ? it_sc_fp32_to_bf16(y1) : it_sc_fp32_to_fp16(y1);
         }
     }
 }

@@ -192,7 +192,7 @@ template <typename U> __global__ void copy_kernel(const U *src, U *dst, cu_iter 
     }
 }
 
-/* dst[i] = (dst dtype) src[i] by cast.c's rules: C::S -> C::D through it_cu_cvt_<src>_<dst>. */
+/* dst[i] = (dst dtype) src[i] by cast.c's rules: C::S -> C::D through it_sc_cvt_<src>_<dst>. */
 template <typename C> __global__ void cast_kernel(const typename C::S *src, typename C::D *dst, cu_iter it, int64_t n) {
     GRID_STRIDE(i, n) {
         int64_t off[2];
@@ -237,23 +237,23 @@ it_status copy_elems(const char *kernel, it_stream *s, const void *src, void *ds
     struct cvt_##SN##_##DN {                                                                                           \
         typedef ST S;                                                                                                  \
         typedef DT D;                                                                                                  \
-        static __device__ __forceinline__ DT cvt(ST x) { return it_cu_cvt_##SN##_##DN(x); }                            \
+        static __device__ __forceinline__ DT cvt(ST x) { return it_sc_cvt_##SN##_##DN(x); }                            \
     };
-#define CU_DEF_CVTS_TO(DN, DE, DT, DK, unused) IT_CU_FOR_SRC(CU_DEF_CVT, DN, DT)
-IT_CU_FOR_DST(CU_DEF_CVTS_TO, 0)
+#define CU_DEF_CVTS_TO(DN, DE, DT, DK, unused) IT_SC_FOR_SRC(CU_DEF_CVT, DN, DT)
+IT_SC_FOR_DST(CU_DEF_CVTS_TO, 0)
 
 typedef void (*cast_fn)(const void *src, void *dst, const cu_iter &it, int64_t n, cudaStream_t st);
 template <typename C> void launch_cast(const void *src, void *dst, const cu_iter &it, int64_t n, cudaStream_t st) {
     cast_kernel<C><<<cu_blocks(n), CU_THREADS, 0, st>>>((const typename C::S *)src, (typename C::D *)dst, it, n);
 }
 #define CU_CAST_ENTRY(DN, DE, DT, DK, SN) launch_cast<cvt_##SN##_##DN>,
-#define CU_CAST_ROW(SN, SE, ST, SK, unused) {IT_CU_FOR_DST(CU_CAST_ENTRY, SN)},
-const cast_fn cast_fns[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_CU_FOR_SRC(CU_CAST_ROW, 0)};
+#define CU_CAST_ROW(SN, SE, ST, SK, unused) {IT_SC_FOR_DST(CU_CAST_ENTRY, SN)},
+const cast_fn cast_fns[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_SC_FOR_SRC(CU_CAST_ROW, 0)};
 
 /* ---------------------------------------------------------------------------------- unary, binary */
 
 /* Element access of the floating dtypes: storage S, compute type C (float for fp32 / bf16 /
- * fp16, double for fp64). bf16 / fp16 go through cu_math.h's conversions (core/half.h's:
+ * fp16, double for fp64). bf16 / fp16 go through it_scalar_cast.h's conversions (the CPU's:
  * exact widening, round to nearest even, NaN payloads as the CPU keeps them). */
 template <typename T> struct ew_type;
 template <> struct ew_type<float> {
@@ -265,14 +265,14 @@ template <> struct ew_type<float> {
 template <> struct ew_type<__nv_bfloat16> {
     typedef uint16_t S;
     typedef float C;
-    static __device__ __forceinline__ float ld(uint16_t v) { return it_cu_bfloat_to_float(v); }
-    static __device__ __forceinline__ uint16_t st(float v) { return it_cu_float_to_bfloat(v); }
+    static __device__ __forceinline__ float ld(uint16_t v) { return it_sc_bf16_to_fp32(v); }
+    static __device__ __forceinline__ uint16_t st(float v) { return it_sc_fp32_to_bf16(v); }
 };
 template <> struct ew_type<__half> {
     typedef uint16_t S;
     typedef float C;
-    static __device__ __forceinline__ float ld(uint16_t v) { return it_cu_half_to_float(v); }
-    static __device__ __forceinline__ uint16_t st(float v) { return it_cu_float_to_half(v); }
+    static __device__ __forceinline__ float ld(uint16_t v) { return it_sc_fp16_to_fp32(v); }
+    static __device__ __forceinline__ uint16_t st(float v) { return it_sc_fp32_to_fp16(v); }
 };
 template <> struct ew_type<double> {
     typedef double S;
@@ -363,8 +363,8 @@ void binary_dispatch(int op, const void *a, const void *b, void *out, const cu_i
  * thread evaluates the subtree it lands on serially, and the halves are joined back up in
  * shared memory, level by level, in the tree's own order. So results are the CPU's bits. */
 
-__device__ __forceinline__ float r_div(float a, float b) { return it_cu_fdiv(a, b); }
-__device__ __forceinline__ double r_div(double a, double b) { return it_cu_ddiv(a, b); }
+__device__ __forceinline__ float r_div(float a, float b) { return it_sc_fdiv(a, b); }
+__device__ __forceinline__ double r_div(double a, double b) { return it_sc_ddiv(a, b); }
 __device__ __forceinline__ float r_join(float l, float r, int op) { return it_cu_red_join_f32(l, r, op); }
 __device__ __forceinline__ double r_join(double l, double r, int op) { return it_cu_red_join_f64(l, r, op); }
 __device__ __forceinline__ float r_subtree(const it_cu_red_plan &p, const float *x, it_cu_rnode root) {
@@ -448,29 +448,29 @@ template <typename T> it_status launch_reduce(it_stream *s, it_reduce_op op, con
 
 /* param[i] = fma(grad[i] * gs, -lr, param[i])   (optim.c's sgd; g * 1 is exact) */
 __global__ void sgd_kernel_f32(float *p, const float *g, int64_t n, float gs, float neg_lr) {
-    GRID_STRIDE(i, n) p[i] = it_cu_sgd_f32(p[i], g[i], gs, neg_lr);
+    GRID_STRIDE(i, n) p[i] = it_sc_sgd_f32(p[i], g[i], gs, neg_lr);
 }
 /* the same in fp64 */
 __global__ void sgd_kernel_f64(double *p, const double *g, int64_t n, double gs, double neg_lr) {
-    GRID_STRIDE(i, n) p[i] = it_cu_sgd_f64(p[i], g[i], gs, neg_lr);
+    GRID_STRIDE(i, n) p[i] = it_sc_sgd_f64(p[i], g[i], gs, neg_lr);
 }
 
-/* One Adam/AdamW step per element (it_cu_adam_f32: g *= gs; AdamW p *= 1 - lr*wd or Adam
+/* One Adam/AdamW step per element (it_sc_adam_f32: g *= gs; AdamW p *= 1 - lr*wd or Adam
  * g += wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p += -lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)) */
-__global__ void adam_kernel_f32(float *p, const float *g, float *m, float *v, int64_t n, it_cu_adam_f32c c) {
+__global__ void adam_kernel_f32(float *p, const float *g, float *m, float *v, int64_t n, it_sc_adam_f32c c) {
     GRID_STRIDE(i, n) {
         float pi = p[i], mi = m[i], vi = v[i];
-        it_cu_adam_f32(&c, &pi, g[i], &mi, &vi);
+        it_sc_adam_f32(c, c.mode, &pi, g[i], &mi, &vi);
         p[i] = pi;
         m[i] = mi;
         v[i] = vi;
     }
 }
 /* the same in fp64, with the double scalars */
-__global__ void adam_kernel_f64(double *p, const double *g, double *m, double *v, int64_t n, it_cu_adam_consts c) {
+__global__ void adam_kernel_f64(double *p, const double *g, double *m, double *v, int64_t n, it_sc_adam_f64c c) {
     GRID_STRIDE(i, n) {
         double pi = p[i], mi = m[i], vi = v[i];
-        it_cu_adam_f64(&c, &pi, g[i], &mi, &vi);
+        it_sc_adam_f64(c, c.mode, &pi, g[i], &mi, &vi);
         p[i] = pi;
         m[i] = mi;
         v[i] = vi;
@@ -725,11 +725,11 @@ it_status cu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, 
         return it_error(IT_ERR_INVALID_ARG, "cuda: %s: step = %lld, must be >= 1", k, (long long)args->step);
     if ((st = check_fp32_fp64(k, param))) return st;
     if (n == 0) return IT_OK;
-    it_cu_adam_consts c = it_cu_adam_make(args);
+    it_sc_adam_f64c c = it_sc_adam_make(args);
     if (param->dtype == IT_DTYPE_FP32)
         adam_kernel_f32<<<cu_blocks(n), CU_THREADS, 0, s->stream>>>((float *)param->data, (const float *)grad->data,
                                                                     (float *)m->data, (float *)v->data, n,
-                                                                    it_cu_adam_to_f32(&c));
+                                                                    it_sc_adam_to_f32(&c));
     else
         adam_kernel_f64<<<cu_blocks(n), CU_THREADS, 0, s->stream>>>((double *)param->data, (const double *)grad->data,
                                                                     (double *)m->data, (double *)v->data, n, c);

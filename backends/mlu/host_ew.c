@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "bang/it_bang_math.h"
+#include "infinitrain/scalar/it_scalar_adam.h"
 #include "mlu.h"
 
 static bool byte_stride_ok(int64_t st) { return st >= 0 && st <= INT_MAX / 4; }
@@ -289,17 +290,18 @@ it_status mlu_optim_plan(const char *fn, const it_tdesc *param, const it_tdesc *
 
 float mlu_sgd_neg_lr(float lr) { return (float)-it_f32_as_decimal(lr); }
 
-/* optim.c's adam scalars, in double as torch forms them, rounded once to float */
+/* The scalars of it_scalar_adam.h (the CPU's and CUDA's), rounded once to float; the BANG
+ * kernel's struct holds them under the same names. */
 it_status mlu_adam_coef(const it_adam_args *a, it_bang_adam_coef *c) {
     if (a == NULL) return it_error(IT_ERR_INVALID_ARG, "mlu adam_step: args is NULL");
     if (a->step < 1)
         return it_error(IT_ERR_INVALID_ARG, "mlu adam_step: step = %lld, must be >= 1", (long long)a->step);
-    double lr = it_f32_as_decimal(a->lr), b1 = it_f32_as_decimal(a->beta1), b2 = it_f32_as_decimal(a->beta2);
-    double eps = it_f32_as_decimal(a->eps), wd = it_f32_as_decimal(a->weight_decay);
-    double bc1 = 1.0 - pow(b1, (double)a->step), bc2 = 1.0 - pow(b2, (double)a->step);
-    c->b1 = (float)b1, c->omb1 = (float)(1.0 - b1), c->b2 = (float)b2, c->omb2 = (float)(1.0 - b2);
-    c->eps = (float)eps, c->wd = (float)wd, c->decay = (float)(1.0 - lr * wd);
-    c->nss = (float)(-(lr / bc1)), c->bc2s = (float)sqrt(bc2), c->gs = a->grad_scale;
-    c->mode = a->decoupled ? IT_BANG_WD_DECOUPLED : wd != 0.0 ? IT_BANG_WD_COUPLED : IT_BANG_WD_NONE;
+    it_sc_adam_f64c d = it_sc_adam_make(a);
+    it_sc_adam_f32c f = it_sc_adam_to_f32(&d);
+    c->b1 = f.b1, c->omb1 = f.omb1, c->b2 = f.b2, c->omb2 = f.omb2;
+    c->eps = f.eps, c->wd = f.wd, c->decay = f.decay, c->nss = f.nss, c->bc2s = f.bc2s, c->gs = f.gs;
+    c->mode = f.mode == IT_SC_WD_DECOUPLED ? IT_BANG_WD_DECOUPLED
+              : f.mode == IT_SC_WD_COUPLED ? IT_BANG_WD_COUPLED
+                                           : IT_BANG_WD_NONE;
     return IT_OK;
 }

@@ -1,11 +1,11 @@
 /* Element types: sizes, names, classification, and the exported fp16/bf16 conversions (the
- * bit manipulation itself lives in core/half.h so that kernels can inline it). */
+ * bit manipulation itself is it_scalar_cast.h's, which every backend's kernels inline). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/half.h"
 #include "infinitrain/dtype.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 /* Indexed by it_dtype; the enum values are InfiniTrain's and fixed (dtype.h). */
 static const struct {
@@ -65,10 +65,10 @@ it_status it_dtype_from_name(const char *name, it_dtype *out) {
                     name, accepted);
 }
 
-float it_fp16_to_fp32(uint16_t h) { return it_half_to_float(h); }
-uint16_t it_fp32_to_fp16(float f) { return it_float_to_half(f); }
-float it_bf16_to_fp32(uint16_t b) { return it_bfloat_to_float(b); }
-uint16_t it_fp32_to_bf16(float f) { return it_float_to_bfloat(f); }
+float it_fp16_to_fp32(uint16_t h) { return it_sc_fp16_to_fp32(h); }
+uint16_t it_fp32_to_fp16(float f) { return it_sc_fp32_to_fp16(f); }
+float it_bf16_to_fp32(uint16_t b) { return it_sc_bf16_to_fp32(b); }
+uint16_t it_fp32_to_bf16(float f) { return it_sc_fp32_to_bf16(f); }
 
 double it_f32_as_decimal(float f) {
     char buf[32];

@@ -153,7 +153,7 @@ static void test_half_paths(void) {
     int n = ew_values(xf);
     for (int h = 0; h < 2; h++) {
         it_dtype dt = h ? IT_DTYPE_FP16 : IT_DTYPE_BF16;
-        for (int i = 0; i < n; i++) x[i] = h ? it_cu_float_to_half(xf[i]) : it_cu_float_to_bfloat(xf[i]);
+        for (int i = 0; i < n; i++) x[i] = h ? it_sc_fp32_to_fp16(xf[i]) : it_sc_fp32_to_bf16(xf[i]);
         for (int i = 0; i < n; i++) y[i] = x[(i * 7 + 3) % n];
         it_tdesc xd = flat(x, dt, n), yd = flat(y, dt, n), rd = flat(ref, dt, n);
         for (int op = 0; op < IT_UNARY_COUNT + IT_BINARY_COUNT; op++) {
@@ -164,10 +164,10 @@ static void test_half_paths(void) {
                 CHECK_OK(it_cpu_kernels()->binary(NULL, (it_binary_op)(op - IT_UNARY_COUNT), &xd, &yd, &rd));
             int bad = 0;
             for (int i = 0; i < n; i++) {
-                float a = h ? it_cu_half_to_float(x[i]) : it_cu_bfloat_to_float(x[i]);
-                float b = h ? it_cu_half_to_float(y[i]) : it_cu_bfloat_to_float(y[i]);
+                float a = h ? it_sc_fp16_to_fp32(x[i]) : it_sc_bf16_to_fp32(x[i]);
+                float b = h ? it_sc_fp16_to_fp32(y[i]) : it_sc_bf16_to_fp32(y[i]);
                 float r = un ? it_cu_unary_f32(op, 0.75f, a) : it_cu_binary_f32(op - IT_UNARY_COUNT, a, b);
-                uint16_t got = h ? it_cu_float_to_half(r) : it_cu_float_to_bfloat(r);
+                uint16_t got = h ? it_sc_fp32_to_fp16(r) : it_sc_fp32_to_bf16(r);
                 it_test_checks++;
                 if (got != ref[i] && bad++ < 3) {
                     it_test_failures++;
@@ -214,12 +214,12 @@ static void test_optim(void) {
             it_tdesc P = flat(pc, IT_DTYPE_FP32, N), G = flat(g, IT_DTYPE_FP32, N), M = flat(mc, IT_DTYPE_FP32, N),
                      V = flat(vc, IT_DTYPE_FP32, N);
             CHECK_OK(it_cpu_kernels()->adam_step(NULL, &a, &P, &G, &M, &V));
-            it_cu_adam_consts c = it_cu_adam_make(&a);
-            it_cu_adam_f32c cf = it_cu_adam_to_f32(&c);
-            CHECK(cf.mode == (a.decoupled ? IT_CU_WD_DECOUPLED : a.weight_decay != 0.0f ? IT_CU_WD_COUPLED : 0));
+            it_sc_adam_f64c c = it_sc_adam_make(&a);
+            it_sc_adam_f32c cf = it_sc_adam_to_f32(&c);
+            CHECK(cf.mode == (a.decoupled ? IT_SC_WD_DECOUPLED : a.weight_decay != 0.0f ? IT_SC_WD_COUPLED : 0));
             int bad = 0;
             for (int i = 0; i < N; i++) {
-                it_cu_adam_f32(&cf, &p[i], g[i], &m[i], &v[i]);
+                it_sc_adam_f32(cf, cf.mode, &p[i], g[i], &m[i], &v[i]);
                 it_test_checks++;
                 if (!(same_f32(p[i], pc[i]) && same_f32(m[i], mc[i]) && same_f32(v[i], vc[i])) && bad++ < 3) {
                     it_test_failures++;
@@ -233,7 +233,7 @@ static void test_optim(void) {
             CHECK_OK(it_cpu_kernels()->adam_step(NULL, &a, &Pd, &Gd, &Md, &Vd));
             bad = 0;
             for (int i = 0; i < N; i++) {
-                it_cu_adam_f64(&c, &pd[i], gd[i], &md[i], &vd[i]);
+                it_sc_adam_f64(c, c.mode, &pd[i], gd[i], &md[i], &vd[i]);
                 it_test_checks++;
                 if (!(same_f64(pd[i], pdc[i]) && same_f64(md[i], mdc[i]) && same_f64(vd[i], vdc[i])) && bad++ < 3) {
                     it_test_failures++;
@@ -259,8 +259,8 @@ static void test_optim(void) {
         float nlr = (float)-it_f32_as_decimal(lrs[k]);
         int bad = 0;
         for (int i = 0; i < N; i++) {
-            float got = it_cu_sgd_f32(p[i], g[i], gss[k], nlr);
-            double gotd = it_cu_sgd_f64(pd[i], gd[i], (double)gss[k], -it_f32_as_decimal(lrs[k]));
+            float got = it_sc_sgd_f32(p[i], g[i], gss[k], nlr);
+            double gotd = it_sc_sgd_f64(pd[i], gd[i], (double)gss[k], -it_f32_as_decimal(lrs[k]));
             it_test_checks++;
             if (!(same_f32(got, pc[i]) && same_f64(gotd, pdc[i])) && bad++ < 3) {
                 it_test_failures++;
@@ -277,14 +277,14 @@ typedef void (*cvt_fn)(const void *s, void *d);
     static void w_##SN##_##DN(const void *s, void *d) {                                                                \
         ST x;                                                                                                          \
         memcpy(&x, s, sizeof x);                                                                                       \
-        DT y = it_cu_cvt_##SN##_##DN(x);                                                                               \
+        DT y = it_sc_cvt_##SN##_##DN(x);                                                                               \
         memcpy(d, &y, sizeof y);                                                                                       \
     }
-#define W_CVTS_TO(DN, DE, DT, DK, unused) IT_CU_FOR_SRC(W_CVT, DN, DT, DK)
-IT_CU_FOR_DST(W_CVTS_TO, 0)
+#define W_CVTS_TO(DN, DE, DT, DK, unused) IT_SC_FOR_SRC(W_CVT, DN, DT, DK)
+IT_SC_FOR_DST(W_CVTS_TO, 0)
 #define W_ENTRY(DN, DE, DT, DK, SN) w_##SN##_##DN,
-#define W_ROW(SN, SE, ST, SK, unused) {IT_CU_FOR_DST(W_ENTRY, SN)},
-static const cvt_fn cvt_table[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_CU_FOR_SRC(W_ROW, 0)};
+#define W_ROW(SN, SE, ST, SK, unused) {IT_SC_FOR_DST(W_ENTRY, SN)},
+static const cvt_fn cvt_table[IT_DTYPE_COUNT][IT_DTYPE_COUNT] = {IT_SC_FOR_SRC(W_ROW, 0)};
 
 /* Values that sit on every conversion's edges: the integer ranges' ends and their
  * neighbours, the fp16 overflow threshold 65520, 2^24 + 1 (fp32 rounding), 2^63 / 2^64,
@@ -489,11 +489,11 @@ static void test_cast(void) {
     }
     CHECK(pairs == IT_DTYPE_COUNT * IT_DTYPE_COUNT - (IT_DTYPE_COUNT - 1));
     /* a few values spelled out (backend.h's rules) */
-    CHECK(it_cu_cvt_fp32_i32(-2.9f) == -2 && it_cu_cvt_fp32_i32(3e9f) == INT32_MAX && it_cu_cvt_fp32_i32(NAN) == 0);
-    CHECK(it_cu_cvt_fp32_u8(-0.5f) == 0 && it_cu_cvt_fp32_u8(-7.0f) == 0 && it_cu_cvt_fp32_u8(300.0f) == 255);
-    CHECK(it_cu_cvt_i32_u8(-1) == 255 && it_cu_cvt_u64_i8(0x1ff) == -1 && it_cu_cvt_fp32_boolean(NAN) == 1);
-    CHECK(it_cu_cvt_fp64_fp16(65520.0) == 0x7c00 && it_cu_cvt_fp64_fp16(65519.99) == 0x7bff);
-    CHECK(it_cu_cvt_u64_bf16((1ull << 24) + 1) == 0x4b80 && it_cu_cvt_i64_bf16(-1) == 0xbf80);
+    CHECK(it_sc_cvt_fp32_i32(-2.9f) == -2 && it_sc_cvt_fp32_i32(3e9f) == INT32_MAX && it_sc_cvt_fp32_i32(NAN) == 0);
+    CHECK(it_sc_cvt_fp32_u8(-0.5f) == 0 && it_sc_cvt_fp32_u8(-7.0f) == 0 && it_sc_cvt_fp32_u8(300.0f) == 255);
+    CHECK(it_sc_cvt_i32_u8(-1) == 255 && it_sc_cvt_u64_i8(0x1ff) == -1 && it_sc_cvt_fp32_boolean(NAN) == 1);
+    CHECK(it_sc_cvt_fp64_fp16(65520.0) == 0x7c00 && it_sc_cvt_fp64_fp16(65519.99) == 0x7bff);
+    CHECK(it_sc_cvt_u64_bf16((1ull << 24) + 1) == 0x4b80 && it_sc_cvt_i64_bf16(-1) == 0xbf80);
 }
 
 /* ---------------------------------------------------------------- reduce: the kernel's tree walk */
@@ -527,8 +527,8 @@ static void test_cast(void) {
         }                                                                                                              \
         return mean ? DIV(val[0], (T)p->nred) : val[0];                                                                \
     }
-DEF_SIM(float, f32, it_cu_fdiv)
-DEF_SIM(double, f64, it_cu_ddiv)
+DEF_SIM(float, f32, it_sc_fdiv)
+DEF_SIM(double, f64, it_sc_ddiv)
 
 typedef struct red_case {
     int ndim;
@@ -672,6 +672,59 @@ static void test_order_sensitive(void) {
     }
 }
 
+/* ---------------------------------------------------------------- dense sampling of the copies
+ * cu_math.h's exp / tanh / GELU / SiLU and their backwards are copies of the CPU's (written
+ * with the unfused device operations, where the CPU's are plain arithmetic inside its
+ * vectorized loops): every unary and binary op over 2^21 random 32-bit patterns (NaNs,
+ * infinities and subnormals included, in their natural share), a quarter of them in
+ * |x| < 128, where the formulas switch, bit for bit. */
+static void test_dense_f32(void) {
+    enum { N = 1 << 21 };
+    static float x[N], y[N], ref[N];
+    for (int i = 0; i < N; i++) x[i] = bits_f32(rnd32()), y[i] = bits_f32(rnd32());
+    for (int i = 0; i < N / 4; i++) x[i] = bits_f32(rnd32() % 0x43000000u | (rnd32() & 0x80000000u));
+    it_tdesc xd = flat(x, IT_DTYPE_FP32, N), yd = flat(y, IT_DTYPE_FP32, N), rd = flat(ref, IT_DTYPE_FP32, N);
+    for (int op = 0; op < IT_UNARY_COUNT + IT_BINARY_COUNT; op++) {
+        bool un = op < IT_UNARY_COUNT;
+        if (un)
+            CHECK_OK(it_cpu_kernels()->unary(NULL, (it_unary_op)op, 0.75f, &xd, &rd));
+        else
+            CHECK_OK(it_cpu_kernels()->binary(NULL, (it_binary_op)(op - IT_UNARY_COUNT), &xd, &yd, &rd));
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float got = un ? it_cu_unary_f32(op, 0.75f, x[i]) : it_cu_binary_f32(op - IT_UNARY_COUNT, x[i], y[i]);
+            /* two NaN operands: IEEE leaves open whose payload the result carries (x86 keeps
+             * the first, and the CPU's compiler may swap a commutative op's operands) */
+            if (!un && x[i] != x[i] && y[i] != y[i] && got != got && ref[i] != ref[i]) continue;
+            if (!same_f32(got, ref[i]) && bad++ < 3)
+                CHECK_MSG(false, "%s op %d at (%a, %a): %a, cpu %a", un ? "unary" : "binary",
+                          un ? op : op - IT_UNARY_COUNT, (double)x[i], (double)y[i], (double)got, (double)ref[i]);
+        }
+        CHECK_MSG(bad == 0, "op %d: %d of %d differ", op, bad, N);
+    }
+}
+
+/* The device's fp64 <-> fp32 conversions spell NaN out (it_sc_fp64_nan_to_fp32 and back);
+ * the host's are C's: every fp32 NaN, and 2^22 random fp64 NaN payloads, bit for bit. */
+static void test_nan_conversions(void) {
+    int bad = 0;
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t man = 1; man < 0x800000u; man++) {
+            float f = bits_f32(sign << 31 | 0x7f800000u | man);
+            if (!same_f64(it_sc_fp32_nan_to_fp64(f), (double)f) && bad++ < 3)
+                CHECK_MSG(false, "fp32 NaN 0x%08x -> fp64", (unsigned)it_sc_f32_bits(f));
+        }
+    for (int i = 0; i < (1 << 22); i++) {
+        uint64_t man = rnd64() & ((UINT64_C(1) << 52) - 1);
+        double d = it_sc_bits_f64((rnd64() & UINT64_C(0x8000000000000000)) | UINT64_C(0x7ff0000000000000) | man);
+        if (man == 0) continue; /* Inf */
+        if (!same_f32(it_sc_fp64_nan_to_fp32(d), (float)d) && bad++ < 3)
+            CHECK_MSG(false, "fp64 NaN 0x%016llx -> fp32", (unsigned long long)it_sc_f64_bits(d));
+        if (!same_f32(it_sc_cvt_fp64_fp32(d), (float)d) && bad++ < 3) CHECK_MSG(false, "cvt fp64 -> fp32 of a NaN");
+    }
+    CHECK(bad == 0);
+}
+
 int main(void) {
     test_unary_binary_f32();
     test_unary_binary_f64();
@@ -680,5 +733,7 @@ int main(void) {
     test_cast();
     test_reduce();
     test_order_sensitive();
+    test_dense_f32();
+    test_nan_conversions();
     return it_test_report("test_cuda_math");
 }

@@ -4,8 +4,8 @@
 #include <float.h>
 #include <stdint.h>
 
-#include "core/half.h"
 #include "infinitrain/dtype.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 #include "it_test.h"
 
 static uint32_t fbits(float f) {
@@ -369,32 +369,32 @@ static void test_bf16_rounding_edge_cases(void) {
     CHECK(it_bf16_to_fp32(0x0001) == 0x1p-133f);
 }
 
-/* ------------------------------------------------------------------ fp64 and integers (half.h) */
+/* ------------------------------------------------------------------ fp64 and integers (it_scalar_cast.h) */
 
 static void test_fp64_to_half_and_bf16_round_once(void) {
     /* 1 + 2^-11 + 2^-40: an fp32 detour rounds it to the tie 1 + 2^-11 and then to 1. */
-    CHECK(it_double_to_half(1.0 + 0x1p-11 + 0x1p-40) == 0x3c01);
-    CHECK(it_double_to_half(1.0 + 0x1p-11) == 0x3c00);
-    CHECK(it_double_to_half(1.0 + 3 * 0x1p-11) == 0x3c02);
-    CHECK(it_double_to_bfloat(1.0 + 0x1p-8 + 0x1p-30) == 0x3f81);
-    CHECK(it_double_to_bfloat(1.0 + 0x1p-8) == 0x3f80);
-    CHECK(it_double_to_half(65520.0 - 0x1p-30) == 0x7bff);
-    CHECK(it_double_to_half(65520.0) == 0x7c00);
-    CHECK(it_double_to_half(1e300) == 0x7c00);
-    CHECK(it_double_to_half(-INFINITY) == 0xfc00);
-    CHECK(it_double_to_half(0x1p-25) == 0x0000);
-    CHECK(it_double_to_half(0x1p-25 + 0x1p-60) == 0x0001);
-    CHECK(it_double_to_half(-0x1p-25 - 0x1p-60) == 0x8001);
-    CHECK(it_double_to_half(0x1p-1074) == 0x0000);
-    CHECK(it_double_to_half(-0.0) == 0x8000);
-    CHECK(it_double_to_bfloat(0x1p-134 + 0x1p-180) == 0x0001);
-    CHECK(it_double_to_bfloat(0x1p-134) == 0x0000);
-    CHECK(it_double_to_bfloat(1e300) == 0x7f80);
-    CHECK(it_double_to_bfloat(DBL_MAX) == 0x7f80);
-    CHECK(it_double_to_bfloat(-(double)FLT_MAX) == 0xff80);
-    CHECK(it_double_to_half(NAN) == 0x7e00);
-    CHECK(it_double_to_half(-NAN) == 0xfe00);
-    CHECK((it_double_to_bfloat(-NAN) & 0xffc0) == 0xffc0);
+    CHECK(it_sc_fp64_to_fp16(1.0 + 0x1p-11 + 0x1p-40) == 0x3c01);
+    CHECK(it_sc_fp64_to_fp16(1.0 + 0x1p-11) == 0x3c00);
+    CHECK(it_sc_fp64_to_fp16(1.0 + 3 * 0x1p-11) == 0x3c02);
+    CHECK(it_sc_fp64_to_bf16(1.0 + 0x1p-8 + 0x1p-30) == 0x3f81);
+    CHECK(it_sc_fp64_to_bf16(1.0 + 0x1p-8) == 0x3f80);
+    CHECK(it_sc_fp64_to_fp16(65520.0 - 0x1p-30) == 0x7bff);
+    CHECK(it_sc_fp64_to_fp16(65520.0) == 0x7c00);
+    CHECK(it_sc_fp64_to_fp16(1e300) == 0x7c00);
+    CHECK(it_sc_fp64_to_fp16(-INFINITY) == 0xfc00);
+    CHECK(it_sc_fp64_to_fp16(0x1p-25) == 0x0000);
+    CHECK(it_sc_fp64_to_fp16(0x1p-25 + 0x1p-60) == 0x0001);
+    CHECK(it_sc_fp64_to_fp16(-0x1p-25 - 0x1p-60) == 0x8001);
+    CHECK(it_sc_fp64_to_fp16(0x1p-1074) == 0x0000);
+    CHECK(it_sc_fp64_to_fp16(-0.0) == 0x8000);
+    CHECK(it_sc_fp64_to_bf16(0x1p-134 + 0x1p-180) == 0x0001);
+    CHECK(it_sc_fp64_to_bf16(0x1p-134) == 0x0000);
+    CHECK(it_sc_fp64_to_bf16(1e300) == 0x7f80);
+    CHECK(it_sc_fp64_to_bf16(DBL_MAX) == 0x7f80);
+    CHECK(it_sc_fp64_to_bf16(-(double)FLT_MAX) == 0xff80);
+    CHECK(it_sc_fp64_to_fp16(NAN) == 0x7e00);
+    CHECK(it_sc_fp64_to_fp16(-NAN) == 0xfe00);
+    CHECK((it_sc_fp64_to_bf16(-NAN) & 0xffc0) == 0xffc0);
     /* against the reference on a sweep of doubles spread over the whole range */
     int bad = 0;
     uint64_t x = 0x9e3779b97f4a7c15u;
@@ -403,8 +403,8 @@ static void test_fp64_to_half_and_bf16_round_once(void) {
         /* exponents concentrated around the formats' ranges */
         double d = ldexp((double)(x >> 11) * 0x1p-53 + 0.5, (int)(x % 320) - 160);
         if (x & 1) d = -d;
-        bool ok = same_value(it_half_to_float(it_double_to_half(d)), ref_round_fp16(d)) &&
-                  same_value(it_bfloat_to_float(it_double_to_bfloat(d)), ref_round_bf16(d));
+        bool ok = same_value(it_sc_fp16_to_fp32(it_sc_fp64_to_fp16(d)), ref_round_fp16(d)) &&
+                  same_value(it_sc_bf16_to_fp32(it_sc_fp64_to_bf16(d)), ref_round_bf16(d));
         if (!ok && bad++ < 5) CHECK_MSG(ok, "fp64 %a", d);
     }
     CHECK_MSG(bad == 0, "%d fp64 conversions differ from the reference", bad);
@@ -413,15 +413,15 @@ static void test_fp64_to_half_and_bf16_round_once(void) {
 static void test_int_to_bf16_rounds_once(void) {
     /* 2^31 + 2^23 + 1 is just above the tie between 2^31 and 2^31 + 2^24; an fp32 detour
      * drops the +1 and then ties to even (2^31). */
-    CHECK(it_int_to_bfloat(UINT64_C(0x80800001), 0) == 0x4f01);
-    CHECK(it_int_to_bfloat(UINT64_C(0x80800000), 0) == 0x4f00);
-    CHECK(it_int_to_bfloat(UINT64_C(0x81800000), 0) == 0x4f02);
-    CHECK(it_int_to_bfloat(UINT64_C(0x80800001), 1) == 0xcf01);
-    CHECK(it_int_to_bfloat(UINT64_MAX, 0) == 0x5f80); /* 2^64 */
-    CHECK(it_int_to_bfloat(UINT64_C(1) << 63, 1) == 0xdf00);
-    CHECK(it_int_to_bfloat(257, 0) == 0x4380); /* 257 = 256 (1 + 2^-8): tie to 256 */
-    CHECK(it_int_to_bfloat(259, 0) == 0x4382);
-    CHECK(it_int_to_bfloat(0, 0) == 0x0000);
+    CHECK(it_sc_int_to_bf16(UINT64_C(0x80800001), 0) == 0x4f01);
+    CHECK(it_sc_int_to_bf16(UINT64_C(0x80800000), 0) == 0x4f00);
+    CHECK(it_sc_int_to_bf16(UINT64_C(0x81800000), 0) == 0x4f02);
+    CHECK(it_sc_int_to_bf16(UINT64_C(0x80800001), 1) == 0xcf01);
+    CHECK(it_sc_int_to_bf16(UINT64_MAX, 0) == 0x5f80); /* 2^64 */
+    CHECK(it_sc_int_to_bf16(UINT64_C(1) << 63, 1) == 0xdf00);
+    CHECK(it_sc_int_to_bf16(257, 0) == 0x4380); /* 257 = 256 (1 + 2^-8): tie to 256 */
+    CHECK(it_sc_int_to_bf16(259, 0) == 0x4382);
+    CHECK(it_sc_int_to_bf16(0, 0) == 0x0000);
     int bad = 0;
     uint64_t x = 0x243f6a8885a308d3u;
     for (int k = 0; k < 100000; k++) {
@@ -431,7 +431,7 @@ static void test_int_to_bf16_rounds_once(void) {
         int e;
         frexpl(exact, &e);
         long double want = m == 0 ? 0 : rintl(exact / ldexpl(1, e - 8)) * ldexpl(1, e - 8);
-        bool ok = (long double)it_bfloat_to_float(it_int_to_bfloat(m, 0)) == want;
+        bool ok = (long double)it_sc_bf16_to_fp32(it_sc_int_to_bf16(m, 0)) == want;
         if (!ok && bad++ < 5) CHECK_MSG(ok, "%llu", (unsigned long long)m);
     }
     CHECK_MSG(bad == 0, "%d integer -> bf16 conversions differ from the reference", bad);

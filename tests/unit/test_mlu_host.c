@@ -514,6 +514,93 @@ static void test_bang_math(void) {
     }
 }
 
+/* it_bang_math.h is a copy (cncc cannot be run here): its exp / tanh / GELU / SiLU and backward
+ * terms against the CPU over 2^21 random 32-bit patterns (NaNs, infinities, subnormals in
+ * their natural share; a quarter in |x| < 128, where the formulas switch), bit for bit. LOG
+ * (Cephes', not bitwise) is test_bang_math's. */
+static uint32_t dense_rng = 2463534242u;
+static uint32_t dense_rnd(void) {
+    dense_rng ^= dense_rng << 13, dense_rng ^= dense_rng >> 17, dense_rng ^= dense_rng << 5;
+    return dense_rng;
+}
+static float dense_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static void test_bang_math_dense(void) {
+    enum { N = 1 << 21 };
+    static float x[N], y[N], ref[N];
+    for (int i = 0; i < N; i++) x[i] = dense_bits(dense_rnd()), y[i] = dense_bits(dense_rnd());
+    for (int i = 0; i < N / 4; i++) x[i] = dense_bits(dense_rnd() % 0x43000000u | (dense_rnd() & 0x80000000u));
+    it_tdesc xd = flat_f32(x, N), yd = flat_f32(y, N), rd = flat_f32(ref, N);
+    for (int op = 0; op < IT_UNARY_COUNT + IT_BINARY_COUNT; op++) {
+        bool un = op < IT_UNARY_COUNT;
+        if (op == IT_UNARY_LOG) continue;
+        if (un)
+            CHECK_OK(it_cpu_kernels()->unary(NULL, (it_unary_op)op, 0.75f, &xd, &rd));
+        else
+            CHECK_OK(it_cpu_kernels()->binary(NULL, (it_binary_op)(op - IT_UNARY_COUNT), &xd, &yd, &rd));
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float in = (op == IT_UNARY_SQRT || op == IT_UNARY_RSQRT) ? sqrtf(x[i]) : x[i]; /* __bang_sqrt's part */
+            float got = un ? it_bang_unary(op, 0.75f, in) : it_bang_binary(op - IT_UNARY_COUNT, x[i], y[i]);
+            if (!same_f32(got, ref[i]) && bad++ < 3)
+                CHECK_MSG(false, "%s op %d at (%a, %a): %a, cpu %a", un ? "unary" : "binary",
+                          un ? op : op - IT_UNARY_COUNT, (double)x[i], (double)y[i], (double)got, (double)ref[i]);
+        }
+        CHECK_MSG(bad == 0, "op %d: %d of %d differ", op, bad, N);
+    }
+}
+
+/* A random float of any sign with exponent in [lo, hi] (biased), any mantissa. */
+static float dense_float(int lo, int hi) {
+    uint32_t e = (uint32_t)lo + dense_rnd() % (uint32_t)(hi - lo + 1);
+    return dense_bits((dense_rnd() & 0x80000000u) | e << 23 | (dense_rnd() & 0x7fffffu));
+}
+
+/* optim.mlu's element code (it_bang_adam_moments / it_bang_adam_param / it_bang_sgd_elem,
+ * copies) against the shared one the CPU and CUDA run (it_scalar_adam.h), bit for bit, over
+ * 2^20 random elements per case: p, g, m of every magnitude from 2^-40 to 2^40, v >= 0, zeros. */
+static void test_bang_optim_dense(void) {
+    enum { N = 1 << 20 };
+    const it_adam_args cases[] = {{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, true},
+                                  {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 7, false},
+                                  {6e-4f, 0.8f, 0.99f, 1e-6f, 0.0f, 1.0f, 1000, false},
+                                  {1e-2f, 0.5f, 0.9f, 1e-3f, 0.0f, 3.0f, 2, true}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        it_bang_adam_coef c;
+        CHECK_OK(mlu_adam_coef(&cases[k], &c));
+        it_sc_adam_f64c d = it_sc_adam_make(&cases[k]);
+        it_sc_adam_f32c f = it_sc_adam_to_f32(&d);
+        CHECK(c.b1 == f.b1 && c.omb1 == f.omb1 && c.b2 == f.b2 && c.omb2 == f.omb2 && c.eps == f.eps && c.wd == f.wd &&
+              c.decay == f.decay && c.nss == f.nss && c.bc2s == f.bc2s && c.gs == f.gs);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float p = dense_float(87, 167), g = dense_float(87, 167), m = dense_float(87, 167);
+            float v = fabsf(dense_float(47, 207));
+            if (i % 17 == 0) g = 0.0f, m = 0.0f, v = 0.0f;
+            float pb = p, mb = m, vb = v, ps = p, ms = m, vs = v;
+            it_bang_adam_moments(&c, &pb, g, &mb, &vb);
+            pb = it_bang_adam_param(&c, pb, mb, sqrtf(vb));
+            it_sc_adam_f32(f, f.mode, &ps, g, &ms, &vs);
+            if ((!same_f32(pb, ps) || !same_f32(mb, ms) || !same_f32(vb, vs)) && bad++ < 3)
+                CHECK_MSG(false, "adam case %zu: p %a g %a m %a v %a: %a %a %a, shared %a %a %a", k, (double)p,
+                          (double)g, (double)m, (double)v, (double)pb, (double)mb, (double)vb, (double)ps, (double)ms,
+                          (double)vs);
+        }
+        CHECK_MSG(bad == 0, "adam case %zu: %d of %d differ", k, bad, N);
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        float p = dense_bits(dense_rnd()), g = dense_bits(dense_rnd()), gs = dense_float(100, 154);
+        float nlr = -fabsf(dense_float(100, 130));
+        if (!same_f32(it_bang_sgd_elem(p, g, gs, nlr), it_sc_sgd_f32(p, g, gs, nlr)) && bad++ < 3)
+            CHECK_MSG(false, "sgd (%a, %a, %a, %a)", (double)p, (double)g, (double)gs, (double)nlr);
+    }
+    CHECK(bad == 0);
+}
+
 static it_tdesc dense_f32(int nd, const int64_t *shape, float *p) {
     it_tdesc t = {0};
     t.data = p, t.dtype = IT_DTYPE_FP32, t.ndim = nd;
@@ -764,6 +851,8 @@ int main(void) {
     test_embedding_bwd_geometry();
     test_ws_layout();
     test_bang_math();
+    test_bang_math_dense();
+    test_bang_optim_dense();
     test_ew_plan();
     test_reduce_plan_and_tree();
     test_ce_plan();

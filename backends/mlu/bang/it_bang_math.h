@@ -6,7 +6,11 @@
  *
  * Everything is IEEE single-precision + - * / and integer bit moves, transcribed from
  * backends/cpu (cpu_util.h's vexpf / vtanhf_s / vtanhf, elementwise.c's gelu / silu /
- * backward terms, NaN-propagating max / min, the reduce tree, optim.c's Adam order). So the
+ * backward terms, NaN-propagating max / min, the reduce tree) and from
+ * include/infinitrain/scalar/it_scalar_adam.h (the Adam / SGD element order). They stay
+ * copies rather than include that text because cncc cannot be run where this project is
+ * built: test_mlu_host.c compares every one with the CPU or the shared version over 2^21
+ * random inputs (2^20 per Adam case), bit for bit. So the
  * device gives the CPU's bits provided that (TO CONFIRM on hardware, it-conformance):
  *   - the MLU scalar unit rounds + - * / to nearest even, with no flush of subnormals;
  *   - cncc honours `#pragma STDC FP_CONTRACT OFF` (each .mlu sets it): no product is fused;
@@ -325,12 +329,13 @@ IT_BANG_FN float it_bang_join(float l, float r, int op) {
     return op == IT_BANG_REDUCE_MAX ? it_bang_nanmax(l, r) : l + r;
 }
 
-/* ---------------------------------------------------------------- optimizers (optim.c)
- * The per-step scalars (it_bang_adam_coef, it_bang.h) are formed on the host. */
+/* ---------------------------------------------------------------- optimizers (it_scalar_adam.h)
+ * The per-step scalars (it_bang_adam_coef, it_bang.h) are formed on the host by
+ * it_sc_adam_make (mlu_adam_coef, host_ew.c). */
 /* sgd: p = fma(g * gs, -lr, p)  (g * 1 is exact: no branch on grad_scale) */
 IT_BANG_FN float it_bang_sgd_elem(float p, float g, float gs, float neg_lr) { return IT_BANG_FMA(g * gs, neg_lr, p); }
 
-/* Adam / AdamW, first half, operation by operation as optim.c (torch 1.13):
+/* Adam / AdamW, first half, operation by operation as it_sc_adam_f32 (torch 1.13):
  *   g = g * gs;  AdamW: p = p * decay (decay = 1 - lr*wd, BEFORE the moments);
  *   Adam with wd != 0: g = fma(p, wd, g)   (L2, coupled);
  *   m = fma(g, 1-b1, m * b1);  v = v * b2 + ((1-b2) * g) * g
