@@ -25,6 +25,13 @@
 #include "infinitrain/backend.h"
 #include "infinitrain/tensor.h"
 
+/* A backend's kernel table as the registry holds it: full size, NULL past the slots a plugin
+ * built against an older backend.h declares. (A backend not registered: its own table.) */
+static inline const it_kernels *conf_kernels(const it_backend *b) {
+    const it_kernels *k = it_backend_kernels(b);
+    return k ? k : b->kernels;
+}
+
 #define CONF_MAX_OPS 10        /* attention_bwd has nine */
 #define CONF_SENTINEL_BYTES 64 /* before and after every storage; a multiple of 64 keeps alignment */
 #define CONF_SENTINEL 0xA5

@@ -126,7 +126,7 @@ static void list_table(const targets *ts) {
         printf("%-18s", conf_slots[s].name);
         for (int i = 0; i < ts->n; i++) {
             bool cpu = strcmp(ts->t[i].backend->name, "cpu") == 0;
-            bool native = conf_slots[s].present(ts->t[i].backend->kernels);
+            bool native = conf_slots[s].present(conf_kernels(ts->t[i].backend));
             /* an empty cpu slot has nothing to fall back to */
             printf(" %-10s", native ? "native" : cpu ? "(NULL)" : it_kernel_slot_fused(s) ? "composed" : "fallback");
         }
@@ -151,11 +151,11 @@ static void run_target(conf_ctx *ctx, const char *only_slot, bool grad, conf_slo
         ctx->slot = sl->name;
         ctx->call = sl->call;
         ctx->stats = &stats[s];
-        if (!sl->present(ctx->dev.backend->kernels) && it_kernel_slot_fused(s)) {
+        if (!sl->present(conf_kernels(ctx->dev.backend)) && it_kernel_slot_fused(s)) {
             conf_line(ctx, "-", "-", "-", "absent (an optional fused kernel: the core composes the op)");
             continue;
         }
-        if (!sl->present(ctx->dev.backend->kernels)) {
+        if (!sl->present(conf_kernels(ctx->dev.backend))) {
             conf_line(ctx, "-", "-", "-", "fallback (not native: the core runs the CPU kernel)");
             ctx->fallback++;
             stats[s].fallback = true;

@@ -31,7 +31,7 @@ typedef struct runner {
 
 /* The device runs the forward when it has the slot (native), else the CPU does. */
 static runner pick(conf_ctx *ctx, bool native) {
-    runner r = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner r = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     if (!native) {
         r.t = &ctx->cpu;
         r.k = it_cpu_kernels();
@@ -145,7 +145,7 @@ static void feed(conf_operand *dst, const conf_exec *e, int src) {
     memcpy(dst->init, e->out[src], (size_t)dst->storage * it_dtype_size(dst->dtype));
 }
 
-#define NATIVE(slot) (ctx->dev.backend->kernels->slot != NULL)
+#define NATIVE(slot) (conf_kernels(ctx->dev.backend)->slot != NULL)
 
 static void label_of(char *buf, size_t n, const char *base, const char *what, const runner *f) {
     snprintf(buf, n, "%s %s%s", base, what, f->on_cpu ? " (fwd on cpu)" : "");
@@ -155,7 +155,7 @@ static void label_of(char *buf, size_t n, const char *base, const char *what, co
 
 void conf_grad_layernorm_bwd(conf_ctx *ctx) {
     const int64_t shapes[2][2] = {{3, 5}, {2, 9}};
-    runner f = pick(ctx, NATIVE(layernorm_fwd)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(layernorm_fwd)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     for (int k = 0; k < 2; k++) {
         char base[32], label[96], msg[768] = "";
         int64_t R = shapes[k][0], C = shapes[k][1], xs[2] = {R, C}, cs[1] = {C};
@@ -225,7 +225,7 @@ void conf_grad_softmax_bwd(conf_ctx *ctx) {
         float scale;
         bool causal;
     } shapes[] = {{"3x5 scale 0.7", 2, {3, 5}, 0.7f, false}, {"2x3x5 causal", 3, {2, 3, 5}, 1, true}};
-    runner f = pick(ctx, NATIVE(softmax_fwd)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(softmax_fwd)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     for (size_t k = 0; k < 2; k++) {
         char label[96], msg[768] = "";
         conf_case fc, bc;
@@ -275,7 +275,7 @@ void conf_grad_softmax_bwd(conf_ctx *ctx) {
 void conf_grad_cross_entropy_bwd(conf_ctx *ctx) {
     const int64_t N = 3, Vp = 7, valid = 6, ls[2] = {N, Vp};
     const int64_t targets[3] = {5, 0, 2};
-    runner f = pick(ctx, NATIVE(cross_entropy_fwd)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(cross_entropy_fwd)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     char label[96], msg[768] = "";
     const char *base = "3x7 valid 6";
     conf_case fc, bc;
@@ -322,7 +322,7 @@ void conf_grad_cross_entropy_bwd(conf_ctx *ctx) {
 void conf_grad_embedding_bwd(conf_ctx *ctx) {
     const int64_t N = 6, V = 4, C = 3, ns[1] = {N}, ws[2] = {V, C}, os[2] = {N, C};
     const int64_t idx[6] = {0, 3, 1, 3, 3, 0}; /* row 2 unused: its gradient is 0 */
-    runner f = pick(ctx, NATIVE(embedding_fwd)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(embedding_fwd)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     char label[96], msg[768] = "";
     const char *base = "N6 V4 C3 repeats";
     conf_case fc, bc;
@@ -366,7 +366,7 @@ void conf_grad_binary(conf_ctx *ctx) {
                 {IT_BINARY_SILU_BWD, IT_UNARY_SILU, "silu_bwd"},
                 {IT_BINARY_TANH_BWD, IT_UNARY_TANH, "tanh_bwd"}};
     const int64_t xs[2] = {4, 7}, n = 28;
-    runner f = pick(ctx, NATIVE(unary)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(unary)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     for (int k = 0; k < 3; k++) {
         char label[96], msg[768] = "";
         label_of(label, sizeof label, ops[k].name, "4x7", &f);
@@ -424,7 +424,7 @@ void conf_grad_binary(conf_ctx *ctx) {
 
 void conf_grad_rmsnorm_bwd(conf_ctx *ctx) {
     const int64_t R = 3, C = 5, xs[2] = {R, C}, cs[1] = {C};
-    runner f = pick(ctx, NATIVE(rmsnorm_fwd)), b = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = pick(ctx, NATIVE(rmsnorm_fwd)), b = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     const char *base = "3x5";
     char label[96], msg[768] = "";
     conf_case fc, bc;
@@ -480,7 +480,7 @@ void conf_grad_rmsnorm_bwd(conf_ctx *ctx) {
 
 void conf_grad_rope(conf_ctx *ctx) {
     const int64_t B = 1, T = 3, H = 2, D = 4, n = B * T * H * D, xs[4] = {B, T, H, D}, cs[2] = {T, D / 2};
-    runner f = {&ctx->dev, ctx->dev.backend->kernels, false};
+    runner f = {&ctx->dev, conf_kernels(ctx->dev.backend), false};
     for (int inverse = 0; inverse < 2; inverse++) {
         char label[96], msg[768] = "";
         snprintf(label, sizeof label, "1x3x2x4%s dx", inverse ? " inverse" : "");

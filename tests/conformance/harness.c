@@ -644,7 +644,7 @@ conf_outcome conf_run(conf_ctx *ctx, conf_case *c) {
         conf_exec_free(&ref);
         return CONF_FAIL;
     }
-    bool ok_dev = conf_exec_run(&ctx->dev, ctx->dev.backend->kernels, ctx->call, c, &dev);
+    bool ok_dev = conf_exec_run(&ctx->dev, conf_kernels(ctx->dev.backend), ctx->call, c, &dev);
     if (!ok_dev && dev.st == IT_ERR_UNSUPPORTED) {
         out = CONF_SKIP_UNSUPPORTED;
         snprintf(measure, sizeof measure, "-");

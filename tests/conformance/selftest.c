@@ -152,6 +152,7 @@ const it_backend *conf_selftest_backend(void) {
     backend.host_memory = false;
     backend.runtime = c->runtime;
     backend.kernels = &broken;
+    backend.kernels_size = sizeof broken;
     backend.ccl = NULL;
     return &backend;
 }
