@@ -261,6 +261,14 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
 
 /* ---- saving */
 
+/* IT_CKPT_TEST_PAUSE_MS: sleep this long after each file of a save and before its rename,
+ * so that tests/e2e/checkpoint.sh can kill a process in the middle of a save. */
+static void test_pause(void) {
+    const char *v = getenv("IT_CKPT_TEST_PAUSE_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0 && ms < 10000) usleep((useconds_t)ms * 1000);
+}
+
 static it_status write_checkpoint(it_train_ctx *ctx, host_state *h, const char *tmp) {
     const it_train_config *c = ctx->cfg;
     char path[PATH_MAX];
@@ -271,12 +279,14 @@ static it_status write_checkpoint(it_train_ctx *ctx, host_state *h, const char *
     if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
     if (!st) st = file_json(files, tmp, "model.ckpt");
     items_free(&it);
+    test_pause();
     if (!st && h->adam && c->save_optimizer_state) {
         st = optimizer_items(ctx->model, h, &it);
         path_fmt(path, sizeof path, "%s/optimizer.ckpt", tmp);
         if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
         if (!st) st = file_json(files, tmp, "optimizer.ckpt");
         items_free(&it);
+        test_pause();
     }
     if (!st) {
         char *text = trainer_state_text(ctx, files);
@@ -288,6 +298,7 @@ static it_status write_checkpoint(it_train_ctx *ctx, host_state *h, const char *
         free(text);
     }
     json_decref(files);
+    test_pause();
     return st ? st : fsync_path(tmp, true);
 }
 
