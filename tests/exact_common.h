@@ -126,7 +126,7 @@ static int exact_trajectories(const char *app, const char *expected, const char 
             cfg.input_bin = shard;
             cfg.quiet = true;
             double losses[64] = {0};
-            it_train_result res = {losses, 0, 0, 0};
+            it_train_result res = {.losses = losses};
             CHECK(cfg.num_iteration == nexp);
             CHECK_OK(it_train_run(&cfg, &res));
             printf("%-18s step  ours          torch         diff\n", name);

@@ -42,6 +42,9 @@ typedef struct it_train_config {
     int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* --quiet: no per-step lines (tests) */
+    const char *input_val_bin;     /* --input_val_bin: validation token shard */
+    int val_loss_every;            /* --val_loss_every: validation loss every N steps and at the end (0 = never) */
+    int val_max_steps;             /* --val_max_steps: batches per rank in one validation (20) */
     const char *save;              /* --save: checkpoint root */
     int save_interval;             /* --save_interval: checkpoint every N steps (0 = never) */
     const char *load;              /* --load: a checkpoint_step_NNNNNN directory to resume from */
@@ -107,6 +110,7 @@ typedef struct it_train_result {
     double *losses; /* num_iteration entries, caller-allocated (may be NULL) */
     double last_step_ms;
     size_t peak_used, peak_reserved;
+    double val_loss; /* the last validation loss (--val_loss_every), else untouched */
 } it_train_result;
 
 /* Validate everything (files, shapes, flags against the model), then train. Input errors

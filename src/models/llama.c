@@ -156,7 +156,8 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
             it_tensor *aux = NULL;
             it_tensor *y = it_moe(h, g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
                                   g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
-            if (y && g->expert_tokens)
+            /* training tokens only: validation and sampling run without autograd */
+            if (y && g->expert_tokens && it_grad_enabled())
                 for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
             if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
             x = it_add(x, y);

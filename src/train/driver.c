@@ -37,8 +37,10 @@ static it_status train_loop(it_train_ctx *ctx) {
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
-    for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++)
-        if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
+    for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
+        if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_val_due(ctx)) st = train_validate(ctx);
+        if (!st && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
+    }
     it_autocast_set(false, IT_DTYPE_BF16);
     return st ? st : train_finish(ctx);
 }

@@ -40,6 +40,9 @@ struct it_train_ctx {
     it_model *model;
     const it_model_info *info;
     it_loader *loader;
+    it_loader *val_loader; /* --input_val_bin with --val_loss_every */
+    int64_t val_steps;     /* batches per rank in one validation */
+    double val_loss;       /* the last one */
     it_tokenizer *tok;
     it_optimizer *opt;   /* without ZeRO */
     it_zero1 *zero;      /* --zero_stage 1 */
@@ -77,6 +80,11 @@ void train_banner(const it_train_ctx *ctx);
 it_status train_log(it_train_ctx *ctx);
 it_status train_generate(it_train_ctx *ctx);
 double train_now_ms(void); /* CLOCK_MONOTONIC */
+
+/* eval.c */
+it_status train_val_setup(it_train_ctx *ctx);
+bool train_val_due(const it_train_ctx *ctx);
+it_status train_validate(it_train_ctx *ctx);
 
 /* checkpoint.c */
 it_status train_ckpt_load_model(it_train_ctx *ctx); /* --load: validate, the parameters */

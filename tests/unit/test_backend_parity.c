@@ -39,7 +39,7 @@ static void run(const run_case *rc, const char *device, double *losses) {
     c.grad_clip = 1.0f;
     it_optim_kind_from_name(rc->optimizer, &c.optimizer);
     c.quiet = true;
-    it_train_result r = {losses, 0, 0, 0};
+    it_train_result r = {.losses = losses};
     CHECK_OK(it_train_run(&c, &r));
 }
 

@@ -41,7 +41,7 @@ static void test_llama3(void) {
         c.num_iteration = 3;
         c.learning_rate = 1e-3f;
         c.quiet = true;
-        it_train_result r = {s ? b : a, 0, 0, 0};
+        it_train_result r = {.losses = s ? b : a};
         CHECK_OK(it_train_run(&c, &r));
     }
     CHECK(memcmp(a, b, sizeof a) == 0);
