@@ -567,38 +567,35 @@ static bool known_extra(it_model *m, const char *name) {
     return false;
 }
 
-static it_status load_model_file(it_train_ctx *ctx, const char *dir) {
+it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet) {
     char path[PATH_MAX];
     path_fmt(path, sizeof path, "%s/model.ckpt", dir);
     it_ckpt *ck;
     it_status st = it_ckpt_open(path, &ck);
     if (st) return st;
-    it_tensor *params = it_model_params(ctx->model);
+    it_tensor *params = it_model_params(m);
     float *flat = malloc(it_tensor_nbytes(params));
     if (!flat) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
-    int found = 0;
-    for (int i = 0; i < it_model_param_count(ctx->model) && !st; i++) {
-        const it_model_param_info *p = it_model_param_at(ctx->model, i);
+    for (int i = 0; i < it_model_param_count(m) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(m, i);
         const it_ckpt_entry *e;
         if (!(st = it_ckpt_expect(ck, p->name, IT_DTYPE_FP32, (uint32_t)p->ndim, p->shape, &e)))
             st = it_ckpt_read(ck, e, flat + p->offset, sizeof(float) * (size_t)p->numel);
-        found++;
     }
     char extra[256] = "";
     int n_extra = 0;
     for (size_t i = 0; i < it_ckpt_count(ck) && !st; i++) {
         const char *name = it_ckpt_at(ck, i)->name;
-        if (it_model_param_find(ctx->model, name) || known_extra(ctx->model, name)) continue;
+        if (it_model_param_find(m, name) || known_extra(m, name)) continue;
         if (n_extra++ < 3)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s'%s'", *extra ? ", " : "", name);
     }
-    if (!st && n_extra && !ctx->quiet)
+    if (!st && n_extra && !quiet)
         fprintf(stderr, "note: %s: %d entr%s this model does not have, ignored: %s%s\n", path, n_extra,
                 n_extra == 1 ? "y" : "ies", extra, n_extra > 3 ? ", ..." : "");
     if (!st) st = it_tensor_copy_from_host(params, flat, it_tensor_nbytes(params));
     free(flat);
     it_ckpt_close(ck);
-    (void)found;
     return st;
 }
 
@@ -636,7 +633,7 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
         if (!json_is_object(files)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.files is not an object", path);
         if ((st = check_files(dir, path, files))) return st;
     }
-    return load_model_file(ctx, dir);
+    return it_ckpt_load_model_dir(ctx->model, dir, ctx->quiet);
 }
 
 static it_status load_optimizer(it_train_ctx *ctx, const char *dir) {
@@ -711,7 +708,9 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
         (st = get_int(path, j, "consumed_batches", 0, &rank0_consumed)))
         return st;
     consumed = rank0_consumed;
-    if (ours) {
+    /* written by it-ckpt from-llmc: the model alone, no optimizer, data position or RNG */
+    bool model_only = ours && !json_object_get(ours, "optimizer");
+    if (ours && !model_only) {
         const char *opt, *rng;
         if ((st = get_str(path, ours, "optimizer", &opt)) || (st = get_str(path, ours, "rng", &rng)) ||
             (st = get_int(path, ours, "consumed_batches_all_ranks", 0, &consumed)))
@@ -730,7 +729,8 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
     if (consumed % ctx->world != 0)
         return it_error(IT_ERR_INVALID_ARG, "%s: %lld consumed batches do not divide among %d ranks", path,
                         (long long)consumed, ctx->world);
-    if (c->optimizer != IT_OPTIM_SGD && c->load_optimizer_state && (st = load_optimizer(ctx, ctx->resume_dir)))
+    if (c->optimizer != IT_OPTIM_SGD && c->load_optimizer_state && !model_only &&
+        (st = load_optimizer(ctx, ctx->resume_dir)))
         return st;
     it_loader_set_step(ctx->loader, consumed / ctx->world); /* no token of the skipped batches is read */
     ctx->start_step = (int)step;
@@ -746,4 +746,68 @@ void train_ckpt_release(it_train_ctx *ctx) {
     free(ctx->resumed_from);
     ctx->resume = NULL;
     ctx->resume_dir = ctx->resumed_from = NULL;
+}
+
+/* ---- a model alone (it-ckpt from-llmc) */
+
+it_status it_ckpt_save_model_dir(it_model *m, const char *app, const char *source, const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0) return it_error(IT_ERR_INVALID_ARG, "%s: exists (not overwritten)", dir);
+    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
+    char tmp[PATH_MAX], path[PATH_MAX];
+    path_fmt(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
+    if (mkdir(tmp, 0755) != 0) return it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
+    it_tensor *params = it_model_params(m);
+    float *flat = malloc(it_tensor_nbytes(params));
+    items it = {0};
+    json_t *files = json_object(), *root = NULL;
+    it_status st = flat ? it_tensor_copy_to_host(params, flat, it_tensor_nbytes(params))
+                        : it_error(IT_ERR_OOM, "%s: out of host memory", dir);
+    if (!st) st = model_items(m, flat, &it);
+    path_fmt(path, sizeof path, "%s/model.ckpt", tmp);
+    if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
+    if (!st) st = file_json(files, tmp, "model.ckpt");
+    if (!st) {
+        const it_model_info *info = it_model_get_info(m);
+        json_t *ours = json_pack("{s:i,s:s,s:{s:s?},s:O}", "format", CKPT_FORMAT, "app", app, "flags", "llmc_filepath",
+                                 source, "files", files);
+        root = json_pack("{s:i,s:i,s:i,s:i,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
+                         info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd",
+                         info->n_embd, "vocab_size", (json_int_t)info->vocab_size, "global_step", 0, "consumed_batches",
+                         0, "ddp_size", 1, "tp_size", 1, "sp_size", 1, "pp_size", 1, "infinitrain_c", ours);
+        char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        path_fmt(path, sizeof path, "%s/trainer_state.json", tmp);
+        st = text ? write_text(path, text) : it_error(IT_ERR_OOM, "%s: out of host memory", dir);
+        free(text);
+    }
+    if (!st) st = fsync_path(tmp, true);
+    if (!st && rename(tmp, dir) != 0) st = it_error(IT_ERR_IO, "%s: renaming to %s: %s", tmp, dir, strerror(errno));
+    if (st) nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    json_decref(root);
+    json_decref(files);
+    items_free(&it);
+    free(flat);
+    return st;
+}
+
+/* The app and the llm.c file a checkpoint's model came from, as its trainer_state.json says. */
+it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, size_t nsource) {
+    char path[PATH_MAX];
+    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
+    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
+    json_t *j = NULL;
+    it_status st = parse_state(path, &j);
+    if (st) return st;
+    json_t *ours = json_object_get(j, "infinitrain_c"), *flags = ours ? json_object_get(ours, "flags") : NULL;
+    const char *a = NULL, *s = NULL;
+    if (!ours || (st = get_str(path, ours, "app", &a)))
+        st = it_error(IT_ERR_FORMAT, "%s: no infinitrain_c.app: not written by this project", path);
+    json_t *sv = flags ? json_object_get(flags, "llmc_filepath") : NULL;
+    if (json_is_string(sv)) s = json_string_value(sv);
+    if (!st) {
+        snprintf(app, napp, "%s", a);
+        snprintf(source, nsource, "%s", s ? s : "");
+    }
+    json_decref(j);
+    return st;
 }

@@ -92,6 +92,11 @@ it_status train_ckpt_load_state(it_train_ctx *ctx); /* --load: optimizer, data p
 bool train_ckpt_due(const it_train_ctx *ctx);
 it_status train_ckpt_save(it_train_ctx *ctx);
 void train_ckpt_release(it_train_ctx *ctx);
+/* The parameters from DIR/model.ckpt by name and shape (entries the model lacks: a note). */
+IT_API it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet);
+/* A checkpoint directory of the model alone (step 0, no optimizer state); DIR must not exist. */
+IT_API it_status it_ckpt_save_model_dir(it_model *m, const char *app, const char *source, const char *dir);
+IT_API it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, size_t nsource);
 
 /* flags.c: one hash per flag that every rank must agree on, with its name; returns the count. */
 IT_API int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max);

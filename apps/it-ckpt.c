@@ -1,0 +1,121 @@
+/* it-ckpt: look into checkpoints and convert their models to and from llm.c files.
+ *
+ *   it-ckpt show PATH                 a checkpoint directory, or one .ckpt file: its entries
+ *   it-ckpt to-llmc DIR OUT.bin [--like FILE]
+ *                                     the model of checkpoint DIR as an llm.c file; the llm.c
+ *                                     header comes from FILE, by default the --llmc_filepath the
+ *                                     run started from (a run without one needs --like)
+ *   it-ckpt from-llmc APP IN.bin DIR  an llm.c file (APP gpt2, llama3 or mixtral) as a
+ *                                     checkpoint directory holding the model alone (step 0)
+ *
+ * Exit status: 0 done, 2 bad arguments or input, 1 other failures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infinitrain/train.h"
+#include "train/ckpt_file.h"
+#include "train/train_internal.h"
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: it-ckpt show PATH\n"
+               "       it-ckpt to-llmc DIR OUT.bin [--like FILE]\n"
+               "       it-ckpt from-llmc gpt2|llama3|mixtral IN.bin DIR\n");
+    return f == stdout ? 0 : 2;
+}
+
+static int fail(it_status st) {
+    fprintf(stderr, "it-ckpt: %s\n", it_last_error());
+    return it_train_exit_code(st);
+}
+
+static it_status show_file(const char *path) {
+    it_ckpt *ck;
+    it_status st = it_ckpt_open(path, &ck);
+    if (st) return st;
+    uint64_t total = 0;
+    printf("%s: %zu entries\n", path, it_ckpt_count(ck));
+    for (size_t i = 0; i < it_ckpt_count(ck); i++) {
+        const it_ckpt_entry *e = it_ckpt_at(ck, i);
+        printf("  %-48s %-8s [", e->name, it_dtype_name(e->dtype));
+        for (uint32_t d = 0; d < e->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)e->dims[d]);
+        printf("]\n");
+        total += e->nbytes;
+    }
+    printf("  %.3f MB of data\n", (double)total / 1e6);
+    it_ckpt_close(ck);
+    return IT_OK;
+}
+
+static it_status show(const char *path) {
+    size_t n = strlen(path);
+    if (n > 5 && strcmp(path + n - 5, ".ckpt") == 0) return show_file(path);
+    char file[4096];
+    snprintf(file, sizeof file, "%s/trainer_state.json", path);
+    FILE *f = fopen(file, "r");
+    if (!f) return it_error(IT_ERR_NOT_FOUND, "%s: not a checkpoint directory (no trainer_state.json)", path);
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, stdout);
+    fclose(f);
+    it_status st = IT_OK;
+    const char *names[] = {"model.ckpt", "optimizer.ckpt"};
+    for (int i = 0; i < 2 && !st; i++) {
+        snprintf(file, sizeof file, "%s/%s", path, names[i]);
+        FILE *g = fopen(file, "rb");
+        if (!g) continue;
+        fclose(g);
+        st = show_file(file);
+    }
+    return st;
+}
+
+static it_status load_llmc(const char *app, const char *path, it_model **m) {
+    it_device cpu;
+    it_status st = it_device_parse("cpu", &cpu);
+    if (st) return st;
+    if (strcmp(app, "gpt2") == 0) return it_gpt2_load(path, cpu, m);
+    if (strcmp(app, "llama3") == 0) return it_llama3_load(path, cpu, m);
+    if (strcmp(app, "mixtral") == 0) return it_mixtral_load(path, cpu, m);
+    return it_error(IT_ERR_INVALID_ARG, "app '%s': expected gpt2, llama3 or mixtral", app);
+}
+
+static it_status to_llmc(const char *dir, const char *out, const char *like) {
+    char app[32], source[4096];
+    it_status st = it_ckpt_origin(dir, app, sizeof app, source, sizeof source);
+    if (st) return st;
+    if (!like && !*source)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "%s: the run did not start from an llm.c file; give one of the same model with --like FILE",
+                        dir);
+    it_model *m = NULL;
+    if ((st = load_llmc(app, like ? like : source, &m)))
+        return it_error_context("the llm.c header (--like, or the run's --llmc_filepath): ");
+    if (!(st = it_ckpt_load_model_dir(m, dir, false))) st = it_model_save(m, out);
+    it_model_free(m);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage(stderr);
+    const char *cmd = argv[1];
+    it_status st;
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) return usage(stdout);
+    if (strcmp(cmd, "show") == 0 && argc == 3) {
+        st = show(argv[2]);
+    } else if (strcmp(cmd, "to-llmc") == 0 && (argc == 4 || (argc == 6 && strcmp(argv[4], "--like") == 0))) {
+        st = to_llmc(argv[2], argv[3], argc == 6 ? argv[5] : NULL);
+        if (!st) printf("wrote %s\n", argv[3]);
+    } else if (strcmp(cmd, "from-llmc") == 0 && argc == 5) {
+        it_model *m = NULL;
+        st = load_llmc(argv[2], argv[3], &m);
+        char *real = st ? NULL : realpath(argv[3], NULL); /* later conversions find it from anywhere */
+        if (!st) st = it_ckpt_save_model_dir(m, argv[2], real ? real : argv[3], argv[4]);
+        free(real);
+        it_model_free(m);
+        if (!st) printf("wrote %s\n", argv[4]);
+    } else {
+        return usage(stderr);
+    }
+    return st ? fail(st) : 0;
+}
