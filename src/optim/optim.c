@@ -1,5 +1,5 @@
-/* SGD, Adam and AdamW over flat buffers (one kernel call per step), learning-rate
- * schedules and the global gradient norm. */
+/* SGD, Adam and AdamW over flat buffers (one kernel call per step), the global gradient norm
+ * and the clipping factor. Learning-rate schedules are in lr_schedule.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +15,14 @@ struct it_optimizer {
 };
 
 it_status it_optim_kind_from_name(const char *name, it_optim_kind *out) {
-    if (strcmp(name, "sgd") == 0) *out = IT_OPTIM_SGD;
-    else if (strcmp(name, "adam") == 0) *out = IT_OPTIM_ADAM;
-    else if (strcmp(name, "adamw") == 0) *out = IT_OPTIM_ADAMW;
-    else return it_error(IT_ERR_INVALID_ARG, "unknown optimizer '%s' (expected sgd, adam or adamw)", name);
+    if (strcmp(name, "sgd") == 0)
+        *out = IT_OPTIM_SGD;
+    else if (strcmp(name, "adam") == 0)
+        *out = IT_OPTIM_ADAM;
+    else if (strcmp(name, "adamw") == 0)
+        *out = IT_OPTIM_ADAMW;
+    else
+        return it_error(IT_ERR_INVALID_ARG, "unknown optimizer '%s' (expected sgd, adam or adamw)", name);
     return IT_OK;
 }
 
@@ -29,7 +33,8 @@ const char *it_optim_kind_name(it_optim_kind kind) {
 it_status it_optimizer_new(const it_optim_config *cfg, it_tensor *params, it_tensor *grads, it_optimizer **out) {
     if (!params || !grads || it_tensor_numel(params) != it_tensor_numel(grads) || it_tensor_ndim(params) != 1 ||
         !it_device_equal(it_tensor_device(params), it_tensor_device(grads)))
-        return it_error(IT_ERR_INVALID_ARG, "optimizer: params and grads must be flat tensors of one length on one device");
+        return it_error(IT_ERR_INVALID_ARG,
+                        "optimizer: params and grads must be flat tensors of one length on one device");
     it_optimizer *o = calloc(1, sizeof *o);
     if (!o) return it_error(IT_ERR_OOM, "optimizer: out of host memory");
     o->cfg = *cfg;
@@ -76,7 +81,13 @@ it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale) {
     it_tdesc p = it_tensor_desc(o->params), g = it_tensor_desc(o->grads);
     o->step++;
     if (o->cfg.kind == IT_OPTIM_SGD) return KCALL(dev, sgd_step, lr, grad_scale, &p, &g);
-    it_adam_args a = {lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay, grad_scale, o->step,
+    it_adam_args a = {lr,
+                      o->cfg.beta1,
+                      o->cfg.beta2,
+                      o->cfg.eps,
+                      o->cfg.weight_decay,
+                      grad_scale,
+                      o->step,
                       o->cfg.kind == IT_OPTIM_ADAMW};
     it_tdesc m = it_tensor_desc(o->m), v = it_tensor_desc(o->v);
     return KCALL(dev, adam_step, &a, &p, &g, &m, &v);
@@ -100,21 +111,4 @@ float it_clip_scale(double norm, float max_norm) {
     /* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, in fp32 */
     float coef = max_norm / ((float)norm + 1e-6f);
     return coef < 1.0f ? coef : 1.0f;
-}
-
-it_status it_lr_decay_from_name(const char *name, it_lr_decay *out) {
-    if (strcmp(name, "none") == 0 || strcmp(name, "constant") == 0) *out = IT_LR_NONE;
-    else if (strcmp(name, "linear") == 0) *out = IT_LR_LINEAR;
-    else if (strcmp(name, "cosine") == 0) *out = IT_LR_COSINE;
-    else return it_error(IT_ERR_INVALID_ARG, "unknown lr decay style '%s' (expected none, linear or cosine)", name);
-    return IT_OK;
-}
-
-float it_lr_at(const it_lr_schedule *s, int step) {
-    if (s->warmup_iters > 0 && step <= s->warmup_iters) return s->lr * (float)step / (float)s->warmup_iters;
-    if (s->decay == IT_LR_NONE || s->total_iters <= s->warmup_iters) return s->lr;
-    double progress = (double)(step - s->warmup_iters) / (double)(s->total_iters - s->warmup_iters);
-    if (progress > 1.0) progress = 1.0;
-    double f = s->decay == IT_LR_LINEAR ? 1.0 - progress : 0.5 * (1.0 + cos(M_PI * progress));
-    return (float)(s->min_lr + f * (s->lr - s->min_lr));
 }
