@@ -114,16 +114,6 @@ IT_API int it_lr_scheduler_state(const it_lr_scheduler *s, it_lr_state_entry out
  * never stopped. */
 IT_API it_status it_lr_scheduler_load_state(it_lr_scheduler *s, const it_lr_state_entry *in, int n);
 
-/* The schedule src/train computes statelessly, kept until it uses it_lr_scheduler. */
-typedef struct it_lr_schedule {
-    float lr, min_lr;
-    int warmup_iters, total_iters;
-    it_lr_decay decay;
-} it_lr_schedule;
-/* Learning rate at step (1-based): linear warmup lr*step/warmup over the first warmup
- * steps, then constant (none, constant), or decay to min_lr at total_iters (linear or
- * cosine; inverse-square-root is treated as constant). */
-IT_API float it_lr_at(const it_lr_schedule *s, int step);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,9 @@ typedef struct it_train_config {
     it_optim_kind optimizer;       /* --optimizer (sgd) */
     float weight_decay;            /* --weight_decay (0) */
     it_lr_decay lr_decay;          /* --lr_decay_style (none) */
-    int lr_warmup_iters;           /* --lr_warmup_iters (0) */
+    int64_t lr_warmup_iters;       /* --lr_warmup_iters (0) */
+    float lr_warmup_init;          /* --lr_warmup_init: the learning rate warmup starts from (0) */
+    int64_t lr_decay_iters;        /* --lr_decay_iters: steps the decay ends at (0 = num_iteration) */
     float min_lr;                  /* --min_lr (0) */
     float grad_clip;               /* --grad_clip (0 = off) */
     it_dtype dtype;                /* --dtype (float32) */

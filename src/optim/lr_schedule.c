@@ -1,5 +1,5 @@
 /* Learning-rate schedules: InfiniTrain's CreateLRScheduler (LambdaLR, LinearLR and SequentialLR
- * over one optimizer) replayed on a plain value, and the stateless it_lr_at.
+ * over one optimizer) replayed on a plain value.
  *
  * Exactness: InfiniTrain computes every LR in float, one IEEE operation at a time, from the
  * same inputs. Each operation below is its own statement in InfiniTrain's order, so that no
@@ -300,15 +300,4 @@ it_status it_lr_scheduler_load_state(it_lr_scheduler *s, const it_lr_state_entry
     }
     *s = t;
     return IT_OK;
-}
-
-/* ---- stateless schedule ---- */
-
-float it_lr_at(const it_lr_schedule *s, int step) {
-    if (s->warmup_iters > 0 && step <= s->warmup_iters) return s->lr * (float)step / (float)s->warmup_iters;
-    if ((s->decay != IT_LR_LINEAR && s->decay != IT_LR_COSINE) || s->total_iters <= s->warmup_iters) return s->lr;
-    double progress = (double)(step - s->warmup_iters) / (double)(s->total_iters - s->warmup_iters);
-    if (progress > 1.0) progress = 1.0;
-    double f = s->decay == IT_LR_LINEAR ? 1.0 - progress : 0.5 * (1.0 + cos(M_PI * progress));
-    return (float)(s->min_lr + f * (s->lr - s->min_lr));
 }

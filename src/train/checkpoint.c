@@ -237,17 +237,51 @@ static it_status file_json(json_t *files, const char *dir, const char *name) {
     return IT_OK;
 }
 
+/* InfiniTrain's scheduler StateDict (last_step, recover_lr, base_lr, scheduler_<i>.*): integers
+ * as JSON integers, floats as reals of 9 significant digits, which read back to the same float. */
+static json_t *lr_state_json(const it_lr_scheduler *sched) {
+    it_lr_state_entry e[IT_LR_STATE_MAX];
+    int n = it_lr_scheduler_state(sched, e);
+    json_t *o = json_object();
+    for (int i = 0; i < n; i++)
+        json_object_set_new(o, e[i].key, e[i].is_int ? json_integer((json_int_t)e[i].i) : json_real((double)e[i].f));
+    return o;
+}
+
+static it_status lr_state_load(const char *path, it_lr_scheduler *sched, json_t *o) {
+    it_lr_state_entry e[IT_LR_STATE_MAX];
+    int n = 0;
+    const char *key;
+    json_t *v;
+    if (!json_is_object(o)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.lr_scheduler is not an object", path);
+    json_object_foreach(o, key, v) {
+        if (n == IT_LR_STATE_MAX || strlen(key) >= sizeof e[n].key || !json_is_number(v))
+            return it_error(IT_ERR_FORMAT, "%s: lr_scheduler: entry '%s' is malformed", path, key);
+        memset(&e[n], 0, sizeof e[n]);
+        snprintf(e[n].key, sizeof e[n].key, "%s", key);
+        e[n].is_int = json_is_integer(v);
+        if (e[n].is_int)
+            e[n].i = json_integer_value(v);
+        else
+            e[n].f = (float)json_real_value(v);
+        n++;
+    }
+    it_status st = it_lr_scheduler_load_state(sched, e, n);
+    return st ? it_error_context("%s: lr_scheduler: ", path) : IT_OK;
+}
+
 static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
     const it_model_info *info = ctx->info;
     const it_train_config *c = ctx->cfg;
     int64_t consumed = it_loader_step(ctx->loader) * ctx->world + ctx->rank; /* InfiniTrain's: the next batch */
     char rng[24];
     snprintf(rng, sizeof rng, "%016llx", (unsigned long long)ctx->rng);
-    json_t *ours = json_pack("{s:i,s:s,s:s,s:I,s:I,s:I,s:s,s:o,s:o}", "format", CKPT_FORMAT, "app", c->app, "optimizer",
-                             it_optim_kind_name(c->optimizer), "consumed_batches_all_ranks",
-                             (json_int_t)(it_loader_step(ctx->loader) * ctx->world), "loader_step",
-                             (json_int_t)it_loader_step(ctx->loader), "accumulation", (json_int_t)ctx->accum, "rng",
-                             rng, "flags", flags_json(c), "files", json_incref(files));
+    json_t *ours =
+        json_pack("{s:i,s:s,s:s,s:I,s:I,s:I,s:s,s:o,s:o,s:o}", "format", CKPT_FORMAT, "app", c->app, "optimizer",
+                  it_optim_kind_name(c->optimizer), "consumed_batches_all_ranks",
+                  (json_int_t)(it_loader_step(ctx->loader) * ctx->world), "loader_step",
+                  (json_int_t)it_loader_step(ctx->loader), "accumulation", (json_int_t)ctx->accum, "rng", rng,
+                  "lr_scheduler", lr_state_json(&ctx->sched), "flags", flags_json(c), "files", json_incref(files));
     json_t *root =
         json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
                   info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
@@ -710,6 +744,7 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
     consumed = rank0_consumed;
     /* written by it-ckpt from-llmc: the model alone, no optimizer, data position or RNG */
     bool model_only = ours && !json_object_get(ours, "optimizer");
+    bool lr_restored = false;
     if (ours && !model_only) {
         const char *opt, *rng;
         if ((st = get_str(path, ours, "optimizer", &opt)) || (st = get_str(path, ours, "rng", &rng)) ||
@@ -721,6 +756,9 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
                             "--load_optimizer_state=false)",
                             path, it_optim_kind_name(c->optimizer), opt, opt);
         ctx->rng = strtoull(rng, NULL, 16);
+        json_t *lrs = json_object_get(ours, "lr_scheduler");
+        if (lrs && (st = lr_state_load(path, &ctx->sched, lrs))) return st;
+        lr_restored = lrs != NULL;
         note_flag_changes(ctx, json_object_get(ours, "flags"));
     }
     if (step < 0 || step > INT_MAX || consumed < 0)
@@ -734,6 +772,9 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
         return st;
     it_loader_set_step(ctx->loader, consumed / ctx->world); /* no token of the skipped batches is read */
     ctx->start_step = (int)step;
+    /* a checkpoint without the scheduler's state (InfiniTrain master's, a model alone): the
+     * schedule is a function of the step, so replay it to the step */
+    for (int64_t i = 0; !lr_restored && i < step; i++) it_lr_scheduler_step(&ctx->sched);
     if (!ctx->quiet)
         printf("resumed from %s: step %lld, %lld batches consumed%s\n", c->load, (long long)step, (long long)consumed,
                step >= c->num_iteration ? " (nothing left to train: --num_iteration is not beyond it)" : "");

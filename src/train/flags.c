@@ -15,8 +15,12 @@
 
 static const it_flag_choice optimizer_choices[] = {
     {"sgd", IT_OPTIM_SGD, NULL}, {"adam", IT_OPTIM_ADAM, NULL}, {"adamw", IT_OPTIM_ADAMW, NULL}, {NULL, 0, NULL}};
-static const it_flag_choice lr_decay_choices[] = {
-    {"none", IT_LR_NONE, NULL}, {"linear", IT_LR_LINEAR, NULL}, {"cosine", IT_LR_COSINE, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice lr_decay_choices[] = {{"none", IT_LR_NONE, NULL},
+                                                  {"constant", IT_LR_CONSTANT, NULL},
+                                                  {"linear", IT_LR_LINEAR, NULL},
+                                                  {"cosine", IT_LR_COSINE, NULL},
+                                                  {"inverse-square-root", IT_LR_INVERSE_SQRT, NULL},
+                                                  {NULL, 0, NULL}};
 static const it_flag_choice dtype_choices[] = {
     {"float32", IT_DTYPE_FP32, NULL},
     {"fp32", IT_DTYPE_FP32, NULL},
@@ -82,9 +86,13 @@ static const it_train_flag FLAGS[] = {
     FLT("learning_rate", learning_rate, "1e-4", 0.0, 1e3, "LR", G_OPT, true, "peak learning rate"),
     CHOICE("optimizer", optimizer, "sgd", optimizer_choices, "an optimizer", G_OPT, true, "sgd, adam or adamw"),
     FLT("weight_decay", weight_decay, "0", 0.0, 1e3, "WD", G_OPT, true, "adam: L2 in the gradient; adamw: decoupled"),
-    CHOICE("lr_decay_style", lr_decay, "none", lr_decay_choices, "a decay style", G_OPT, true,
-           "learning-rate decay: none, linear or cosine"),
-    INT("lr_warmup_iters", lr_warmup_iters, "0", 0, INT_MAX, "N", G_OPT, true, "linear warmup steps"),
+    CHOICE("lr_decay_style", lr_decay, "constant", lr_decay_choices, "a decay style", G_OPT, true,
+           "none (the flag LR, no schedule), constant, linear, cosine or inverse-square-root"),
+    I64("lr_warmup_iters", lr_warmup_iters, "0", 0, INT64_MAX, "N", G_OPT, true,
+        "linear warmup steps (a schedule's own, before the decay)"),
+    FLT("lr_warmup_init", lr_warmup_init, "0", 0.0, 1e3, "LR", G_OPT, true, "learning rate the warmup starts from"),
+    I64("lr_decay_iters", lr_decay_iters, "0", 0, INT64_MAX, "N", G_OPT, true,
+        "step the decay ends at, 0 = --num_iteration"),
     FLT("min_lr", min_lr, "0", 0.0, 1e3, "LR", G_OPT, true, "learning rate at the end of decay"),
     FLT("grad_clip", grad_clip, "0", 0.0, 1e9, "G", G_OPT, true, "clip the global gradient norm to G, 0 = off"),
     CHOICE("dtype", dtype, "float32", dtype_choices, "a training dtype", G_OPT, true,

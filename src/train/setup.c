@@ -169,8 +169,9 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
                                  : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
     if (!st && ctx->world > 1 && !ctx->zero)
         st = it_grad_sync_new(ctx->dist, grads, (size_t)c->ddp_bucket_kb << 10, &ctx->gsync);
-    ctx->sched = (it_lr_schedule){c->learning_rate, c->min_lr, c->lr_warmup_iters, c->num_iteration, c->lr_decay};
-    return st;
+    it_lr_scheduler_config lc = {c->lr_decay,        c->learning_rate,  c->min_lr,       c->lr_warmup_init,
+                                 c->lr_warmup_iters, c->lr_decay_iters, c->num_iteration};
+    return st ? st : it_lr_scheduler_init(&ctx->sched, &lc);
 }
 
 static it_status setup_buffers(it_train_ctx *ctx) {

@@ -88,9 +88,11 @@ static it_status update(it_train_ctx *ctx) {
         if (st) return st;
         scale = it_clip_scale(norm, ctx->cfg->grad_clip);
     }
-    ctx->lr = it_lr_at(&ctx->sched, ctx->step);
+    ctx->lr = it_lr_scheduler_lr(&ctx->sched); /* this step's, which the step line prints */
     st = ctx->zero ? it_zero1_step(ctx->zero, ctx->lr, scale) : it_optimizer_step(ctx->opt, ctx->lr, scale);
-    return st ? st : it_device_synchronize(ctx->dev);
+    if (st) return st;
+    it_lr_scheduler_step(&ctx->sched); /* InfiniTrain: scheduler->Step() after optimizer->Step() */
+    return it_device_synchronize(ctx->dev);
 }
 
 it_status train_step(it_train_ctx *ctx, int step) {

@@ -44,17 +44,17 @@ struct it_train_ctx {
     int64_t val_steps;     /* batches per rank in one validation */
     double val_loss;       /* the last one */
     it_tokenizer *tok;
-    it_optimizer *opt;   /* without ZeRO */
-    it_zero1 *zero;      /* --zero_stage 1 */
-    it_grad_sync *gsync; /* DDP without ZeRO: buckets reduced while backward runs */
-    it_tensor *acc;      /* accumulation > 1: the earlier micro-steps' gradient sum */
-    it_afile *loss_log;  /* rank 0; written under a temporary name, renamed at the end */
-    int32_t *hx, *hy;    /* one micro-batch's inputs and targets, B*T each */
-    int64_t B, T, total; /* total = tokens per step over all ranks */
-    int64_t accum;       /* micro-steps per step on each rank */
-    it_lr_schedule sched;
-    uint64_t rng;   /* sampling */
-    double t_start; /* ms, when the first step began */
+    it_optimizer *opt;     /* without ZeRO */
+    it_zero1 *zero;        /* --zero_stage 1 */
+    it_grad_sync *gsync;   /* DDP without ZeRO: buckets reduced while backward runs */
+    it_tensor *acc;        /* accumulation > 1: the earlier micro-steps' gradient sum */
+    it_afile *loss_log;    /* rank 0; written under a temporary name, renamed at the end */
+    int32_t *hx, *hy;      /* one micro-batch's inputs and targets, B*T each */
+    int64_t B, T, total;   /* total = tokens per step over all ranks */
+    int64_t accum;         /* micro-steps per step on each rank */
+    it_lr_scheduler sched; /* InfiniTrain's: advanced after each optimizer step */
+    uint64_t rng;          /* sampling */
+    double t_start;        /* ms, when the first step began */
 
     /* The micro-steps of one step: forward, loss, backward, gradients in the model's buffer
      * (reduced over the ranks when gsync is set). Adds the micro-steps' losses to *loss_sum. */

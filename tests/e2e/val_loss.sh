@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --input_val_bin / --val_loss_every / --val_max_steps, as llm.c computes the validation loss:
 #  - the training losses are bitwise the same with and without validation;
-#  - the value is right: with --learning_rate 0 the parameters never change, so with the
+#  - the value is right: with --learning_rate 0 --lr_decay_style none the parameters never change, so with the
 #    training shard as the validation shard the validation loss over K batches is the mean of
 #    the first K steps' training losses (one batch each), within the 6 printed decimals;
 #  - under DDP (2 ranks) each rank evaluates its share and the mean is printed once;
@@ -36,7 +36,7 @@ check_mean() { # name K losses_file printed_val_loss
   awk -v k="$2" -v v="$4" 'NR <= k {s += $2} END {m = s / k; d = m - v; if (d < 0) d = -d; exit !(d <= 1e-6)}' "$3" &&
     ok || bad "$1: val loss $4 is not the mean of the first $2 training losses of $3"
 }
-"$gpt2" "${base[@]}" --learning_rate 0 --input_val_bin "$fix/tiny_shard.bin" --val_loss_every 12 --val_max_steps 5 \
+"$gpt2" "${base[@]}" --learning_rate 0 --lr_decay_style none --input_val_bin "$fix/tiny_shard.bin" --val_loss_every 12 --val_max_steps 5 \
   --loss_log "$tmp/lr0.txt" >"$tmp/lr0_out.txt" 2>&1 || bad "lr 0 run exited $?"
 v=$(sed -n 's/^val loss //p' "$tmp/lr0_out.txt")
 [[ -n $v ]] && check_mean "1 rank" 5 "$tmp/lr0.txt" "$v" || bad "1 rank: no val loss"
@@ -44,7 +44,7 @@ v=$(sed -n 's/^val loss //p' "$tmp/lr0_out.txt")
 # 3. DDP: 2 ranks, K=3 batches each = batches 0..5 = the first 3 steps' mean losses.
 if command -v mpirun >/dev/null 2>&1; then
   mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
-  OMP_NUM_THREADS=1 "${mpi[@]}" "$gpt2" "${base[@]}" --learning_rate 0 --total_batch_size 64 \
+  OMP_NUM_THREADS=1 "${mpi[@]}" "$gpt2" "${base[@]}" --learning_rate 0 --lr_decay_style none --total_batch_size 64 \
     --input_val_bin "$fix/tiny_shard.bin" --val_loss_every 12 --val_max_steps 3 --loss_log "$tmp/ddp.txt" \
     >"$tmp/ddp_out.txt" 2>&1 || bad "DDP run exited $?"
   n=$(grep -c '^val loss' "$tmp/ddp_out.txt")

@@ -90,7 +90,7 @@ static void test_defaults_parse(void) {
     it_train_config d;
     it_train_config_defaults(&d, "gpt2");
     CHECK(d.batch_size == 4 && d.sequence_length == 64 && d.num_iteration == 10 && d.total_batch_size == 0);
-    CHECK(d.learning_rate == 1e-4f && d.optimizer == IT_OPTIM_SGD && d.lr_decay == IT_LR_NONE);
+    CHECK(d.learning_rate == 1e-4f && d.optimizer == IT_OPTIM_SGD && d.lr_decay == IT_LR_CONSTANT);
     CHECK(d.dtype == IT_DTYPE_FP32 && d.text_length == 64 && d.seed == 42 && d.log_interval == 10);
     CHECK(d.ddp_bucket_kb == 25600 && d.zero_stage == 0 && !d.quiet && !d.backend_report);
     CHECK(strcmp(d.device, "cpu") == 0 && strcmp(d.model, "d12") == 0 && d.input_bin == NULL);
