@@ -114,7 +114,7 @@ static it_status items_add(items *it, const char *name, it_dtype dt, int ndim, c
     e->name = copy;
     e->dtype = dt;
     e->ndim = (uint32_t)ndim;
-    memcpy(e->dims, dims, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(e->dims, dims, sizeof(int64_t) * (size_t)ndim);
     e->data = data;
     if (own) it->owned[it->n_owned++] = data;
     return IT_OK;
