@@ -410,7 +410,8 @@ static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
     if (st) {
         it_status keep = st;
         nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the earlier checkpoints stay as they were */
-        return it_error(keep, "checkpoint at step %d not saved: %s", ctx->step, it_last_error());
+        it_error_context("checkpoint at step %d not saved: ", ctx->step);
+        return keep;
     }
     if (!ctx->quiet) printf("checkpoint: saved %s\n", final);
     return prune(ctx);
@@ -431,6 +432,30 @@ it_status train_ckpt_save(it_train_ctx *ctx) {
         if (!st) ctx->fail_scope = TRAIN_FAIL_THIS_RANK;
     }
     return st;
+}
+
+/* --save's directory, made (with its parents) and checked writable before the first step, so
+ * that a mistyped path stops the run before any training rather than at the first save. */
+it_status train_ckpt_prepare(it_train_ctx *ctx) {
+    const char *root = ctx->cfg->save;
+    if (!root || ctx->rank != 0) return IT_OK;
+    char path[PATH_MAX];
+    path_fmt(path, sizeof path, "%s", root);
+    for (char *p = path + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST)
+                return it_error(IT_ERR_IO, "--save %s: cannot create %s: %s", root, path, strerror(errno));
+            if (end) break;
+            *p = '/';
+        }
+    }
+    struct stat sb;
+    if (stat(root, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return it_error(IT_ERR_INVALID_ARG, "--save %s: not a directory", root);
+    if (access(root, W_OK | X_OK) != 0) return it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
+    return IT_OK;
 }
 
 bool train_ckpt_due(const it_train_ctx *ctx) {

@@ -208,7 +208,7 @@ static const train_stage SETUP[] = {
     {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
     {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
     {setup_buffers, TRAIN_FAIL_THIS_RANK},     {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
-    {train_val_setup, TRAIN_FAIL_THIS_RANK},
+    {train_val_setup, TRAIN_FAIL_THIS_RANK},   {train_ckpt_prepare, TRAIN_FAIL_THIS_RANK},
 };
 
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result) {

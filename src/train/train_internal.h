@@ -89,6 +89,7 @@ it_status train_validate(it_train_ctx *ctx);
 /* checkpoint.c */
 it_status train_ckpt_load_model(it_train_ctx *ctx); /* --load: validate, the parameters */
 it_status train_ckpt_load_state(it_train_ctx *ctx); /* --load: optimizer, data position, RNG, step */
+it_status train_ckpt_prepare(it_train_ctx *ctx); /* --save: make the directory, check it */
 bool train_ckpt_due(const it_train_ctx *ctx);
 it_status train_ckpt_save(it_train_ctx *ctx);
 void train_ckpt_release(it_train_ctx *ctx);
