@@ -434,7 +434,7 @@ static double nice_step(double range, int ticks) {
 
 /* Plot geometry: x maps steps to [X0, X1]; the loss panel spans [LY0, LY1], the difference
  * panel [DY0, DY1] (SVG y grows downwards). */
-enum { SVG_W = 860, SVG_H = 640, X0 = 90, X1 = 830, LY0 = 80, LY1 = 330, DY0 = 400, DY1 = 590 };
+enum { SVG_W = 860, SVG_H = 664, X0 = 90, X1 = 830, LY0 = 80, LY1 = 330, DY0 = 400, DY1 = 590 };
 
 typedef struct {
     double lo, hi;
@@ -552,8 +552,10 @@ static int write_svg(const char *path, const case_result *c) {
     int hi_e = (int)ceil(log10(dmax) + 1e-9), lo_e = (int)floor(log10(dmin)) - 1;
     if (hi_e <= (int)floor(log10(c->thr))) hi_e = (int)floor(log10(c->thr)) + 1;
     if (lo_e < hi_e - 12) lo_e = hi_e - 12;
-    axis ly = {lo_e, hi_e, DY1, DY0};
-    double floor_v = pow(10, lo_e);
+    /* A zero difference has no place on a log scale: it gets its own row, labelled 0, half a
+     * decade below the lowest decade drawn. */
+    double zero_at = lo_e - 0.5;
+    axis ly = {zeros ? lo_e - 0.8 : lo_e, hi_e, DY1, DY0};
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">|loss BASE - loss TEST| per step (log scale)</text>\n", X0,
             DY0 - 8);
     int every = hi_e - lo_e > 8 ? 2 : 1;
@@ -563,6 +565,13 @@ static int write_svg(const char *path, const case_result *c) {
         if ((e - lo_e) % every == 0)
             fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">1e%d</text>\n", X0 - 6, py + 4, e);
     }
+    if (zeros) {
+        double py = ax_map(&ly, zero_at);
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\" stroke-dasharray=\"2 3\"/>\n"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">0</text>\n",
+                X0, py, X1, py, X0 - 6, py + 4);
+    }
     svg_x_axis(f, &x, DY1, DY0);
     svg_frame(f, DY0, DY1);
     double ty = ax_map(&ly, log10(c->thr));
@@ -570,14 +579,14 @@ static int write_svg(const char *path, const case_result *c) {
             "<line class=\"threshold\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c62828\" "
             "stroke-width=\"1.5\" stroke-dasharray=\"8 5\"/>\n<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
             "fill=\"#c62828\">threshold %.0e</text>\n",
-            X0, ty, X1, ty, X1 - 6, ty - 5, c->thr);
+            X0, ty, X1, ty, X1 - 6, ty + 15, c->thr);
     fprintf(f, "<polyline class=\"diff\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.5\" points=\"");
     for (size_t k = 0; k < d.n; k++)
         fprintf(f, "%s%.1f,%.1f", k ? " " : "", ax_map(&x, (double)d.p[k].step),
-                ax_map(&ly, log10(fmax(d.p[k].v, floor_v))));
+                ax_map(&ly, d.p[k].v > 0 ? log10(d.p[k].v) : zero_at));
     fprintf(f, "\"/>\n");
     for (size_t k = 0; k < d.n; k++) {
-        double px = ax_map(&x, (double)d.p[k].step), py = ax_map(&ly, log10(fmax(d.p[k].v, floor_v)));
+        double px = ax_map(&x, (double)d.p[k].step), py = ax_map(&ly, d.p[k].v > 0 ? log10(d.p[k].v) : zero_at);
         if (d.p[k].v > c->thr)
             fprintf(f,
                     "<circle class=\"fail-mark\" cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"#c62828\"><title>step "
@@ -600,8 +609,10 @@ static int write_svg(const char *path, const case_result *c) {
                     px, DY0 + 14, s->p[m].step, k ? "BASE" : "TEST");
         }
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">red: steps over the threshold%s</text>\n", X0, SVG_H - 10,
-            zeros ? "; hollow dots on the floor: equal losses (difference 0)" : "");
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" fill=\"#666\">red dots: steps over the threshold; red x at the top: a step in one "
+            "log only%s</text>\n",
+            X0, SVG_H - 8, zeros ? "; hollow dots on the 0 row: equal losses" : "");
     fprintf(f, "</svg>\n");
     free(d.p);
     int err = ferror(f);
@@ -858,7 +869,7 @@ int main(int argc, char **argv) {
         memset(c, 0, sizeof *c);
         int cmp = !dir0 ? 0 : i >= fb.n ? 1 : j >= ft.n ? -1 : strcmp(fb.f[i].name, ft.f[j].name);
         if (cmp <= 0) c->name = fb.f[i].name, c->base_path = fb.f[i].path;
-        if (cmp >= 0) c->name = ft.f[j].name, c->test_path = ft.f[j].path;
+        if (cmp >= 0) c->test_path = ft.f[j].path, c->name = c->name ? c->name : ft.f[j].name;
         c->side = cmp < 0 ? SIDE_BASE_ONLY : cmp > 0 ? SIDE_TEST_ONLY : SIDE_BOTH;
         /* Two files: either name can carry the dtype, since only one of them may follow the
          * matrix's naming. */
