@@ -27,6 +27,14 @@
 enum { CKPT_FORMAT = 1 };
 #define STEP_PREFIX "checkpoint_step_"
 
+/* Whether s may go into a one-line message as it is. */
+static bool printable(const char *s) {
+    size_t n = 0;
+    for (; *s; s++, n++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return false;
+    return n <= 256;
+}
+
 /* ---- file system helpers */
 
 /* --save and --load are refused at setup when longer than PATH_MAX - 128, so the names made
@@ -255,6 +263,7 @@ static it_status lr_state_load(const char *path, it_lr_scheduler *sched, json_t 
     json_t *v;
     if (!json_is_object(o)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.lr_scheduler is not an object", path);
     json_object_foreach(o, key, v) {
+        if (!printable(key)) return it_error(IT_ERR_FORMAT, "%s: lr_scheduler: a key holds control characters", path);
         if (n == IT_LR_STATE_MAX || strlen(key) >= sizeof e[n].key || !json_is_number(v))
             return it_error(IT_ERR_FORMAT, "%s: lr_scheduler: entry '%s' is malformed", path, key);
         memset(&e[n], 0, sizeof e[n]);
@@ -538,8 +547,8 @@ static it_status get_int(const char *path, json_t *o, const char *key, int64_t d
     json_t *v = json_object_get(o, key);
     if (!v) return *out = def, IT_OK;
     if (json_is_integer(v)) return *out = json_integer_value(v), IT_OK;
-    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v))
-        return *out = (int64_t)json_real_value(v), IT_OK;
+    double d = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (d > -9.2e18 && d < 9.2e18 && d == (double)(int64_t)d) return *out = (int64_t)d, IT_OK; /* in range first */
     return it_error(IT_ERR_FORMAT, "%s: '%s' is not an integer", path, key);
 }
 
@@ -547,6 +556,8 @@ static it_status get_str(const char *path, json_t *o, const char *key, const cha
     json_t *v = json_object_get(o, key);
     if (!v) return it_error(IT_ERR_FORMAT, "%s: no '%s'", path, key);
     if (!json_is_string(v)) return it_error(IT_ERR_FORMAT, "%s: '%s' is not a string", path, key);
+    if (!printable(json_string_value(v)))
+        return it_error(IT_ERR_FORMAT, "%s: '%s' holds control characters or is over 256 bytes", path, key);
     *out = json_string_value(v);
     return IT_OK;
 }
@@ -567,6 +578,7 @@ static it_status check_files(const char *dir, const char *path, json_t *files) {
     const char *name;
     json_t *f;
     json_object_foreach(files, name, f) {
+        if (!printable(name)) return it_error(IT_ERR_FORMAT, "%s: files: a name holds control characters", path);
         char file[PATH_MAX], hex[16];
         path_fmt(file, sizeof file, "%s/%s", dir, name);
         int64_t bytes;
@@ -786,7 +798,7 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
         lr_restored = lrs != NULL;
         note_flag_changes(ctx, json_object_get(ours, "flags"));
     }
-    if (step < 0 || step > INT_MAX || consumed < 0)
+    if (step < 0 || step >= INT_MAX || consumed < 0)
         return it_error(IT_ERR_FORMAT, "%s: global_step %lld / consumed_batches %lld", path, (long long)step,
                         (long long)consumed);
     if (consumed % ctx->world != 0)

@@ -57,7 +57,7 @@ static it_status item_nbytes(const it_ckpt_item *it, uint64_t *out) {
 
 it_status it_ckpt_write(const char *path, it_ckpt_item *items, size_t n, uint32_t *crc, uint64_t *bytes) {
     if (n > UINT32_MAX) return it_error(IT_ERR_INVALID_ARG, "%s: %zu entries do not fit the format", path, n);
-    qsort(items, n, sizeof *items, by_name);
+    if (n > 1) qsort(items, n, sizeof *items, by_name);
     for (size_t i = 1; i < n; i++)
         if (strcmp(items[i - 1].name, items[i].name) == 0)
             return it_error(IT_ERR_INTERNAL, "%s: entry name '%s' appears twice", path, items[i].name);
@@ -150,7 +150,10 @@ static it_status read_entry(reader *r, uint32_t i, it_ckpt_entry *e) {
     if (!(e->name = malloc(len + 1))) return it_error(IT_ERR_OOM, "%s: out of host memory", r->path);
     if ((st = get(r, e->name, len, "the name", i))) return st;
     e->name[len] = '\0';
-    if (strlen(e->name) != len) return it_error(IT_ERR_FORMAT, "%s: entry %u: the name holds a NUL byte", r->path, i);
+    for (uint32_t k = 0; k < len; k++) /* names go into messages: one line, no terminal controls */
+        if ((unsigned char)e->name[k] < 0x20 || e->name[k] == 0x7f)
+            return it_error(IT_ERR_FORMAT, "%s: entry %u: the name holds control byte 0x%02x at %u", r->path, i,
+                            (unsigned char)e->name[k], k);
     if ((st = get(r, &dt, 1, "the dtype", i))) return st;
     if (!it_dtype_valid(dt))
         return it_error(IT_ERR_FORMAT, "%s: entry %u ('%s'): dtype %d is not a DataType (0..12)", r->path, i, e->name,
@@ -191,9 +194,10 @@ it_status it_ckpt_open(const char *path, it_ckpt **out) {
     }
     c->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (c->fd < 0 || fstat(c->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int statted = c->fd >= 0 ? fstat(c->fd, &sb) : -1;
+    if (statted != 0 || !S_ISREG(sb.st_mode)) {
         it_status st = c->fd < 0 && errno == ENOENT ? IT_ERR_NOT_FOUND : IT_ERR_IO;
-        int e = errno;
+        int e = statted == 0 ? 0 : errno; /* opened and statted: not a regular file */
         it_ckpt_close(c);
         return it_error(st, "%s: %s", path, st == IT_ERR_IO && !e ? "not a regular file" : strerror(e));
     }
