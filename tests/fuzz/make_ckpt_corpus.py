@@ -106,7 +106,8 @@ def trainer_state_seeds(build):
     for k in ("llmc_filepath", "input_bin"):
         state["infinitrain_c"]["flags"].pop(k, None)
     dump = lambda s: json.dumps(s, indent=2) + "\n"
-    w("valid_saved.json", dump(state))
+    text = dump(state).encode()
+    w("valid_saved.json", text)
     ours = state["infinitrain_c"]
     keys = ["n_layer", "n_head", "n_kv_head", "n_embd", "vocab_size", "global_step", "consumed_batches", "last_lr",
             "ddp_size", "tp_size", "sp_size", "pp_size"]
