@@ -90,7 +90,7 @@ def saved_state(build):
     try:
         subprocess.run([os.path.join(build, "gpt2"), "--llmc_filepath", os.path.join(fix, "tiny_gpt2.bin"),
                         "--input_bin", os.path.join(fix, "tiny_shard.bin"), "--batch_size", "2",
-                        "--sequence_length", "8", "--optimizer", "sgd", "--num_iteration", "1", "--save", tmp,
+                        "--sequence_length", "8", "--optimizer", "adamw", "--num_iteration", "1", "--save", tmp,
                         "--save_interval", "1", "--quiet"], check=True)
         with open(os.path.join(tmp, "checkpoint_step_000001", "trainer_state.json"), "rb") as f:
             return f.read()
@@ -127,7 +127,7 @@ def trainer_state_seeds(build):
     w("negative_step.json", dump(dict(state, global_step=-1)))
     w("step_not_integer.json", dump(dict(state, global_step="1")))
     w("duplicate_key.json", text.decode().replace('"n_head": 4,', '"n_head": 4, "n_head": 4,', 1))
-    w("optimizer_adamw.json", dump(dict(state, infinitrain_c=dict(ours, optimizer="adamw"))))
+    w("optimizer_adam.json", dump(dict(state, infinitrain_c=dict(ours, optimizer="adam"))))
     w("app_llama3.json", dump(dict(state, infinitrain_c=dict(ours, app="llama3"))))
     w("no_app.json", dump(dict(state, infinitrain_c={k: v for k, v in ours.items() if k != "app"})))
     w("no_files.json", dump(dict(state, infinitrain_c={k: v for k, v in ours.items() if k != "files"})))

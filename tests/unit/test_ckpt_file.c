@@ -321,7 +321,7 @@ static void test_refusals(void) {
     refused("name_length_u32_max", &w, IT_ERR_FORMAT, "name length 4294967295");
     header(&w, IT_CKPT_MAGIC, 1, 1);
     entry(&w, "a\0b", 3, IT_DTYPE_FP32, 0, NULL, 4, 4);
-    refused("nul_in_name", &w, IT_ERR_FORMAT, "entry 0: the name holds a NUL byte");
+    refused("nul_in_name", &w, IT_ERR_FORMAT, "entry 0: the name holds control byte 0x00");
 
     header(&w, IT_CKPT_MAGIC, 1, 1);
     entry(&w, "w", 1, 13, 0, NULL, 4, 4);
