@@ -21,6 +21,7 @@
 #include "infinitrain/train.h"
 #include "it_test.h"
 #include "test_data_util.h"
+#include "train/ckpt_file.h"
 
 #define GFIX IT_SOURCE_DIR "/tests/fixtures/gpt2/"
 #define LFIX IT_SOURCE_DIR "/tests/fixtures/llama3/"
@@ -97,6 +98,9 @@ static void free_shard(void *s) { it_shard_free(s); }
 static void free_tokenizer(void *t) { it_tokenizer_free(t); }
 static void free_bpe(void *b) { it_bpe_free(b); }
 
+static it_status load_ckpt_file(const char *p, void **o) { return it_ckpt_open(p, (it_ckpt **)o); }
+static void free_ckpt_file(void *c) { it_ckpt_close(c); }
+static const loader CKPT_FILE = {"InfiniTrain .ckpt", load_ckpt_file, free_ckpt_file};
 static const loader GPT2 = {"GPT-2 checkpoint", load_gpt2, free_model};
 static const loader LLAMA3 = {"LLaMA-3 checkpoint", load_llama3, free_model};
 static const loader MIXTRAL = {"Mixtral checkpoint", load_mixtral, free_model};
@@ -575,11 +579,8 @@ static void test_fuzz_regressions(void) {
     static const struct {
         const char *dir;
         const loader *l;
-    } dirs[] = {{"gpt2_ckpt", &GPT2},
-                {"llama3_ckpt", &LLAMA3},
-                {"mixtral_ckpt", &MIXTRAL},
-                {"shard", &SHARD},
-                {"tokenizer", &TOKENIZER}};
+    } dirs[] = {{"gpt2_ckpt", &GPT2}, {"llama3_ckpt", &LLAMA3},  {"mixtral_ckpt", &MIXTRAL},
+                {"shard", &SHARD},    {"tokenizer", &TOKENIZER}, {"ckpt_file", &CKPT_FILE}};
     int n = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
         char dir[512];
