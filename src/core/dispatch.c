@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "core/profile_hooks.h"
 
 _Thread_local it__kcall_ctx it__kc;
 
@@ -66,7 +67,10 @@ static bool dense(const it_tdesc *d) {
 static it_status dev_copy(void *dst, const void *src, size_t n, it_memcpy_kind kind) {
     if (!n) return IT_OK;
     it_status st = it__kc.dev.backend->runtime->memcpy(it__kc.dev.index, dst, src, n, kind);
-    if (!st) atomic_fetch_add(&it__kc.d->stats[it__kc.slot].bytes, n);
+    if (!st) {
+        atomic_fetch_add(&it__kc.d->stats[it__kc.slot].bytes, n);
+        if (it__prof_armed) it__prof_bytes(n);
+    }
     return st;
 }
 
@@ -360,6 +364,8 @@ bool it__kpre(it_device dev, size_t slot) {
     it__kc.d = d;
     it__kc.slot = slot;
     it__kc.retried = false;
+    /* The profiler's one branch on the dispatch path when it is off. */
+    if (IT_PROFILING() && it__prof_pre()) return false;
     it__kc.t0 = now_ns();
     return true;
 }
@@ -383,6 +389,7 @@ bool it__kretry(it_status st) {
 }
 
 it_status it__kpost(it_status st) {
+    if (it__prof_armed) st = it__prof_post(st);
     slot_stats *s = &it__kc.d->stats[it__kc.slot];
     atomic_fetch_add(&s->calls, 1);
     if (!it__kc.d->native[it__kc.slot] || it__kc.retried) atomic_fetch_add(&s->fb_calls, 1);
