@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "infinitrain/profile.h"
 #include "train/train_internal.h"
 
 int it_train_exit_code(it_status st) {
@@ -35,11 +36,16 @@ static it_status train_loop(it_train_ctx *ctx) {
     train_banner(ctx);
     if (ctx->cfg->freq_generate_txt > 0 && !ctx->quiet && (st = train_generate(ctx))) return st;
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
+    if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->rank))) return st;
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
     for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
         if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_val_due(ctx)) st = train_validate(ctx);
         if (!st && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
+    }
+    if (ctx->cfg->profile) { /* written also when a step failed */
+        it_status pst = it_profile_end();
+        if (!st) st = pst;
     }
     it_autocast_set(false, IT_DTYPE_BF16);
     return st ? st : train_finish(ctx);

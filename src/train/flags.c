@@ -121,6 +121,8 @@ static const it_train_flag FLAGS[] = {
     STR("loss_log", loss_log, "PATH", G_OUT, false, "write each step's loss at full precision (%.17g), rank 0"),
     STR("output_checkpoint", output_checkpoint, "PATH", G_OUT, false,
         "write the trained model (llm.c format) at the end"),
+    STR("profile", profile, "PATH", G_OUT, false,
+        "profile every kernel call: PATH.report.rankR, PATH.records.log.rankR, PATH.trace.rankR.json (Perfetto)"),
     BOOL("backend_report", backend_report, G_OUT, false, "print each kernel slot: native or CPU fallback, calls, time"),
     BOOL("quiet", quiet, G_OUT, false, "no banner and no per-step lines"),
     STR("device", device, "NAME[:I]", G_PROG, false, "backend and device: cpu, sim:1, mlu:0, ..."),

@@ -2,10 +2,12 @@
  * before it allocates, and says who meets its failures: every rank alike (the ranks decided
  * together, so rank 0 alone reports) or this rank alone (a file only it cannot read: it
  * aborts the job so that no rank waits forever in a collective). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/train_internal.h"
 
@@ -18,6 +20,15 @@ static it_status setup_group(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG, "--save_interval: %d needs --save DIR (where to write)", c->save_interval);
     if (c->save && c->save_interval <= 0)
         return it_error(IT_ERR_INVALID_ARG, "--save %s: needs --save_interval N (how often)", c->save);
+    if (c->profile) { /* its files are written after the last step: refuse a path they cannot go to now */
+        char dir[PATH_MAX];
+        const char *slash = strrchr(c->profile, '/');
+        int n = slash ? (int)(slash - c->profile) : 1;
+        snprintf(dir, sizeof dir, "%.*s", n > 0 ? n : 1, slash ? (n > 0 ? c->profile : "/") : ".");
+        if (!*c->profile || access(dir, W_OK | X_OK) != 0)
+            return it_error(IT_ERR_INVALID_ARG, "--profile %s: cannot write into '%s': %s", c->profile, dir,
+                            *c->profile ? strerror(errno) : "empty path");
+    }
     for (int i = 0; i < 2; i++) {
         const char *dir = i ? c->load : c->save;
         if (dir && (!*dir || strlen(dir) > PATH_MAX - 128))

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "infinitrain/profile.h"
 #include "train/train_internal.h"
 
 double train_now_ms(void) {
@@ -100,10 +101,14 @@ it_status train_step(it_train_ctx *ctx, int step) {
     if (step == ctx->start_step + 1) ctx->t_start = t0;
     ctx->step = step;
     it_mem_stats_reset_peak(ctx->dev);
+    it_profile_step_begin(step - 1);               /* InfiniTrain's tags count from Step_0; no-op unless profiling */
     it_status st = it_model_zero_grad(ctx->model); /* lazily: the first backward writes them */
     if (!st) st = ctx->forward_backward(ctx, &loss_sum);
     if (!st) st = reduce(ctx, &loss_sum);
     if (!st) st = update(ctx);
+    it_mem_stats m;
+    it_mem_stats_get(ctx->dev, &m);
+    it_profile_step_end(step - 1, m.peak_used, m.peak_reserved);
     if (st) return st;
     ctx->step_ms = train_now_ms() - t0;
     ctx->loss = loss_sum / (double)(ctx->accum * ctx->world);

@@ -116,5 +116,17 @@ ls "$tmp" | grep -q 'loss.txt.tmp' && bad "--loss_log left a temp file: $(ls "$t
 # 4. --help exits 0 and lists the flags.
 "$gpt2" --help >"$tmp/h.txt" 2>&1 && grep -q -- '--total_batch_size' "$tmp/h.txt" && ok || bad "--help"
 
+# --profile: InfiniTrain's report and call log, and a Chrome trace (docs/profiling.md)
+"$gpt2" "${base[@]}" --num_iteration 2 --quiet --profile "$tmp/prof" || bad "--profile run exited $?"
+for f in prof.report.rank0 prof.records.log.rank0 prof.trace.rank0.json; do
+  [[ -s $tmp/$f ]] && ok || bad "--profile wrote no $f"
+done
+grep -q '^Tag: Step_1$' "$tmp/prof.report.rank0" && grep -q '^gemm ' "$tmp/prof.report.rank0" && ok ||
+  bad "the profile report lacks Step_1 or gemm"
+grep -q '"traceEvents"' "$tmp/prof.trace.rank0.json" && grep -q '"name":"gemm"' "$tmp/prof.trace.rank0.json" && ok ||
+  bad "the trace holds no gemm event"
+expect_fail "profile into a missing directory" "--profile $tmp/nodir/p: cannot write into" "${base[@]}" \
+  --profile "$tmp/nodir/p"
+
 echo "gpt2_cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
