@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# it-matrix end to end: usage: bash matrix.sh BUILD_DIR SOURCE_DIR
+#
+# Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
+# --device cpu and again on --device sim: 32 cases, of which the 4 tensor_parallel ones are
+# unsupported today and the other 28 must pass. Checks the exit status, every log file with
+# InfiniTrain's header lines and the app's step lines, the summary table and counts, the progress
+# lines, --only-run, a failing run, config errors, and that --list on InfiniTrain's own config
+# (scripts/matrix/test_config.json) resolves its 128 default cases with the expected commands.
+# Prints one line per check; exits 1 if any failed.
+set -u
+
+build=$(cd "${1:?usage: matrix.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
+src=$(cd "${2:?usage: matrix.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
+mx="$build/it-matrix"
+small="$src/scripts/matrix/small.json"
+full="$src/scripts/matrix/test_config.json"
+fixtures="$src/tests/fixtures"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+checks=0
+
+ok() { checks=$((checks + 1)); echo "ok   - $1"; }
+shown=""
+bad() {
+    checks=$((checks + 1)); fails=$((fails + 1))
+    echo "FAIL - $1"
+    if [ $# -gt 1 ] && [ "$shown" != "$2" ]; then
+        shown=$2
+        printf '%s\n' "$2" | sed 's/^/       | /'
+    fi
+}
+# expect DESCRIPTION TEXT REGEX: TEXT has a line matching the extended REGEX.
+expect() {
+    if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi
+}
+expect_not() {
+    if printf '%s\n' "$2" | grep -Eq -- "$3"; then bad "$1 (a line matches /$3/)" "$2"; else ok "$1"; fi
+}
+expect_rc() { if [ "$2" -eq "$3" ]; then ok "$1: exit $2"; else bad "$1: exit $2, expected $3" "${4:-}"; fi; }
+# row CASE: the summary-table row of CASE in $out.
+row() { printf '%s\n' "$out" | grep -E "^$1 "; }
+
+if [ ! -x "$mx" ]; then
+    echo "FAIL - $mx is not built"
+    exit 1
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); the matrix's DP cases need it"
+    exit 0
+fi
+
+# The 28 cases small.json runs, as <tag>/<log name>, and the 4 it cannot.
+runnable=""
+for m in gpt2 llama3; do
+    for id in 1 1_bfloat16 3 3_bfloat16; do runnable="$runnable basic/${m}_$id"; done
+    for id in 3_distopt 3_bfloat16_distopt; do runnable="$runnable zero/${m}_$id"; done
+    for id in 1_cosine 1_bfloat16_linear; do runnable="$runnable lr_scheduler/${m}_$id"; done
+    for id in ckpt_no_resume ckpt_resume ckpt_bfloat16 ckpt_bfloat16_resume; do
+        runnable="$runnable checkpoint/${m}_$id"
+    done
+done
+for id in 1 1_bfloat16 2 2_bfloat16; do runnable="$runnable moe/tiny_mixtral_$id"; done
+unsupported="basic/gpt2_4 basic/llama3_4 basic/gpt2_4_bfloat16 basic/llama3_4_bfloat16"
+
+for dev in cpu sim; do
+    logs="$tmp/logs-$dev"
+    out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" 2>"$tmp/err-$dev"); rc=$?
+    err=$(cat "$tmp/err-$dev")
+    expect_rc "$dev: small matrix" "$rc" 0 "$out$err"
+    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 28 passed, 0 failed, 4 unsupported$'
+    expect "$dev: table header" "$out" '^case +status +time$'
+    expect "$dev: a passed row with its time" "$(row basic/gpt2_3)" '^basic/gpt2_3 +passed +[0-9]+\.[0-9] s$'
+    expect "$dev: an unsupported row says why" "$(row basic/llama3_4_bfloat16)" \
+        '^basic/llama3_4_bfloat16 +unsupported: --tensor_parallel +-$'
+    expect "$dev: progress line with ETA" "$err" '^it-matrix \[31/32\] moe/tiny_mixtral_2: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
+    expect "$dev: build commands reported as not run" "$err" '^it-matrix: 1 basic_compile_commands not run'
+    nlogs=$(find "$logs" -name '*.log' | wc -l)
+    if [ "$nlogs" -eq 28 ]; then ok "$dev: 28 log files"; else bad "$dev: $nlogs log files, expected 28" "$(find "$logs")"; fi
+    missing=""
+    badlog=""
+    for c in $runnable; do
+        f="$logs/$c.log"
+        if [ ! -f "$f" ]; then missing="$missing $c"; continue; fi
+        # InfiniTrain's header lines, [COMMAND] last, then the app's step lines.
+        h=$(head -n 5 "$f")
+        printf '%s\n' "$h" | sed -n 1p | grep -Eq '^\[RUN_STARTED_AT\] [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}$' &&
+            printf '%s\n' "$h" | sed -n 2p | grep -Eq '^\[GIT_BRANCH\] .+' &&
+            printf '%s\n' "$h" | sed -n 3p | grep -Eq '^\[GIT_COMMIT\] ([0-9a-f]{40}|unknown)$' &&
+            printf '%s\n' "$h" | sed -n 4p | grep -Eq '^\[GIT_COMMIT_SHORT\] ([0-9a-f]{7}|unknow)$' &&
+            printf '%s\n' "$h" | sed -n 5p | grep -Eq "^\[COMMAND\] .*/(gpt2|llama3|mixtral) .*--device $dev( |$)" &&
+            grep -Eq '^step +[0-9]+/[0-9]+ \| train loss [0-9.]+ ' "$f" || badlog="$badlog $c"
+    done
+    if [ -z "$missing" ]; then ok "$dev: every runnable case has its log"; else bad "$dev: logs missing:$missing"; fi
+    if [ -z "$badlog" ]; then ok "$dev: every log has the header lines and step lines"; else
+        bad "$dev: logs without the header or step lines:$badlog" "$(head -n 8 "$logs/${badlog# }.log" 2>&1)"
+    fi
+    nosup=""
+    for c in $unsupported; do [ -e "$logs/$c.log" ] && nosup="$nosup $c"; done
+    if [ -z "$nosup" ]; then ok "$dev: unsupported cases write no log"; else bad "$dev: logs for unsupported cases:$nosup"; fi
+    expect "$dev: DP case runs 2 ranks under mpirun" "$(sed -n 5p "$logs/basic/gpt2_3.log")" \
+        '^\[COMMAND\] mpirun --allow-run-as-root --oversubscribe -np 2 .*/gpt2 '
+    expect "$dev: DP case trains on 2 ranks" "$(cat "$logs/zero/llama3_3_distopt.log")" 'DP=2'
+    expect "$dev: Mixtral global/micro batch in tokens/sequences" "$(sed -n 5p "$logs/moe/tiny_mixtral_2.log")" \
+        '--total_batch_size 256 --batch_size 4$'
+    expect "$dev: resume loads the namespaced no_resume checkpoint" "$(cat "$logs/checkpoint/llama3_ckpt_resume.log")" \
+        "^resumed from $logs/ckpt/no_resume/llama3/no_resume/checkpoint_step_000004: step 4"
+    expect "$dev: resumed run trains steps 5-6" "$(cat "$logs/checkpoint/gpt2_ckpt_bfloat16_resume.log")" '^step +6/6 \| train loss'
+    if [ ! -e "$logs/ckpt" ]; then ok "$dev: checkpoint root removed after its group"; else
+        bad "$dev: $logs/ckpt is left behind" "$(find "$logs/ckpt" | head)"
+    fi
+done
+
+# --only-run selects one tag.
+out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/only" --only-run moe 2>/dev/null); rc=$?
+expect_rc "--only-run moe" "$rc" 0 "$out"
+expect "--only-run moe: counts" "$out" '^it-matrix: 4 passed, 0 failed, 0 unsupported$'
+expect_not "--only-run moe: no other group" "$out" '^(basic|zero|lr_scheduler|checkpoint)/'
+dirs=$(cd "$tmp/only" && ls)
+if [ "$dirs" = "moe" ]; then ok "--only-run moe: only logs/moe/"; else bad "--only-run moe: log dirs: $dirs"; fi
+
+# A failing case: exit 1, with the exit code and the app's error line.
+out=$("$mx" "$small" --device cpu --var FIXTURES=/nonexistent --log-dir "$tmp/fail" --only-run moe 2>/dev/null); rc=$?
+expect_rc "missing model files" "$rc" 1 "$out"
+expect "failures counted" "$out" '^it-matrix: 0 passed, 4 failed, 0 unsupported$'
+expect "failed row: exit code and error line" "$(row moe/tiny_mixtral_1)" \
+    '^moe/tiny_mixtral_1 +failed: exit 2: mixtral: --llmc_filepath: /nonexistent/mixtral/tiny_mixtral.bin: cannot open'
+expect "failed case still has its log" "$(cat "$tmp/fail/moe/tiny_mixtral_1.log" 2>&1)" '^\[COMMAND\] '
+
+# Config and argument errors: exit 2, no run.
+out=$("$mx" "$small" --device cpu --log-dir "$tmp/novar" 2>&1); rc=$?
+expect_rc "undefined @FIXTURES@" "$rc" 2 "$out"
+expect "undefined variable named" "$out" 'uses @FIXTURES@, which is not defined \(set it with --var FIXTURES=VALUE\)'
+out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --only-run basci 2>&1); rc=$?
+expect_rc "--only-run with an unknown tag" "$rc" 2 "$out"
+expect "unknown tag named" "$out" 'no test group has the tag "basci"'
+printf '{"test_groups": [ {"tag": "x"} ]}' >"$tmp/bad.json"
+out=$("$mx" "$tmp/bad.json" --device cpu 2>&1); rc=$?
+expect_rc "group without tests" "$rc" 2 "$out"
+printf '{"test_groups": [' >"$tmp/trunc.json"
+out=$("$mx" "$tmp/trunc.json" --device cpu 2>&1); rc=$?
+expect_rc "truncated JSON" "$rc" 2 "$out"
+expect "JSON error with its position" "$out" "trunc.json:1:[0-9]+: "
+out=$("$mx" "$small" 2>&1); rc=$?
+expect_rc "no --device" "$rc" 2 "$out"
+
+# InfiniTrain's own config, listed: 62 cases each for GPT-2 and LLaMA-3 (basic 16, zero 14,
+# lr_scheduler 10, lora 16, checkpoint 6), 4 for Mixtral (moe); recompute (14) is in no model's
+# *_TEST_GROUPS. Runnable today: basic 1, 1_bfloat16, 2, 2_bfloat16, 3, 3_bfloat16 (6), zero
+# 3_distopt, 3_bfloat16_distopt (2), lr_scheduler 3_bfloat16_linear (1), checkpoint's four
+# single-device cases (4): 13 per model, and the 4 moe cases: 30.
+out=$("$mx" "$full" --device cuda --list 2>&1); rc=$?
+expect_rc "--list InfiniTrain's config" "$rc" 0 "$out"
+expect "InfiniTrain's config: counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 128 cases: 30 runnable, 98 unsupported$'
+n=$(printf '%s\n' "$out" | grep -c '^basic/gpt2_')
+if [ "$n" -eq 16 ]; then ok "16 basic cases for gpt2"; else bad "$n basic cases for gpt2, expected 16"; fi
+n=$(printf '%s\n' "$out" | grep -c '^moe/tiny_mixtral_')
+if [ "$n" -eq 4 ]; then ok "4 moe cases, all Mixtral"; else bad "$n moe cases, expected 4"; fi
+expect_not "recompute is in no model's groups" "$out" '^recompute/'
+line() { printf '%s\n' "$out" | grep -E "^$1	"; }
+expect "DP8 case under mpirun" "$(line basic/gpt2_3)" \
+    '	runnable	mpirun --allow-run-as-root --oversubscribe -np 8 \S*/gpt2 --input_bin /data1/shared/InfiniTrain-dev/data/llmc/gpt2/tinyshakespeare/tiny_shakespeare_train.bin --llmc_filepath /data1/shared/InfiniTrain-dev/data/llmc/gpt2/gpt2_124M.bin --device cuda --dtype float32 --num_iteration 10 --batch_size 10 --total_batch_size 5120$'
+expect "TP+SP case unsupported with each flag" "$(line basic/llama3_5_bfloat16)" \
+    '	unsupported: --tensor_parallel, --sequence_parallel	.* --tensor_parallel 4 --sequence_parallel=true$'
+expect "zero_stage 2 unsupported with the value" "$(line zero/gpt2_3_zero2)" \
+    '	unsupported: --zero_stage 2 \(supported: 0\|1\)	'
+expect "LoRA unsupported" "$(line lora/llama3_1_lora)" '	unsupported: --lora_rank, --lora_alpha, --lora_target_modules	'
+expect "reals as jq prints them" "$(line lr_scheduler/gpt2_3_bfloat16_linear)" \
+    '	runnable	.* --learning_rate 1e-05 --min_lr 1e-06 --lr_decay_style linear --lr_warmup_iters 2 --lr_warmup_init 0 --lr_decay_iters 0$'
+expect "save namespaced by model and mode" "$(line checkpoint/llama3_ckpt_no_resume)" \
+    ' --save /data1/ckpt/no_resume/llama3/no_resume$'
+expect "load namespaced by model and source" "$(line checkpoint/gpt2_ckpt_bfloat16_resume)" \
+    ' --load /data1/ckpt/bfloat16_no_resume/gpt2/no_resume/checkpoint_step_000030 --save /data1/ckpt/bfloat16_resume/gpt2/resume$'
+expect "Mixtral's global batch in tokens" "$(line moe/tiny_mixtral_2_bfloat16)" \
+    '	runnable	\S*/mixtral .* --dtype bfloat16 --num_iteration 10 --total_batch_size 5120 --batch_size 80$'
+out=$("$mx" "$full" --device cuda --list --var 'GPT2_TEST_GROUPS=*' --only-run recompute 2>&1); rc=$?
+expect "recompute selected by *_TEST_GROUPS=*" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 14 cases: 0 runnable, 14 unsupported$'
+expect "recompute flags named" "$(line recompute/gpt2_2_recompute_uniform2)" \
+    '	unsupported: --activation_recompute, --recompute_granularity, --recompute_method, --recompute_num_layers	'
+
+echo "$((checks - fails))/$checks checks passed"
+[ "$fails" -eq 0 ]
