@@ -2,14 +2,16 @@
  * device with this project's apps, as InfiniTrain's scripts/run_models_and_profile.bash does.
  *
  *   it-matrix CONFIG --device NAME [--only-run tag,...] [--log-dir DIR] [--var NAME=VALUE]...
- *             [--list]
+ *             [--baseline DIR [--no-tps] [--threshold-fp32 X] [--threshold-bf16 X]] [--list]
  *
  * For each test group, each test and each model whose *_TEST_GROUPS selects the group (gpt2, then
  * llama3, then mixtral), the case's args become the app's flags; nthread_per_process N becomes N
  * ranks under mpirun. A flag the app does not list in --help, or a value outside the choices its
  * help names ("--zero_stage 0|1"), makes the case "unsupported" (reported, never skipped). Logs go
- * to DIR/<tag>/<model>_<id>.log with InfiniTrain's header lines. docs/it-matrix.md has the
- * details.
+ * to DIR/<tag>/<model>_<id>.log with InfiniTrain's header lines. With --baseline, each case that
+ * ran is judged against the same-named log there by it-compare (InfiniTrain's compare_loss.py and
+ * compare_tps.py rules), and a difference fails it with the first differing step.
+ * docs/it-matrix.md has the details.
  *
  * Exit status: 0 no case failed, 1 a case failed, 2 bad arguments or a bad config. */
 #ifndef _GNU_SOURCE
@@ -161,6 +163,16 @@ static void var_set(var_list *vl, const char *name, const char *value) {
     vl->v[vl->n].name = xstrdup(name);
     vl->v[vl->n].value = xstrdup(value);
     vl->n++;
+}
+
+static void var_list_free(var_list *vl) {
+    for (size_t i = 0; i < vl->n; i++) {
+        free(vl->v[i].name);
+        free(vl->v[i].value);
+    }
+    free(vl->v);
+    vl->v = NULL;
+    vl->n = 0;
 }
 
 static const char *var_get(const var_list *vl, const char *name) {
@@ -597,6 +609,101 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     free(line);
 }
 
+/* How each case that ran is judged against a baseline run (--baseline): it-compare, next to
+ * it-matrix, on the two logs, so the verdict and its thresholds are exactly it-compare's. */
+typedef struct {
+    const char *dir; /* NULL: no baseline, a case passes when its app exits 0 */
+    int no_tps;
+    const char *threshold_fp32, *threshold_bf16;
+} baseline_opts;
+
+/* Runs argv with stdout+stderr captured into *out; returns the exit status (-1 if it died). */
+static int capture(char *const argv[], char **out) {
+    int fds[2];
+    if (pipe(fds) != 0) die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        execv(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    sbuf b = {0};
+    sb_add(&b, "");
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0) sb_addn(&b, buf, (size_t)n);
+    close(fds[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    *out = sb_take(&b);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* A passed case fails when its log differs from the baseline's: the detail is it-compare's
+ * reason line ("step 4: 5.140535 vs 5.140555 (diff 2.00e-05 > 1e-05); 7 of 10 steps fail"). */
+static void compare_case(matrix_case *c, const char *log_dir, const baseline_opts *bo) {
+    char base[PATH_MAX + 512], test[PATH_MAX + 512];
+    snprintf(base, sizeof base, "%s/%s/%s.log", bo->dir, c->tag, c->name);
+    snprintf(test, sizeof test, "%s/%s/%s.log", log_dir, c->tag, c->name);
+    sbuf d = {0};
+    if (access(base, R_OK) != 0) {
+        c->status = ST_FAILED;
+        sb_printf(&d, "no baseline log %s", base);
+        c->detail = sb_take(&d);
+        return;
+    }
+    char *tool = NULL;
+    sbuf t = {0};
+    sb_printf(&t, "%s/it-compare", g_bin_dir);
+    tool = sb_take(&t);
+    char *argv[12];
+    int k = 0;
+    argv[k++] = tool;
+    argv[k++] = base;
+    argv[k++] = test;
+    if (bo->no_tps) argv[k++] = "--no-tps";
+    if (bo->threshold_fp32) argv[k++] = "--threshold-fp32", argv[k++] = (char *)bo->threshold_fp32;
+    if (bo->threshold_bf16) argv[k++] = "--threshold-bf16", argv[k++] = (char *)bo->threshold_bf16;
+    argv[k] = NULL;
+    char *out = NULL;
+    int rc = capture(argv, &out);
+    if (rc != 0) {
+        /* The reason: the line it-compare starts with the case's name ("<name>.log: ..."), else
+         * its last non-empty line (an error). */
+        char prefix[600];
+        snprintf(prefix, sizeof prefix, "%s.log: ", c->name);
+        const char *reason = NULL, *last = NULL;
+        for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+            if (strncmp(line, prefix, strlen(prefix)) == 0) reason = line + strlen(prefix);
+            if (*line) last = line;
+        }
+        c->status = ST_FAILED;
+        if (rc == 1 && reason)
+            sb_printf(&d, "differs from baseline: %s", reason);
+        else
+            sb_printf(&d, "it-compare exit %d: %s", rc, reason ? reason : last ? last : "(no output)");
+        c->detail = sb_take(&d);
+    }
+    free(out);
+    free(tool);
+}
+
+static void free_case(matrix_case *c) {
+    free(c->name);
+    sv_free(&c->argv);
+    free(c->command);
+    free(c->unsupported);
+    free(c->ckpt_root);
+    free(c->detail);
+}
+
 static void remove_tree(const char *path) {
     if (!path || !*path || strcmp(path, "/") == 0) return;
     struct stat st;
@@ -624,6 +731,9 @@ static void usage(FILE *f) {
           "  --log-dir DIR       logs go to DIR/<tag>/<model>_<id>.log (the config's LOG_DIR, else logs);\n"
           "                      it is also the variable LOG_DIR\n"
           "  --var NAME=VALUE    set or override a config variable (@NAME@ in values)\n"
+          "  --baseline DIR      judge each case by it-compare against DIR/<tag>/<model>_<id>.log\n"
+          "  --no-tps, --threshold-fp32 X, --threshold-bf16 X\n"
+          "                      passed to it-compare with --baseline (defaults: 1e-5, 1e-2)\n"
           "  --list              print each case with its resolved command; run nothing\n"
           "exit status: 0 no case failed, 1 a case failed, 2 bad arguments or config\n",
           f);
@@ -633,6 +743,7 @@ int main(int argc, char **argv) {
     const char *config = NULL, *device = NULL, *only = NULL, *log_dir_arg = NULL;
     int list = 0;
     var_list cli = {0};
+    baseline_opts bo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -640,6 +751,25 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--list") == 0) {
             list = 1;
+        } else if (strcmp(a, "--no-tps") == 0) {
+            bo.no_tps = 1;
+        } else if (strcmp(a, "--baseline") == 0 || strcmp(a, "--threshold-fp32") == 0 ||
+                   strcmp(a, "--threshold-bf16") == 0) {
+            if (i + 1 >= argc) die("%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[2] == 'b') {
+                struct stat st;
+                if (stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) die("--baseline %s: not a directory", v);
+                bo.dir = v;
+            } else {
+                char *end;
+                double x = strtod(v, &end);
+                if (*end || !(x >= 0)) die("%s wants a non-negative number, not \"%s\"", a, v);
+                if (a[12] == 'f')
+                    bo.threshold_fp32 = v;
+                else
+                    bo.threshold_bf16 = v;
+            }
         } else if (strcmp(a, "--device") == 0 || strcmp(a, "--only-run") == 0 || strcmp(a, "--log-dir") == 0 ||
                    strcmp(a, "--var") == 0) {
             if (i + 1 >= argc) die("%s needs a value", a);
@@ -670,6 +800,8 @@ int main(int argc, char **argv) {
         usage(stderr);
         die("CONFIG and --device are required");
     }
+    if (!bo.dir && (bo.no_tps || bo.threshold_fp32 || bo.threshold_bf16))
+        die("--no-tps and --threshold-* judge against a baseline: give --baseline DIR");
 
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -761,6 +893,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    int rc = 0;
     size_t runnable = 0;
     for (size_t i = 0; i < ncases; i++) runnable += cases[i].status != ST_UNSUPPORTED;
     if (list) {
@@ -769,7 +902,7 @@ int main(int argc, char **argv) {
                    cases[i].unsupported ? "unsupported: " : "runnable",
                    cases[i].unsupported ? cases[i].unsupported : "", cases[i].command);
         printf("it-matrix: %zu cases: %zu runnable, %zu unsupported\n", ncases, runnable, ncases - runnable);
-        return 0;
+        goto out;
     }
 
     run_meta meta;
@@ -786,6 +919,7 @@ int main(int argc, char **argv) {
         matrix_case *c = &cases[i];
         if (c->status != ST_UNSUPPORTED) {
             run_case(c, log_dir, &meta);
+            if (c->status == ST_PASSED && bo.dir) compare_case(c, log_dir, &bo);
             t_run += c->seconds;
             done_run++;
         }
@@ -830,5 +964,16 @@ int main(int argc, char **argv) {
         nunsup += c->status == ST_UNSUPPORTED;
     }
     printf("it-matrix: %zu passed, %zu failed, %zu unsupported\n", npass, nfail, nunsup);
-    return nfail ? 1 : 0;
+    rc = nfail ? 1 : 0;
+    free(meta.branch);
+    free(meta.commit);
+out:
+    for (size_t i = 0; i < ncases; i++) free_case(&cases[i]);
+    free(cases);
+    for (size_t mi = 0; mi < NMODELS; mi++) free(MODELS[mi].flags);
+    var_list_free(&vl);
+    var_list_free(&cli);
+    free(log_dir);
+    json_decref(root);
+    return rc;
 }

@@ -2,8 +2,11 @@
 # it-matrix end to end: usage: bash matrix.sh BUILD_DIR SOURCE_DIR
 #
 # Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
-# --device cpu and again on --device sim: 32 cases, of which the 4 tensor_parallel ones are
-# unsupported today and the other 28 must pass. Checks the exit status, every log file with
+# --device cpu and again on --device sim, the sim run judged against the cpu run (--baseline, the
+# loss by InfiniTrain's rules): 32 cases, of which the 4 tensor_parallel ones are unsupported today
+# and the other 28 must pass. it-compare then compares the two log trees and draws them: every
+# case's plot must exist and hold both loss curves. A doctored baseline must fail the case at the
+# step that was changed. Checks the exit status, every log file with
 # InfiniTrain's header lines and the app's step lines, the summary table and counts, the progress
 # lines, --only-run, a failing run, config errors, and that --list on InfiniTrain's own config
 # (scripts/matrix/test_config.json) resolves its 128 default cases with the expected commands.
@@ -42,6 +45,12 @@ expect_rc() { if [ "$2" -eq "$3" ]; then ok "$1: exit $2"; else bad "$1: exit $2
 # row CASE: the summary-table row of CASE in $out.
 row() { printf '%s\n' "$out" | grep -E "^$1 "; }
 
+if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+    # The DP cases run under mpirun: OpenMPI's own allocations kept until exit are suppressed
+    # by library, which needs the slow unwinder (see ddp.sh). mpirun passes the environment on.
+    export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+fi
 if [ ! -x "$mx" ]; then
     echo "FAIL - $mx is not built"
     exit 1
@@ -66,7 +75,10 @@ unsupported="basic/gpt2_4 basic/llama3_4 basic/gpt2_4_bfloat16 basic/llama3_4_bf
 
 for dev in cpu sim; do
     logs="$tmp/logs-$dev"
-    out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" 2>"$tmp/err-$dev"); rc=$?
+    # sim is judged against cpu; speeds differ by design, so the loss only (--no-tps).
+    judge=()
+    [ "$dev" = sim ] && judge=(--baseline "$tmp/logs-cpu" --no-tps)
+    out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" "${judge[@]}" 2>"$tmp/err-$dev"); rc=$?
     err=$(cat "$tmp/err-$dev")
     expect_rc "$dev: small matrix" "$rc" 0 "$out$err"
     expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 28 passed, 0 failed, 4 unsupported$'
@@ -111,6 +123,42 @@ for dev in cpu sim; do
         bad "$dev: $logs/ckpt is left behind" "$(find "$logs/ckpt" | head)"
     fi
 done
+
+# it-compare over the two trees: 28 cases paired, all pass, one plot each with both curves.
+cmp="$build/it-compare"
+out=$("$cmp" "$tmp/logs-cpu" "$tmp/logs-sim" --no-tps --plots "$tmp/plots" 2>&1); rc=$?
+expect_rc "it-compare cpu vs sim" "$rc" 0 "$out"
+expect "it-compare: 28 cases pass" "$(printf '%s\n' "$out" | tail -n 1)" '^it-compare: 28 passed, 0 failed$'
+noplot=""
+for c in $runnable; do
+    svg="$tmp/plots/${c#*/}.svg"
+    # Both curves with one point per step (5 or 6 steps in small.json, 2 for a resumed run).
+    if ! grep -Eq '<polyline class="loss-base" [^>]*points="[0-9.]+,[0-9.]+( [0-9.]+,[0-9.]+)+"' "$svg" 2>/dev/null ||
+        ! grep -Eq '<polyline class="loss-test" [^>]*points="[0-9.]+,[0-9.]+( [0-9.]+,[0-9.]+)+"' "$svg"; then
+        noplot="$noplot $c"
+    fi
+done
+if [ -z "$noplot" ]; then ok "a plot with both loss curves for each of the 28 cases"; else bad "plots missing or without both curves:$noplot"; fi
+n=$(grep -c '<img src="[^"]*\.svg"' "$tmp/plots/index.html" 2>/dev/null || true)
+if [ "${n:-0}" -eq 28 ]; then ok "index.html shows the 28 plots"; else bad "index.html shows ${n:-0} plots, expected 28"; fi
+
+# A baseline whose step 3 of one case was changed by 1e-3 (more than fp32's 1e-5): the runner
+# fails that case at step 3 and passes the others; a baseline without a case's log fails it.
+cp -r "$tmp/logs-cpu" "$tmp/doctored"
+awk '/^step +3\/[0-9]+ \| train loss / { $6 = sprintf("%.6f", $6 + 0.001) } { print }' \
+    "$tmp/logs-cpu/moe/tiny_mixtral_1.log" >"$tmp/doctored/moe/tiny_mixtral_1.log"
+rm "$tmp/doctored/moe/tiny_mixtral_2.log"
+out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/judged" --only-run moe \
+    --baseline "$tmp/doctored" 2>/dev/null); rc=$?
+expect_rc "doctored baseline" "$rc" 1 "$out"
+expect "doctored baseline: counts" "$out" '^it-matrix: 2 passed, 2 failed, 0 unsupported$'
+expect "the changed case fails at step 3" "$(row moe/tiny_mixtral_1)" \
+    '^moe/tiny_mixtral_1 +failed: differs from baseline: step 3: [0-9.]+ vs [0-9.]+ \(diff 1\.00e-03 > 1e-05\)'
+expect "a case without a baseline log fails, naming it" "$(row moe/tiny_mixtral_2)" \
+    "^moe/tiny_mixtral_2 +failed: no baseline log $tmp/doctored/moe/tiny_mixtral_2.log"
+expect "an unchanged case passes" "$(row moe/tiny_mixtral_1_bfloat16)" '^moe/tiny_mixtral_1_bfloat16 +passed '
+out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --no-tps 2>&1); rc=$?
+expect_rc "--no-tps without --baseline" "$rc" 2 "$out"
 
 # --only-run selects one tag.
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/only" --only-run moe 2>/dev/null); rc=$?
