@@ -163,8 +163,8 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_reserved = mem.peak_reserved;
     }
     if (!ctx->quiet) {
-        printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %zu MB | peak reserved: "
-               "%zu MB, DP=%d, TP=1, SP=1, PP=1)\n",
+        printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
+               "%5zu MB, DP=%d, TP=1, SP=1, PP=1)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world);
         if (step % c->log_interval == 0) print_expert_counts(ctx);

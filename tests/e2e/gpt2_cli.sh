@@ -18,7 +18,7 @@ base=(--llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" --b
 # 1. A fixture case through the CLI: step lines and losses.
 "$gpt2" "${base[@]}" --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 \
   --total_batch_size 512 >"$tmp/out.txt" 2>&1 || bad "adamw_accum4 run exited $?"
-line_re='^step +[0-9]+/10 \| train loss [0-9]+\.[0-9]{6} \| lr [0-9]\.[0-9]{2}e[-+][0-9]{2} \| \([0-9]+\.[0-9]{2} ms \| [0-9]+ tok/s \| peak used: [0-9]+ MB \| peak reserved: [0-9]+ MB, DP=1, TP=1, SP=1, PP=1\)$'
+line_re='^step +[0-9]+/10 \| train loss [0-9]+\.[0-9]{6} \| lr [0-9]\.[0-9]{2}e[-+][0-9]{2} \| \([0-9]+\.[0-9]{2} ms \| [0-9]+ tok/s \| peak used: +[0-9]+ MB \| peak reserved: +[0-9]+ MB, DP=1, TP=1, SP=1, PP=1\)$'
 n=$(grep -cE "$line_re" "$tmp/out.txt")
 [[ $n -eq 10 ]] && ok || bad "expected 10 step lines in InfiniTrain's format, found $n"
 grep -q '^step    1/10 | train loss ' "$tmp/out.txt" && ok || bad "step number not padded to 4"
