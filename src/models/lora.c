@@ -185,7 +185,8 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
     freeze_base(m);
     m->lora = l;
     m->grads = it_tensor_retain(l->grads);
-    return IT_OK;
+    /* the base gradient buffer goes back to the backend, not into the cache for the run */
+    return it_mem_empty_cache(m->dev);
 }
 
 void it__lora_free(struct it__lora *l) {
