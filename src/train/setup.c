@@ -145,7 +145,7 @@ static it_status setup_lora(it_train_ctx *ctx) {
         return IT_OK;
     }
     if (c->save || c->load) /* the checkpoint directory holds no adapters or their optimizer state yet */
-        return it_error(IT_ERR_UNSUPPORTED, "--%s: checkpoints of a LoRA run are not supported; save the adapters "
+        return it_error(IT_ERR_INVALID_ARG, "--%s: checkpoints of a LoRA run are not supported; save the adapters "
                                             "with --lora_save_path and start from them with --lora_load_path",
                         c->save ? "save" : "load");
     const char *targets = c->lora_target_modules ? c->lora_target_modules : lora_default_targets(c->app);
