@@ -30,6 +30,7 @@
 #                          that starts while the other side's gigabytes are being handed
 #                          back slower for its whole length (measured: 670 -> 770 ms)
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
+#   BENCH_SKIP_LORA=1      skip bench_lora (LoRA against full fine-tuning, step time and peak memory)
 #   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
@@ -86,6 +87,12 @@ train_args+=("${extra[@]}")
 if ! "$build/bench_train" --workdir "$work" "${train_args[@]}" |
     tee "$work/train.txt"; then
     echo "bench: bench_train failed (see above); going on with what it measured" >&2
+fi
+
+# ---- LoRA r=8 on c_attn,attn.c_proj against full fine-tuning, GPT-2 124M B=4 T=64 (BENCH_SKIP_LORA=1 skips)
+if [ "${BENCH_SKIP_LORA:-0}" != 1 ] && [ -x "$build/bench_lora" ]; then
+    echo
+    "$build/bench_lora" || echo "bench: bench_lora failed (see above)" >&2
 fi
 
 # ---- the PyTorch peer: GPT-2 124M, B=4 T=64, the weights and tokens bench_train used

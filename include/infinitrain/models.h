@@ -30,7 +30,10 @@ IT_API void it_model_free(it_model *m);
 IT_API const it_model_info *it_model_get_info(const it_model *m);
 IT_API it_device it_model_device(const it_model *m);
 IT_API it_tensor *it_model_params(it_model *m); /* flat (num_params) */
-IT_API it_tensor *it_model_grads(it_model *m);  /* flat (num_params) */
+/* The flat gradient of the trainable parameters: every parameter's (num_params), or with LoRA
+ * applied (it_model_lora_apply) the adapters' alone (it_model_lora_numel); see
+ * it_model_trainable. */
+IT_API it_tensor *it_model_grads(it_model *m);
 /* Zero the gradients lazily: nothing is written now; the next backward writes each gradient
  * instead of adding to it (its GEMMs run with beta 0), and it_model_grads_final fills the
  * ones no node wrote. Same values as filling it_model_grads with zeros, without a pass over
@@ -123,6 +126,59 @@ IT_API bool it_model_name_matches(const char *name, const char *suffix);
 /* The entries whose name matches `suffix` (it_model_name_matches), in flat order: writes up to
  * `max` of them to `out` (may be NULL with max 0) and returns how many there are. */
 IT_API int it_model_param_match(const it_model *m, const char *suffix, const it_model_param_info **out, int max);
+
+/* ---- LoRA (InfiniTrain's nn/lora): y = W x + b + (alpha/r) B (A x) on the linear layers
+ * whose module name matches a target (it_model_name_matches), A (r, in) and B (out, r).
+ *
+ * Applying LoRA freezes every base parameter: their gradient buffer is freed, autograd computes
+ * no gradient for them (a frozen linear's backward computes only its input's gradient), and
+ * it_model_trainable / it_model_grads become the adapters' own flat buffers, so an optimizer,
+ * DDP and ZeRO-1 built on those hold state for the adapters alone. it_model_params stays the
+ * base parameters (what a model checkpoint saves). */
+typedef struct it_lora_config {
+    int rank;            /* r >= 1 */
+    float alpha;         /* scaling = alpha / r */
+    const char *targets; /* comma list of module-name suffixes ("c_attn,attn.c_proj"); blanks trimmed */
+    uint64_t seed;       /* A's Kaiming-uniform draws; B starts at zero */
+} it_lora_config;
+
+/* One adapter tensor: "transformer.h.0.attn.c_attn.lora_A" (r, in) or ".lora_B" (out, r). */
+typedef struct it_lora_tensor_info {
+    const char *name;
+    const it_model_param_info *base; /* the linear weight it adapts */
+    bool is_b;
+    int64_t shape[2];
+    int64_t offset; /* first element in it_model_trainable / it_model_grads */
+    int64_t numel;
+    it_tensor *param, *grad; /* views, owned by the model */
+} it_lora_tensor_info;
+
+/* Apply LoRA once (a second call, a target list matching no linear layer, a Mixtral expert or
+ * router, or rank < 1 is refused with a message naming it). */
+IT_API it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg);
+IT_API bool it_model_has_lora(const it_model *m);
+IT_API float it_model_lora_scaling(const it_model *m); /* alpha / r; 0 without LoRA */
+/* The flat trainable parameters: it_model_params without LoRA, the adapters with it. */
+IT_API it_tensor *it_model_trainable(it_model *m);
+IT_API int64_t it_model_lora_numel(const it_model *m);
+/* Adapter tensors in flat order (A then B per adapted layer, layers in layout order). */
+IT_API int it_model_lora_count(const it_model *m);
+IT_API const it_lora_tensor_info *it_model_lora_at(const it_model *m, int i);
+IT_API const it_lora_tensor_info *it_model_lora_find(const it_model *m, const char *name);
+/* PEFT's print_trainable_parameters count: the adapters, and every parameter of the model
+ * (llm.c's padded vocabulary rows of wte excluded: PyTorch's GPT-2 has none). */
+IT_API void it_model_lora_counts(const it_model *m, int64_t *trainable, int64_t *total);
+/* InfiniTrain's adapter file (SaveLoRAWeights): uint32 magic 0x4C4F5241 "LORA", uint32 version 1,
+ * uint32 count, then per tensor in name order: uint32 name length, the name, uint32 ndim, ndim
+ * int64 dims, fp32 data; little-endian. Written atomically. */
+IT_API it_status it_model_lora_save(const it_model *m, const char *path);
+/* Read such a file into the adapters. Every tensor must be an adapter of this model with its
+ * shape, and every adapter must be in it; otherwise IT_ERR_FORMAT naming the tensor, and the
+ * adapters are left unchanged. */
+IT_API it_status it_model_lora_load(it_model *m, const char *path);
+/* The model's checkpoint with W + (alpha/r) B A in place of each adapted weight (InfiniTrain's
+ * MergeWeights); the model itself is left bitwise unchanged. */
+IT_API it_status it_model_lora_save_merged(it_model *m, const char *path);
 
 /* ---- GPT-2 (llm.c checkpoint, magic 20240326 version 3) */
 typedef struct it_gpt2_config {

@@ -54,6 +54,12 @@ typedef struct it_train_config {
     int max_checkpoint_keep;       /* --max_checkpoint_keep: newest checkpoints kept (3; 0 = all) */
     bool save_optimizer_state;     /* --save_optimizer_state: write optimizer.ckpt (true) */
     bool load_optimizer_state;     /* --load_optimizer_state: restore it on --load (true) */
+    int lora_rank;                 /* --lora_rank: LoRA's r (0 = off) */
+    float lora_alpha;              /* --lora_alpha: scaling alpha / r (16) */
+    const char *lora_target_modules; /* --lora_target_modules: module-name suffixes (per app) */
+    const char *lora_save_path;    /* --lora_save_path: the adapters after the last step */
+    const char *lora_load_path;    /* --lora_load_path: adapters to start from */
+    const char *lora_merge_output; /* --lora_merge_output: W + (alpha/r) B A as an llm.c checkpoint */
     void *storage;                 /* values read from --flagfile; freed by it_train_config_release */
 } it_train_config;
 

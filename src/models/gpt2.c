@@ -146,13 +146,13 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     for (int l = 0; l < g->cfg.n_layer; l++) {
         it_tensor *const *p = g->h[l].p;
         it_tensor *h = it_layernorm(x, p[LN1W], p[LN1B], LN_EPS);
-        h = it_linear(h, p[QKVW], p[QKVB]);             /* (B, T, 3C) */
+        h = it__linear(m, h, p[QKVW], p[QKVB]);             /* (B, T, 3C) */
         h = it_causal_self_attention(h, g->cfg.n_head); /* (B, T, C) */
-        h = it_linear(h, p[ATTPROJW], p[ATTPROJB]);
+        h = it__linear(m, h, p[ATTPROJW], p[ATTPROJB]);
         x = it_add(x, h);
         h = it_layernorm(x, p[LN2W], p[LN2B], LN_EPS);
-        h = it_gelu(it_linear(h, p[FCW], p[FCB])); /* (B, T, 4C) */
-        h = it_linear(h, p[FCPROJW], p[FCPROJB]);
+        h = it_gelu(it__linear(m, h, p[FCW], p[FCB])); /* (B, T, 4C) */
+        h = it__linear(m, h, p[FCPROJW], p[FCPROJB]);
         x = it_add(x, h);
     }
     x = it_layernorm(x, g->lnfw, g->lnfb, LN_EPS);

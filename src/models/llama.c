@@ -140,8 +140,15 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
             q = it_linear(h, g->q[l], NULL);
             k = it_linear(h, g->k[l], NULL);
             v = it_linear(h, g->v[l], NULL);
+            bool none; /* an adapter on the packed c_attn: its rows Q|K|V added to each */
+            it_tensor *d = it__lora_delta(m, h, g->qkv[l], &none);
+            if (!none) {
+                q = it_add(q, it_slice(d, 2, 0, C, 1));
+                k = it_add(k, it_slice(d, 2, C, C + kvd, 1));
+                v = it_add(v, it_slice(d, 2, C + kvd, C + 2 * kvd, 1));
+            }
         } else { /* fused c_attn, rows Q|K|V */
-            it_tensor *qkv = it_linear(h, g->qkv[l], NULL);
+            it_tensor *qkv = it__linear(m, h, g->qkv[l], NULL);
             q = it_slice(qkv, 2, 0, C, 1);
             k = it_slice(qkv, 2, C, C + kvd, 1);
             v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
@@ -149,7 +156,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, g->nh, g->hd}), cos, sin);
         k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, g->nkv, g->hd}), cos, sin);
         v = it_reshape(v, 4, (int64_t[]){B, T, g->nkv, g->hd});
-        x = it_add(x, it_linear(it_attention(q, k, v), g->proj[l], NULL));
+        x = it_add(x, it__linear(m, it_attention(q, k, v), g->proj[l], NULL));
         h = it_rmsnorm(x, g->ln2[l], g->eps);
         if (g->moe) {
             int64_t counts[256];
@@ -162,12 +169,12 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
             if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
             x = it_add(x, y);
         } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
-            x = it_add(x, it_linear(it_mul(it_linear(h, g->fc[l], NULL), it_silu(it_linear(h, g->fc2[l], NULL))),
-                                    g->fc_proj[l], NULL));
+            x = it_add(x, it__linear(m, it_mul(it__linear(m, h, g->fc[l], NULL), it_silu(it__linear(m, h, g->fc2[l], NULL))),
+                                     g->fc_proj[l], NULL));
         }
     }
     x = it_rmsnorm(x, g->lnf, g->eps);
-    it_tensor *logits = it_linear(x, g->lm_head, NULL);
+    it_tensor *logits = it__linear(m, x, g->lm_head, NULL);
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
     return logits;
 }

@@ -48,20 +48,24 @@ it_tensor *it__model_param(it_model *m, int64_t offset, int ndim, const int64_t 
     return p;
 }
 
+/* Frozen leaves (LoRA) have no gradient: both skip them. */
 it_status it_model_zero_grad(it_model *m) {
     for (int i = 0; i < m->n_leaves; i++) it__grad_zero_lazy(m->leaves[i]);
+    for (int i = 0; i < it_model_lora_count(m); i++) it__grad_zero_lazy(it_model_lora_at(m, i)->param);
     return IT_OK;
 }
 
 it_status it_model_grads_final(it_model *m) {
     it_status st = IT_OK;
     for (int i = 0; i < m->n_leaves && !st; i++) st = it__grad_materialize(m->leaves[i]);
+    for (int i = 0; i < it_model_lora_count(m) && !st; i++) st = it__grad_materialize(it_model_lora_at(m, i)->param);
     return st;
 }
 
 void it_model_free(it_model *m) {
     if (!m) return;
     if (m->vt && m->vt->free_impl) m->vt->free_impl(m->impl);
+    it__lora_free(m->lora);
     for (int i = 0; i < m->n_entries; i++) {
         it__param_entry *e = &m->entries[i];
         free((char *)e->info.name); /* the module string shares this allocation */

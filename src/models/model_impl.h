@@ -35,6 +35,7 @@ struct it_model {
     /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
+    struct it__lora *lora; /* NULL: no adapters (src/models/lora.c) */
     void *impl;
 };
 
@@ -71,6 +72,14 @@ it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt,
 it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);
 /* An unnamed leaf under the last alias: a view at lo->off, which moves past it. */
 it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b);
+
+/* x W^T + b, plus (alpha/r) B (A x) when W has a LoRA adapter: every linear layer of a model's
+ * forward goes through it. */
+it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
+/* (alpha/r) B (A x) for W's adapter, or NULL with *none set when W has none (for a forward
+ * that splits one adapted weight over several products, Mixtral's Q, K, V). */
+it_tensor *it__lora_delta(it_model *m, it_tensor *x, it_tensor *w, bool *none);
+void it__lora_free(struct it__lora *l);
 
 /* Deterministic normal samples (splitmix64 + Box-Muller), for initialization. */
 typedef struct it_rng {

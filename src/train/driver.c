@@ -28,7 +28,7 @@ static it_status train_finish(it_train_ctx *ctx) {
         if ((st = it_model_save(ctx->model, c->output_checkpoint))) return st;
         if (!ctx->quiet) printf("wrote %s\n", c->output_checkpoint);
     }
-    return IT_OK;
+    return train_lora_finish(ctx);
 }
 
 static it_status train_loop(it_train_ctx *ctx) {

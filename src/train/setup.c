@@ -115,6 +115,67 @@ static it_status setup_model(it_train_ctx *ctx) {
     return IT_OK;
 }
 
+/* InfiniTrain's per-model defaults for --lora_target_modules (example/gpt2, example/llama3). */
+static const char *lora_default_targets(const char *app) {
+    if (strcmp(app, "llama3") == 0) return "c_attn,c_proj,c_fc,c_fc2";
+    if (strcmp(app, "mixtral") == 0) return "c_attn,attn.c_proj"; /* attention only: experts are refused */
+    return "c_attn,c_proj";
+}
+
+/* n with thousands separators, as PEFT prints counts ("442,368"). */
+static void with_commas(int64_t n, char *buf, size_t cap) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", (long long)n), o = 0;
+    for (int i = 0; i < len && (size_t)o + 2 < cap; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+}
+
+/* --lora_rank > 0: adapters on the target modules, base weights frozen (every rank alike:
+ * the flags agree and the model is the same). */
+static it_status setup_lora(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    if (c->lora_rank <= 0) {
+        const char *set = c->lora_load_path ? "lora_load_path" : c->lora_save_path ? "lora_save_path"
+                          : c->lora_merge_output              ? "lora_merge_output"
+                                                              : NULL;
+        if (set) return it_error(IT_ERR_INVALID_ARG, "--%s: needs --lora_rank R > 0 (LoRA is off)", set);
+        return IT_OK;
+    }
+    if (c->save || c->load) /* the checkpoint directory holds no adapters or their optimizer state yet */
+        return it_error(IT_ERR_INVALID_ARG, "--%s: checkpoints of a LoRA run are not supported; save the adapters "
+                                            "with --lora_save_path and start from them with --lora_load_path",
+                        c->save ? "save" : "load");
+    const char *targets = c->lora_target_modules ? c->lora_target_modules : lora_default_targets(c->app);
+    it_lora_config lc = {c->lora_rank, c->lora_alpha, targets, c->seed};
+    it_status st = it_model_lora_apply(ctx->model, &lc);
+    if (st) return st;
+    if (!ctx->quiet) {
+        int64_t trainable, total;
+        char a[32], b[32];
+        it_model_lora_counts(ctx->model, &trainable, &total);
+        with_commas(trainable, a, sizeof a);
+        with_commas(total, b, sizeof b);
+        printf("LoRA: rank %d, alpha %g, %d linear layers (%s)\n", c->lora_rank, (double)c->lora_alpha,
+               it_model_lora_count(ctx->model) / 2, targets);
+        printf("trainable params: %s || all params: %s || trainable%%: %.4f\n", a, b,
+               100.0 * (double)trainable / (double)total);
+    }
+    return IT_OK;
+}
+
+/* --lora_load_path: this rank's file. */
+static it_status setup_lora_load(it_train_ctx *ctx) {
+    const char *path = ctx->cfg->lora_load_path;
+    if (!path || ctx->cfg->lora_rank <= 0) return IT_OK;
+    it_status st = it_model_lora_load(ctx->model, path);
+    if (st) return it_error_context("--lora_load_path: ");
+    if (!ctx->quiet) printf("LoRA: adapters loaded from %s\n", path);
+    return IT_OK;
+}
+
 /* B, T, the step's tokens and the accumulation they imply. */
 static it_status setup_batch(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
@@ -153,9 +214,17 @@ static it_status setup_data(it_train_ctx *ctx) {
 
 /* Parameters: refuse if the ranks loaded different ones (a checkpoint that differs between
  * ranks' file systems), then broadcast rank 0's and check that every rank holds them. */
+static it_status sync_params(it_train_ctx *ctx, it_tensor *params, const char *ck);
+
+/* The base parameters, then the adapters (their initial values or --lora_load_path's). */
 static it_status setup_sync_params(it_train_ctx *ctx) {
-    it_tensor *params = it_model_params(ctx->model);
-    const char *ck = ctx->cfg->llmc_filepath;
+    it_status st = sync_params(ctx, it_model_params(ctx->model), ctx->cfg->llmc_filepath);
+    if (!st && it_model_has_lora(ctx->model))
+        st = sync_params(ctx, it_model_trainable(ctx->model), ctx->cfg->lora_load_path);
+    return st;
+}
+
+static it_status sync_params(it_train_ctx *ctx, it_tensor *params, const char *ck) {
     uint64_t h;
     bool differs;
     it_status st = it_dist_tensor_hash(params, &h);
@@ -174,12 +243,16 @@ static it_status setup_sync_params(it_train_ctx *ctx) {
 
 static it_status setup_optimizer(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
-    it_tensor *params = it_model_params(ctx->model), *grads = it_model_grads(ctx->model);
+    /* with LoRA, the adapters alone: optimizer state, DDP buckets and ZeRO-1 shards cover them */
+    it_tensor *params = it_model_trainable(ctx->model), *grads = it_model_grads(ctx->model);
     it_optim_config ocfg = {c->optimizer, 0.9f, 0.999f, 1e-8f, c->weight_decay};
     it_status st = c->zero_stage ? it_zero1_new(ctx->dist, &ocfg, params, grads, &ctx->zero)
                                  : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
     if (!st && ctx->world > 1 && !ctx->zero)
         st = it_grad_sync_new(ctx->dist, grads, (size_t)c->ddp_bucket_kb << 10, &ctx->gsync);
+    if (!st && ctx->world > 1 && it_model_has_lora(ctx->model) && !ctx->quiet)
+        printf("LoRA: DDP all-reduces %zu bytes of adapter gradients per step (the model's %zu bytes stay local)\n",
+               it_tensor_nbytes(grads), it_tensor_nbytes(it_model_params(ctx->model)));
     it_lr_scheduler_config lc = {c->lr_decay,        c->learning_rate,  c->min_lr,       c->lr_warmup_init,
                                  c->lr_warmup_iters, c->lr_decay_iters, c->num_iteration};
     return st ? st : it_lr_scheduler_init(&ctx->sched, &lc);
@@ -206,6 +279,23 @@ static it_status setup_buffers(it_train_ctx *ctx) {
     return IT_OK;
 }
 
+/* After the last step, rank 0: --lora_save_path and --lora_merge_output. */
+it_status train_lora_finish(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_status st;
+    if (ctx->rank != 0 || !it_model_has_lora(ctx->model)) return IT_OK;
+    if (c->lora_save_path) {
+        if ((st = it_model_lora_save(ctx->model, c->lora_save_path))) return it_error_context("--lora_save_path: ");
+        if (!ctx->quiet) printf("wrote %s (%d LoRA tensors)\n", c->lora_save_path, it_model_lora_count(ctx->model));
+    }
+    if (c->lora_merge_output) {
+        if ((st = it_model_lora_save_merged(ctx->model, c->lora_merge_output)))
+            return it_error_context("--lora_merge_output: ");
+        if (!ctx->quiet) printf("wrote %s (LoRA merged into the weights)\n", c->lora_merge_output);
+    }
+    return IT_OK;
+}
+
 typedef struct train_stage {
     it_status (*run)(it_train_ctx *ctx);
     train_fail_scope scope;
@@ -215,7 +305,8 @@ typedef struct train_stage {
  * alone; one that every rank decides from agreed values or a collective fails them all. */
 static const train_stage SETUP[] = {
     {setup_group, TRAIN_FAIL_BEFORE_GROUP},    {setup_agree, TRAIN_FAIL_ALL_RANKS},
-    {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_batch, TRAIN_FAIL_ALL_RANKS},
+    {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_lora, TRAIN_FAIL_ALL_RANKS},
+    {setup_lora_load, TRAIN_FAIL_THIS_RANK},   {setup_batch, TRAIN_FAIL_ALL_RANKS},
     {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
     {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
     {setup_buffers, TRAIN_FAIL_THIS_RANK},     {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},

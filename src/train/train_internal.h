@@ -81,6 +81,9 @@ it_status train_log(it_train_ctx *ctx);
 it_status train_generate(it_train_ctx *ctx);
 double train_now_ms(void); /* CLOCK_MONOTONIC */
 
+/* setup.c: --lora_save_path, --lora_merge_output after the last step (rank 0) */
+it_status train_lora_finish(it_train_ctx *ctx);
+
 /* eval.c */
 it_status train_val_setup(it_train_ctx *ctx);
 bool train_val_due(const it_train_ctx *ctx);

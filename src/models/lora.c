@@ -1,0 +1,496 @@
+/* LoRA adapters (InfiniTrain's nn/lora: LoRAConfig, LoRALinear, lora_utils).
+ *
+ * An adapted linear layer computes y = x W^T + b + s (x A^T) B^T with s = alpha / r,
+ * A (r, in) and B (out, r). Every adapter tensor is a view into one flat buffer of their own
+ * (and its gradient into another), in layout order: A then B for each adapted layer. The base
+ * parameters are frozen: they keep no gradient buffer and autograd records no gradient for
+ * them, so a frozen linear's backward is the input gradient's GEMM alone.
+ *
+ * Initialization is LoRALinear::InitLoRAWeights with LoRAConfig's defaults: A Kaiming-uniform
+ * with a = sqrt(5) (fan_in, leaky-ReLU gain sqrt(2 / (1 + a^2)), so the bound is
+ * sqrt(3) * gain / sqrt(in) = 1 / sqrt(in)), B zero. InfiniTrain draws A from
+ * std::random_device, which no run can reproduce; here the draws come from --seed (splitmix64,
+ * a stream of its own), A after A in layout order, row-major. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/afile.h"
+#include "models/model_impl.h"
+
+#define LORA_MAGIC 0x4C4F5241u /* "LORA" */
+#define LORA_VERSION 1u
+#define LORA_SEED_STREAM 0x4C6F5241ull /* keeps A's draws apart from the model's initialization */
+#define LORA_NAME_MAX 1024
+
+struct it__lora {
+    int rank;
+    float alpha, scale;
+    it_tensor *params, *grads; /* flat, owned */
+    it_lora_tensor_info *t;    /* 2 per adapted layer: A at 2k, B at 2k+1 (names and views owned) */
+    int n;
+    int64_t numel;
+};
+
+/* ---------------------------------------------------------------- targets */
+
+/* The next comma-separated target, blanks trimmed (LoRAConfig's parse); empty ones skipped.
+ * Returns false at the end. */
+static bool next_target(const char **p, char *out, size_t cap) {
+    while (**p) {
+        const char *s = *p, *e = strchr(s, ',');
+        if (!e) e = s + strlen(s);
+        *p = *e ? e + 1 : e;
+        while (s < e && strchr(" \t\r\n", *s)) s++;
+        while (e > s && strchr(" \t\r\n", e[-1])) e--;
+        if (e == s) continue;
+        size_t n = (size_t)(e - s) < cap - 1 ? (size_t)(e - s) : cap - 1;
+        memcpy(out, s, n);
+        out[n] = '\0';
+        return true;
+    }
+    return false;
+}
+
+static bool is_target(const char *module, const char *targets) {
+    char t[256];
+    for (const char *p = targets; next_target(&p, t, sizeof t);)
+        if (it_model_name_matches(module, t)) return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------- apply */
+
+static it_tensor *flat_view(it_tensor *flat, int64_t off, const int64_t shape[2]) {
+    int64_t strides[2] = {shape[1], 1};
+    return it__tensor_view_owned(flat, 2, shape, strides, off);
+}
+
+/* Base parameters frozen: no requires_grad, no gradient buffer (the flat one is freed). */
+static void freeze_base(it_model *m) {
+    for (int i = 0; i < m->n_leaves; i++) {
+        it_tensor *t = m->leaves[i];
+        t->requires_grad = false;
+        it_tensor_release(t->grad);
+        t->grad = NULL;
+        t->grad_zero = false;
+    }
+    for (int i = 0; i < m->n_entries; i++) {
+        if (m->entries[i].alias) it_tensor_release(m->entries[i].info.grad);
+        m->entries[i].info.grad = NULL;
+    }
+    it_tensor_release(m->grads);
+    m->grads = NULL;
+}
+
+static it_status init_values(struct it__lora *l, uint64_t seed) {
+    float *host = calloc((size_t)l->numel, sizeof(float));
+    if (!host) return it_error(IT_ERR_OOM, "lora: %lld adapter values of host memory", (long long)l->numel);
+    it_rng rng = {seed ^ LORA_SEED_STREAM};
+    const float a = sqrtf(5.0f);
+    for (int i = 0; i < l->n; i += 2) {
+        const it_lora_tensor_info *A = &l->t[i];
+        float gain = sqrtf(2.0f / (1 + a * a));
+        float std = (float)(gain / sqrt((double)A->shape[1]));
+        float bound = sqrtf(3.0f) * std;
+        float *dst = host + A->offset;
+        for (int64_t j = 0; j < A->numel; j++) dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
+        /* B (at l->t[i + 1]) stays zero */
+    }
+    it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    free(host);
+    return st;
+}
+
+it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
+    if (!m || !cfg) return it_error(IT_ERR_INVALID_ARG, "lora: NULL model or config");
+    if (m->lora) return it_error(IT_ERR_INVALID_ARG, "lora: the model already has adapters");
+    if (cfg->rank < 1) return it_error(IT_ERR_INVALID_ARG, "--lora_rank: %d, expected >= 1", cfg->rank);
+    if (!(isfinite(cfg->alpha)))
+        return it_error(IT_ERR_INVALID_ARG, "--lora_alpha: %g is not a finite number", cfg->alpha);
+    const char *targets = cfg->targets ? cfg->targets : "";
+    int count = 0;
+    for (int i = 0; i < m->n_entries; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        if (!p->is_linear || p->is_bias || p->ndim != 2 || !is_target(p->module, targets)) continue;
+        if (p->expert >= 0 || p->role == IT_PARAM_ROLE_ROUTER)
+            return it_error(IT_ERR_UNSUPPORTED,
+                            "--lora_target_modules: '%s' matches %s, a Mixtral %s: LoRA on the experts is not "
+                            "supported (target attention projections: c_attn, attn.c_proj)",
+                            targets, p->module, p->expert >= 0 ? "expert" : "router");
+        count++;
+    }
+    if (count == 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--lora_target_modules: '%s' matches no linear layer of this %s model (suffixes of module "
+                        "names such as c_attn, attn.c_proj, c_fc, c_fc2, mlp.c_proj)",
+                        targets, m->info.family);
+    struct it__lora *l = calloc(1, sizeof *l);
+    if (!l) return it_error(IT_ERR_OOM, "lora: out of host memory");
+    l->t = calloc((size_t)count * 2, sizeof *l->t);
+    if (!l->t) {
+        free(l);
+        return it_error(IT_ERR_OOM, "lora: out of host memory");
+    }
+    l->rank = cfg->rank;
+    l->alpha = cfg->alpha;
+    l->scale = cfg->alpha / (float)cfg->rank; /* LoRAConfig::Scaling, in float */
+    it_status st = IT_OK;
+    int64_t r = cfg->rank;
+    for (int i = 0; i < m->n_entries && !st; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        if (!p->is_linear || p->is_bias || p->ndim != 2 || !is_target(p->module, targets)) continue;
+        for (int k = 0; k < 2; k++) {
+            it_lora_tensor_info *t = &l->t[l->n];
+            size_t len = strlen(p->module) + sizeof ".lora_A";
+            char *name = malloc(len);
+            if (!name) {
+                st = it_error(IT_ERR_OOM, "lora: out of host memory");
+                break;
+            }
+            snprintf(name, len, "%s.lora_%c", p->module, k ? 'B' : 'A');
+            *t = (it_lora_tensor_info){.name = name,
+                                       .base = p,
+                                       .is_b = k == 1,
+                                       .shape = {k ? p->shape[0] : r, k ? r : p->shape[1]},
+                                       .offset = l->numel};
+            t->numel = t->shape[0] * t->shape[1];
+            l->numel += t->numel;
+            l->n++;
+        }
+    }
+    int64_t shape[1] = {l->numel};
+    if (!st) {
+        l->params = it__tensor_new_owned(m->dev, IT_DTYPE_FP32, 1, shape);
+        l->grads = it__tensor_new_owned(m->dev, IT_DTYPE_FP32, 1, shape);
+        if (!l->params || !l->grads) st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+    }
+    for (int i = 0; i < l->n && !st; i++) {
+        it_lora_tensor_info *t = &l->t[i];
+        t->param = flat_view(l->params, t->offset, t->shape);
+        t->grad = flat_view(l->grads, t->offset, t->shape);
+        if (!t->param || !t->grad || it_tensor_set_requires_grad(t->param, true) ||
+            it_tensor_set_grad(t->param, t->grad))
+            st = it_last_status() ? it_last_status() : IT_ERR_OOM;
+    }
+    if (!st) st = it_tensor_fill(l->grads, it_scalar_f64(0.0));
+    if (!st) st = init_values(l, cfg->seed);
+    if (st) {
+        it__lora_free(l);
+        return st;
+    }
+    freeze_base(m);
+    m->lora = l;
+    m->grads = it_tensor_retain(l->grads);
+    /* the base gradient buffer goes back to the backend, not into the cache for the run */
+    return it_mem_empty_cache(m->dev);
+}
+
+void it__lora_free(struct it__lora *l) {
+    if (!l) return;
+    for (int i = 0; i < l->n; i++) {
+        free((char *)l->t[i].name);
+        it_tensor_release(l->t[i].param);
+        it_tensor_release(l->t[i].grad);
+    }
+    free(l->t);
+    it_tensor_release(l->params);
+    it_tensor_release(l->grads);
+    free(l);
+}
+
+/* ---------------------------------------------------------------- queries */
+
+bool it_model_has_lora(const it_model *m) { return m && m->lora; }
+float it_model_lora_scaling(const it_model *m) { return m && m->lora ? m->lora->scale : 0.0f; }
+it_tensor *it_model_trainable(it_model *m) { return m->lora ? m->lora->params : m->params; }
+int64_t it_model_lora_numel(const it_model *m) { return m && m->lora ? m->lora->numel : 0; }
+int it_model_lora_count(const it_model *m) { return m && m->lora ? m->lora->n : 0; }
+
+const it_lora_tensor_info *it_model_lora_at(const it_model *m, int i) {
+    return m && m->lora && i >= 0 && i < m->lora->n ? &m->lora->t[i] : NULL;
+}
+
+const it_lora_tensor_info *it_model_lora_find(const it_model *m, const char *name) {
+    for (int i = 0; name && i < it_model_lora_count(m); i++)
+        if (strcmp(m->lora->t[i].name, name) == 0) return &m->lora->t[i];
+    return NULL;
+}
+
+void it_model_lora_counts(const it_model *m, int64_t *trainable, int64_t *total) {
+    int64_t base = m->info.num_params;
+    for (int i = 0; i < m->n_entries; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        if (p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING && p->ndim == 2)
+            base -= (m->info.padded_vocab - m->info.vocab_size) * p->shape[1];
+    }
+    *trainable = it_model_lora_numel(m);
+    *total = base + *trainable;
+}
+
+/* The adapter pair (A, B) of base weight w, or NULL. */
+static const it_lora_tensor_info *find_adapter(const it_model *m, const it_tensor *w) {
+    for (int i = 0; m->lora && i < m->lora->n; i += 2)
+        if (m->lora->t[i].base->param == w) return &m->lora->t[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+it_tensor *it__lora_delta(it_model *m, it_tensor *x, it_tensor *w, bool *none) {
+    const it_lora_tensor_info *a = find_adapter(m, w);
+    *none = a == NULL;
+    if (!a || !x) return NULL;
+    /* LoRALinear::Forward: hidden = x A^T (.., r); (hidden B^T) * s */
+    it_tensor *hidden = it_linear(x, a[0].param, NULL);
+    return it_scale(it_linear(hidden, a[1].param, NULL), m->lora->scale);
+}
+
+it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
+    it_tensor *y = it_linear(x, w, b);
+    if (!m->lora) return y;
+    bool none;
+    it_tensor *d = it__lora_delta(m, x, w, &none);
+    return none ? y : it_add(y, d);
+}
+
+/* ---------------------------------------------------------------- the adapter file */
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const it_lora_tensor_info *const *)a)->name, (*(const it_lora_tensor_info *const *)b)->name);
+}
+
+it_status it_model_lora_save(const it_model *m, const char *path) {
+    if (!m || !m->lora) return it_error(IT_ERR_INVALID_ARG, "%s: the model has no LoRA adapters to save", path);
+    const struct it__lora *l = m->lora;
+    float *host = malloc(sizeof(float) * (size_t)l->numel);
+    const it_lora_tensor_info **order = malloc(sizeof *order * (size_t)l->n);
+    if (!host || !order) {
+        free(host);
+        free(order);
+        return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    }
+    for (int i = 0; i < l->n; i++) order[i] = &l->t[i];
+    qsort(order, (size_t)l->n, sizeof *order, by_name); /* SaveLoRAWeights writes sorted names */
+    it_status st = it_tensor_copy_to_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    it_afile *f = NULL;
+    if (!st) st = it_afile_open(path, &f);
+    uint32_t head[3] = {LORA_MAGIC, LORA_VERSION, (uint32_t)l->n};
+    if (!st) st = it_afile_write(f, head, sizeof head);
+    for (int i = 0; i < l->n && !st; i++) {
+        const it_lora_tensor_info *t = order[i];
+        uint32_t len = (uint32_t)strlen(t->name), nd = 2;
+        int64_t dims[2] = {t->shape[0], t->shape[1]};
+        if (!st) st = it_afile_write(f, &len, sizeof len);
+        if (!st) st = it_afile_write(f, t->name, len);
+        if (!st) st = it_afile_write(f, &nd, sizeof nd);
+        if (!st) st = it_afile_write(f, dims, sizeof dims);
+        if (!st) st = it_afile_write(f, host + t->offset, sizeof(float) * (size_t)t->numel);
+    }
+    if (f) {
+        if (st)
+            it_afile_abort(f);
+        else
+            st = it_afile_commit(f);
+    }
+    free(host);
+    free(order);
+    return st;
+}
+
+/* A cursor over the file's bytes. */
+typedef struct reader {
+    const unsigned char *p;
+    size_t n, at;
+} reader;
+
+static bool take(reader *r, void *out, size_t k) {
+    if (k > r->n - r->at) return false;
+    memcpy(out, r->p + r->at, k);
+    r->at += k;
+    return true;
+}
+
+static it_status read_all(const char *path, unsigned char **buf, size_t *n) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode) && !S_ISCHR(sb.st_mode)) return it_error(IT_ERR_IO, "%s: not a regular file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = sb.st_size > 0 ? (size_t)sb.st_size : 4096, len = 0;
+    unsigned char *b = malloc(cap);
+    for (;;) {
+        if (!b) {
+            fclose(f);
+            return it_error(IT_ERR_OOM, "%s: out of host memory reading the file", path);
+        }
+        len += fread(b + len, 1, cap - len, f);
+        if (len < cap) break;
+        unsigned char *nb = realloc(b, cap * 2);
+        if (!nb) free(b);
+        b = nb;
+        cap *= 2;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(b);
+        return it_error(IT_ERR_IO, "%s: reading failed", path);
+    }
+    *buf = b;
+    *n = len;
+    return IT_OK;
+}
+
+static bool printable(const char *s, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return false;
+    return true;
+}
+
+/* Parse the whole file into host (the adapters' flat layout); nothing is written to the model. */
+static it_status parse(const it_model *m, const char *path, const unsigned char *buf, size_t n, float *host) {
+    const struct it__lora *l = m->lora;
+    reader r = {buf, n, 0};
+    uint32_t head[3];
+    if (!take(&r, head, sizeof head))
+        return it_error(IT_ERR_FORMAT, "%s: %zu bytes, shorter than the 12-byte LoRA header", path, n);
+    if (head[0] != LORA_MAGIC)
+        return it_error(IT_ERR_FORMAT,
+                        "%s: magic: expected 0x%08X (\"LORA\", an InfiniTrain adapter file), found 0x%08X", path,
+                        LORA_MAGIC, head[0]);
+    if (head[1] != LORA_VERSION)
+        return it_error(IT_ERR_FORMAT, "%s: version: expected %u, found %u", path, LORA_VERSION, head[1]);
+    if (head[2] != (uint32_t)l->n)
+        return it_error(IT_ERR_FORMAT,
+                        "%s: holds %u tensors, the model has %d adapter tensors (%d adapted layers; same "
+                        "--lora_target_modules as when it was saved?)",
+                        path, head[2], l->n, l->n / 2);
+    bool *seen = calloc((size_t)l->n, sizeof *seen);
+    if (!seen) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    it_status st = IT_OK;
+    char name[LORA_NAME_MAX + 1];
+    for (uint32_t i = 0; i < head[2] && !st; i++) {
+        uint32_t len, nd;
+        if (!take(&r, &len, sizeof len)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor %u: the file ends before its name length", path, i);
+            break;
+        }
+        if (len == 0 || len > LORA_NAME_MAX) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor %u: name length %u, expected 1..%d", path, i, len, LORA_NAME_MAX);
+            break;
+        }
+        if (!take(&r, name, len)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor %u: the file ends inside its %u-byte name", path, i, len);
+            break;
+        }
+        name[len] = '\0';
+        if (!printable(name, len)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor %u: the name holds bytes outside printable ASCII", path, i);
+            break;
+        }
+        const it_lora_tensor_info *t = it_model_lora_find(m, name);
+        if (!t) {
+            st = it_error(IT_ERR_FORMAT,
+                          "%s: tensor '%s' is not an adapter of this model (same --lora_target_modules as when it "
+                          "was saved?)",
+                          path, name);
+            break;
+        }
+        int idx = (int)(t - l->t);
+        if (seen[idx]) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, name);
+            break;
+        }
+        seen[idx] = true;
+        if (!take(&r, &nd, sizeof nd)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends before its ndim", path, name);
+            break;
+        }
+        if (nd != 2) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': ndim %u, expected 2", path, name, nd);
+            break;
+        }
+        int64_t dims[2];
+        if (!take(&r, dims, sizeof dims)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its dims", path, name);
+            break;
+        }
+        if (dims[0] != t->shape[0] || dims[1] != t->shape[1]) {
+            st = it_error(IT_ERR_FORMAT,
+                          "%s: tensor '%s': shape [%lld, %lld] in the file, the model's is [%lld, %lld]%s", path, name,
+                          (long long)dims[0], (long long)dims[1], (long long)t->shape[0], (long long)t->shape[1],
+                          " (same --lora_rank as when it was saved?)");
+            break;
+        }
+        if (!take(&r, host + t->offset, sizeof(float) * (size_t)t->numel)) {
+            st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its %lld values", path, name,
+                          (long long)t->numel);
+            break;
+        }
+    }
+    free(seen);
+    if (!st && r.at != n)
+        st = it_error(IT_ERR_FORMAT, "%s: %zu bytes after the last tensor (a file of %zu bytes)", path, n - r.at, n);
+    return st;
+}
+
+it_status it_model_lora_load(it_model *m, const char *path) {
+    if (!m || !m->lora) return it_error(IT_ERR_INVALID_ARG, "%s: the model has no LoRA adapters to load into", path);
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    it_status st = read_all(path, &buf, &n);
+    if (st) return st;
+    float *host = malloc(sizeof(float) * (size_t)m->lora->numel);
+    if (!host) {
+        free(buf);
+        return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    }
+    st = parse(m, path, buf, n, host);
+    if (!st) st = it_tensor_copy_from_host(m->lora->params, host, sizeof(float) * (size_t)m->lora->numel);
+    free(host);
+    free(buf);
+    return st;
+}
+
+/* ---------------------------------------------------------------- merge */
+
+it_status it_model_lora_save_merged(it_model *m, const char *path) {
+    if (!m || !m->lora) return it_error(IT_ERR_INVALID_ARG, "%s: the model has no LoRA adapters to merge", path);
+    struct it__lora *l = m->lora;
+    int pairs = l->n / 2;
+    it_tensor **orig = calloc((size_t)pairs, sizeof *orig);
+    if (!orig) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    bool grad = it_grad_enabled();
+    it_dtype ac = IT_DTYPE_FP32;
+    bool autocast = it_autocast_enabled(&ac);
+    it_grad_set_enabled(false);
+    it_autocast_set(false, ac); /* the merge is fp32, as the weights are */
+    it_status st = IT_OK;
+    int done = 0;
+    for (; done < pairs && !st; done++) {
+        const it_lora_tensor_info *a = &l->t[2 * done];
+        it_tensor *w = a->base->param;
+        it_scope_begin();
+        orig[done] = it_scope_keep(it_tensor_clone(w));
+        /* MergeWeights: W + (B @ A) * s */
+        it_tensor *merged = it_add(w, it_scale(it_matmul(a[1].param, a[0].param, false, false), l->scale));
+        st = orig[done] && merged ? it_tensor_copy_(w, merged) : it_last_status();
+        it_scope_end();
+        if (st) break;
+    }
+    if (!st) st = it_model_save(m, path);
+    for (int i = 0; i < pairs; i++) { /* back to the unmerged weights, bit for bit */
+        if (!orig[i]) continue;
+        it_status rs = it_tensor_copy_(l->t[2 * i].base->param, orig[i]);
+        if (!st) st = rs;
+        it_tensor_release(orig[i]);
+    }
+    free(orig);
+    it_autocast_set(autocast, ac);
+    it_grad_set_enabled(grad);
+    return st;
+}
