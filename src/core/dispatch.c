@@ -23,6 +23,7 @@ typedef void (*it_fnptr)(void);
 
 typedef struct slot_stats {
     atomic_ullong calls, ns, bytes, fb_calls;
+    atomic_ullong fb_ns; /* time of the calls the fallback served (all of them for an empty slot) */
 } slot_stats;
 
 struct it__dispatch {
@@ -319,6 +320,188 @@ static const it_kernels fallback_kernels = {
     .topk = fb_topk,
 };
 
+/* ---------------------------------------------------------------- failure messages
+ * A failed call's message names the kernel, the device and every tensor it was given:
+ *   kernel 'layernorm_fwd' on sim:0 (x (4,64,768) fp32, w (768) fp32, ...): <backend's message>
+ * KCALL evaluates the call's arguments once more into the slot's describer below (only on
+ * failure), which knows the slot's signature and so which arguments are tensors. */
+
+typedef struct named_desc {
+    const char *name;
+    const it_tdesc *d;
+} named_desc;
+
+static it_status describe_failure(int n, const named_desc *args) {
+    char what[1024];
+    size_t off = 0;
+    for (int i = 0; i < n && off < sizeof what; i++) {
+        const it_tdesc *d = args[i].d;
+        off += (size_t)snprintf(what + off, sizeof what - off, "%s%s ", i ? ", " : "", args[i].name);
+        if (off >= sizeof what) break;
+        if (!d) {
+            off += (size_t)snprintf(what + off, sizeof what - off, "NULL");
+            continue;
+        }
+        off += (size_t)snprintf(what + off, sizeof what - off, "(");
+        for (int k = 0; k < d->ndim && k < IT_MAX_DIMS && off < sizeof what; k++)
+            off += (size_t)snprintf(what + off, sizeof what - off, "%s%lld", k ? "," : "", (long long)d->shape[k]);
+        if (off < sizeof what) {
+            bool contiguous = dense(d);
+            int64_t want = 1;
+            for (int k = d->ndim - 1; k >= 0 && contiguous; k--) {
+                contiguous = d->shape[k] <= 1 || d->strides[k] == want;
+                want *= d->shape[k];
+            }
+            off += (size_t)snprintf(what + off, sizeof what - off, ") %s%s", it_dtype_name(d->dtype),
+                                    contiguous ? "" : " strided");
+        }
+    }
+    if (off >= sizeof what) memcpy(what + sizeof what - 4, "...", 4);
+    char dev[64];
+    it_device_str(it__kc.dev, dev, sizeof dev);
+    it_status st = it__kc.st;
+    const char *slot = it_kernel_slot_name(it__kc.slot);
+    /* a backend that returned a status without it_error left no message of its own */
+    if (it_last_status() != st || !it_last_error()[0])
+        return it_error(st, "kernel '%s' on %s (%s): the backend returned status %d (%s) without a message", slot, dev,
+                        what, (int)st, it_status_name(st));
+    return it_error_context("kernel '%s' on %s (%s): ", slot, dev, what);
+}
+#define DESCRIBE(...)                                                                                                  \
+    do {                                                                                                               \
+        (void)s;                                                                                                       \
+        const named_desc args_[] = {__VA_ARGS__};                                                                      \
+        return describe_failure((int)(sizeof args_ / sizeof args_[0]), args_);                                         \
+    } while (0)
+#define T(name)                                                                                                        \
+    { #name, name }
+
+static it_status ds_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) { DESCRIBE(T(src), T(dst)); }
+static it_status ds_fill(it_stream *s, it_tdesc *dst, it_scalar v) {
+    (void)v;
+    DESCRIBE(T(dst));
+}
+static it_status ds_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst) { DESCRIBE(T(src), T(dst)); }
+static it_status ds_gemm(it_stream *s, const it_gemm_args *args) {
+    DESCRIBE({"a", args ? &args->a : NULL}, {"b", args ? &args->b : NULL}, {"c", args ? &args->c : NULL});
+}
+static it_status ds_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
+    (void)op, (void)alpha;
+    DESCRIBE(T(x), T(out));
+}
+static it_status ds_binary(it_stream *s, it_binary_op op, const it_tdesc *x, const it_tdesc *y, it_tdesc *out) {
+    (void)op;
+    DESCRIBE(T(x), T(y), T(out));
+}
+static it_status ds_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out) {
+    (void)op;
+    DESCRIBE(T(x), T(out));
+}
+static it_status ds_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *w, it_tdesc *out) {
+    DESCRIBE(T(idx), T(w), T(out));
+}
+static it_status ds_embedding_bwd(it_stream *s, const it_tdesc *idx, const it_tdesc *dout, it_tdesc *dw) {
+    DESCRIBE(T(idx), T(dout), T(dw));
+}
+static it_status ds_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, const it_tdesc *b, float eps,
+                                  it_tdesc *y, it_tdesc *mean, it_tdesc *rstd) {
+    (void)eps;
+    DESCRIBE(T(x), T(w), T(b), T(y), T(mean), T(rstd));
+}
+static it_status ds_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                                  const it_tdesc *mean, const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw,
+                                  it_tdesc *db) {
+    DESCRIBE(T(dy), T(x), T(w), T(mean), T(rstd), T(dx), T(dw), T(db));
+}
+static it_status ds_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y) {
+    (void)args;
+    DESCRIBE(T(x), T(y));
+}
+static it_status ds_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,
+                                it_tdesc *dx) {
+    (void)args;
+    DESCRIBE(T(y), T(dy), T(dx));
+}
+static it_status ds_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                      it_tdesc *losses) {
+    (void)valid;
+    DESCRIBE(T(logits), T(targets), T(losses));
+}
+static it_status ds_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                      const it_tdesc *dlosses, it_tdesc *dlogits) {
+    (void)valid;
+    DESCRIBE(T(logits), T(targets), T(dlosses), T(dlogits));
+}
+static it_status ds_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad) {
+    (void)lr, (void)grad_scale;
+    DESCRIBE(T(param), T(grad));
+}
+static it_status ds_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                              it_tdesc *m, it_tdesc *v) {
+    (void)args;
+    DESCRIBE(T(param), T(grad), T(m), T(v));
+}
+static it_status ds_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,
+                                it_tdesc *rstd) {
+    (void)eps;
+    DESCRIBE(T(x), T(w), T(y), T(rstd));
+}
+static it_status ds_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w,
+                                const it_tdesc *rstd, it_tdesc *dx, it_tdesc *dw) {
+    DESCRIBE(T(dy), T(x), T(w), T(rstd), T(dx), T(dw));
+}
+static it_status ds_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse,
+                         it_tdesc *y) {
+    (void)inverse;
+    DESCRIBE(T(x), T(cos), T(sin), T(y));
+}
+static it_status ds_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices) {
+    (void)k;
+    DESCRIBE(T(x), T(values), T(indices));
+}
+static it_status ds_attention_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, it_tdesc *att, it_tdesc *y) {
+    (void)args;
+    DESCRIBE(T(q), T(k), T(v), T(att), T(y));
+}
+static it_status ds_attention_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq,
+                                  it_tdesc *dk, it_tdesc *dv, it_tdesc *datt) {
+    (void)args;
+    DESCRIBE(T(q), T(k), T(v), T(att), T(dy), T(dq), T(dk), T(dv), T(datt));
+}
+#undef T
+#undef DESCRIBE
+
+/* Every slot, the fused ones included: a slot appended to it_kernels needs one here. */
+static const it_kernels describe_kernels = {
+    .cast = ds_cast,
+    .fill = ds_fill,
+    .copy_strided = ds_copy_strided,
+    .gemm = ds_gemm,
+    .unary = ds_unary,
+    .binary = ds_binary,
+    .reduce = ds_reduce,
+    .embedding_fwd = ds_embedding_fwd,
+    .embedding_bwd = ds_embedding_bwd,
+    .layernorm_fwd = ds_layernorm_fwd,
+    .layernorm_bwd = ds_layernorm_bwd,
+    .softmax_fwd = ds_softmax_fwd,
+    .softmax_bwd = ds_softmax_bwd,
+    .cross_entropy_fwd = ds_cross_entropy_fwd,
+    .cross_entropy_bwd = ds_cross_entropy_bwd,
+    .sgd_step = ds_sgd_step,
+    .adam_step = ds_adam_step,
+    .rmsnorm_fwd = ds_rmsnorm_fwd,
+    .rmsnorm_bwd = ds_rmsnorm_bwd,
+    .rope = ds_rope,
+    .topk = ds_topk,
+    .attention_fwd = ds_attention_fwd,
+    .attention_bwd = ds_attention_bwd,
+};
+
+const it_kernels *it__describe_kernels(void) { return &describe_kernels; }
+
 /* ---------------------------------------------------------------- tables and stats */
 
 it__dispatch *it__dispatch_new(const it_backend *b, size_t kernels_size) {
@@ -391,11 +574,14 @@ bool it__kretry(it_status st) {
 it_status it__kpost(it_status st) {
     if (it__prof_armed) st = it__prof_post(st);
     slot_stats *s = &it__kc.d->stats[it__kc.slot];
+    uint64_t ns = now_ns() - it__kc.t0;
     atomic_fetch_add(&s->calls, 1);
-    if (!it__kc.d->native[it__kc.slot] || it__kc.retried) atomic_fetch_add(&s->fb_calls, 1);
-    atomic_fetch_add(&s->ns, now_ns() - it__kc.t0);
-    if (st && it_last_status() != st)
-        it_error(st, "kernel '%s' on backend '%s' failed", it_kernel_slot_name(it__kc.slot), it__kc.dev.backend->name);
+    if (!it__kc.d->native[it__kc.slot] || it__kc.retried) {
+        atomic_fetch_add(&s->fb_calls, 1);
+        atomic_fetch_add(&s->fb_ns, ns);
+    }
+    atomic_fetch_add(&s->ns, ns);
+    it__kc.st = st; /* for the slot's describer, which KCALL runs next when st != IT_OK */
     return st;
 }
 
@@ -421,6 +607,7 @@ void it_backend_stats_reset(const it_backend *b) {
         atomic_store(&d->stats[i].ns, 0);
         atomic_store(&d->stats[i].bytes, 0);
         atomic_store(&d->stats[i].fb_calls, 0);
+        atomic_store(&d->stats[i].fb_ns, 0);
     }
 }
 
@@ -428,22 +615,27 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
     it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
     it_status s = it_backend_kernel_stats(b, st);
     if (s) return s;
+    const it__dispatch *d = it__dispatch_of(b);
     int native = 0, composed = 0;
     double total = 0, fb_ms = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, calls = 0, fb_calls = 0;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         native += st[i].native;
         composed += !st[i].native && it_kernel_slot_fused(i);
         total += st[i].ms;
-        if (!st[i].native) fb_ms += st[i].ms;
+        /* the calls the CPU served: every call of an empty slot, and those a native slot declined */
+        fb_ms += (double)atomic_load(&d->stats[i].fb_ns) * 1e-6;
+        calls += st[i].calls;
+        fb_calls += st[i].fallback_calls;
         bytes += st[i].bytes_moved;
     }
     fprintf(f,
-            "backend '%s': %d of %zu kernel slots native, %zu served by the CPU fallback, %d fused ones composed "
-            "by the core from the others\n",
+            "backend '%s': %d of %zu kernel slots native, %zu empty ones served by the CPU fallback, %d fused ones "
+            "composed by the core from the others; %llu of %llu calls (%.1f%%) ran on the CPU fallback\n",
             b->name, native, (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native - composed,
-            composed);
-    fprintf(f, "  %-18s %-8s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
+            composed, (unsigned long long)fb_calls, (unsigned long long)calls,
+            calls ? 100.0 * (double)fb_calls / (double)calls : 0.0);
+    fprintf(f, "  %-18s %-10s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
             "fallback MB");
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         /* "native+cpu": a native slot that declined some calls (IT_ERR_UNSUPPORTED) */
@@ -452,13 +644,13 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
             path = it_kernel_slot_fused(i) ? "composed" : "fallback";
         else if (st[i].fallback_calls)
             path = "native+cpu";
-        fprintf(f, "  %-18s %-8s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
+        fprintf(f, "  %-18s %-10s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
     }
     fprintf(f,
             "  total %.2f ms in kernels (host-side time: enqueue for native asynchronous kernels), %.2f ms in "
-            "fallbacks, %.2f MB moved by fallbacks\n",
+            "calls the CPU fallback served, %.2f MB moved by fallbacks\n",
             total, fb_ms, (double)bytes / (1024.0 * 1024.0));
     return IT_OK;
 }

@@ -83,7 +83,12 @@ typedef struct it__kcall_ctx {
 } it__kcall_ctx;
 extern _Thread_local it__kcall_ctx it__kc;
 bool it__kpre(it_device dev, size_t slot);
+/* Counts the call; keeps st in it__kc.st. */
 it_status it__kpost(it_status st);
+/* Slots with every slot's signature that, called after a failed call with its arguments,
+ * prefix the error with the kernel, the device and each tensor's shape and dtype (dispatch.c),
+ * and return the failure's status. */
+const it_kernels *it__describe_kernels(void);
 /* True when a native kernel declined the call (IT_ERR_UNSUPPORTED on a backend other than the
  * CPU): KCALL then runs it on the CPU fallback. Otherwise keeps st in it__kc.st. */
 bool it__kretry(it_status st);
@@ -92,11 +97,14 @@ const it_kernels *it__fallback_kernels(void);
  * have no fallback: see it_kernels). */
 bool it__kernel_native(it_device dev, size_t slot);
 #define IT_SLOT(slot) (offsetof(it_kernels, slot) / sizeof(void (*)(void)))
-/* The arguments are evaluated again for a retried call: pass no expression with side effects. */
+/* The arguments are evaluated again for a retried call and for a failed one's message: pass
+ * no expression with side effects. */
 #define KCALL(dev, slot, ...)                                                                                          \
-    (it__kpre((dev), IT_SLOT(slot)) ? it__kpost(it__kretry(it__kc.k->slot(it__kc.stream, __VA_ARGS__))                 \
-                                                    ? it__fallback_kernels()->slot(it__kc.stream, __VA_ARGS__)         \
-                                                    : it__kc.st)                                                       \
+    (it__kpre((dev), IT_SLOT(slot)) ? (it__kpost(it__kretry(it__kc.k->slot(it__kc.stream, __VA_ARGS__))                \
+                                                     ? it__fallback_kernels()->slot(it__kc.stream, __VA_ARGS__)        \
+                                                     : it__kc.st)                                                      \
+                                           ? it__describe_kernels()->slot(NULL, __VA_ARGS__)                           \
+                                           : IT_OK)                                                                    \
                                     : it_last_status())
 
 #endif

@@ -173,7 +173,9 @@ it_status it_backend_register(const it_backend *backend) {
 
 /* ---------------------------------------------------------------- plugin discovery */
 
-/* Directories searched for plugins, in order: beside the executable, then IT_BACKEND_PATH. */
+/* Directories searched for plugins, in order: beside the executable, the installed plugin
+ * directory of an installed executable (PREFIX/bin/../lib/infinitrain, when it exists), then
+ * IT_BACKEND_PATH. */
 static int plugin_dirs(char dirs[][PATH_MAX], int max) {
     int n = 0;
     char exe[PATH_MAX];
@@ -184,6 +186,16 @@ static int plugin_dirs(char dirs[][PATH_MAX], int max) {
         if (slash) {
             *slash = '\0';
             snprintf(dirs[n++], PATH_MAX, "%s", exe[0] ? exe : "/");
+#ifdef IT_PLUGIN_RELDIR
+            char installed[PATH_MAX + 64];
+            snprintf(installed, sizeof installed, "%s/%s", exe, IT_PLUGIN_RELDIR);
+            char real[PATH_MAX];
+            DIR *d = opendir(installed);
+            if (d) {
+                closedir(d);
+                if (realpath(installed, real) && strcmp(real, dirs[0]) != 0) snprintf(dirs[n++], PATH_MAX, "%s", real);
+            }
+#endif
         }
     }
     const char *env = getenv("IT_BACKEND_PATH");
@@ -244,6 +256,25 @@ static void describe_available(char *buf, size_t size) {
         off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", names[i]);
 }
 
+/* The source tree this core was built from has backends/<name>/ but no plugin came of it:
+ * the build tree was configured before the directory existed (or its build failed). */
+static void unbuilt_hint(const char *name, char *buf, size_t size) {
+#ifdef IT_CORE_SOURCE_DIR
+    char list[PATH_MAX];
+    snprintf(list, sizeof list, "%s/backends/%.40s/CMakeLists.txt", IT_CORE_SOURCE_DIR, name);
+    if (access(list, F_OK) == 0)
+        snprintf(buf, size,
+                 "\n  the source directory %s/backends/%s exists but its plugin was not built: run "
+                 "`cmake --build %s` again (it re-runs the configure step and builds libit_backend_%s.so; "
+                 "a build tree configured by an older checkout needs `cmake -S %s -B %s` once)",
+                 IT_CORE_SOURCE_DIR, name, IT_CORE_BINARY_DIR, name, IT_CORE_SOURCE_DIR, IT_CORE_BINARY_DIR);
+#else
+    (void)name;
+    (void)buf;
+    (void)size;
+#endif
+}
+
 /* Load libit_backend_<name>.so from the search path. Called with reg_lock held. */
 static it_status load_plugin_locked(const char *name) {
     char dirs[16][PATH_MAX];
@@ -290,10 +321,11 @@ static it_status load_plugin_locked(const char *name) {
         }
         if (off < sizeof tried) off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
     }
-    char avail[1024];
+    char avail[1024], hint[PATH_MAX + 512] = "";
     describe_available(avail, sizeof avail);
     if (nd == 0) snprintf(tried, sizeof tried, "\n  (no search directories)");
-    return it_error(IT_ERR_NOT_FOUND, "unknown backend '%s' (%s); searched:%s", name, avail, tried);
+    unbuilt_hint(name, hint, sizeof hint);
+    return it_error(IT_ERR_NOT_FOUND, "unknown backend '%s' (%s); searched:%s%s", name, avail, tried, hint);
 }
 
 it_status it_backend_find(const char *name, const it_backend **out) {

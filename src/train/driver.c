@@ -48,6 +48,15 @@ static it_status train_loop(it_train_ctx *ctx) {
         if (!st) st = pst;
     }
     it_autocast_set(false, IT_DTYPE_BF16);
+    if (st && ctx->cfg->backend_report && ctx->rank == 0) {
+        /* the report of the steps up to the failure; the failure's message is kept */
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", it_last_error());
+        printf("kernel report up to the failure:\n");
+        it_backend_report(ctx->dev.backend, stdout);
+        fflush(stdout);
+        it_error(st, "%s", msg);
+    }
     return st ? st : train_finish(ctx);
 }
 

@@ -165,6 +165,7 @@ typedef enum conf_outcome {
 typedef struct conf_slot_stats {
     int pass, fail, skip, noref;
     bool fallback;
+    char fail_dtypes[160]; /* the dtype labels of the failed cases, "fp32, bf16", for the summary */
 } conf_slot_stats;
 
 typedef struct conf_ctx {

@@ -4,8 +4,9 @@
  *                  [--list] [--verbose] [--self-test] [--skip-unavailable]
  *
  * Without --backend/--device: every registered backend and every discoverable plugin that
- * loads and has a device, on device 0 (plugins that do not load are noted, not failed).
- * Prints one line per (backend, slot, dtype, case) and a closing "N passed, M failed";
+ * loads and has a device, on device 0 (a plugin on the search path that does not load fails the run).
+ * Prints one line per (backend, slot, dtype, case) and a closing "N passed, M failed" that
+ * names each failing slot and its dtypes;
  * exits 1 on any failure. docs/conformance.md describes the checks and their bounds. */
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ typedef struct targets {
     int n;
     int errors;      /* named backends or devices that could not be used */
     int unavailable; /* of which: loaded, but no driver or no such device */
+    int load_failed; /* plugins on the search path that did not load (a run without --backend) */
 } targets;
 
 static void add_target(targets *ts, const it_backend *b, int index) {
@@ -97,8 +99,13 @@ static void discover_all(bool for_list, targets *ts) {
     it_backend_discover(names, 64, &n);
     for (int i = 0; i < n; i++) {
         const it_backend *b = NULL;
-        if (it_backend_find(names[i], &b))
-            printf("# note: plugin '%s' not loaded, not tested: %s\n", names[i], it_last_error());
+        /* a plugin on the search path that does not load fails the run: a user would meet it */
+        if (it_backend_find(names[i], &b)) {
+            printf("it-conformance: FAIL: plugin '%s' on the search path does not load: %s\n", names[i],
+                   it_last_error());
+            ts->errors++;
+            ts->load_failed++;
+        }
     }
     for (int i = 0; i < it_backend_count(); i++) {
         const it_backend *b = it_backend_at(i);
@@ -292,6 +299,8 @@ int main(int argc, char **argv) {
     }
 
     conf_slot_stats stats[IT_KERNEL_SLOT_COUNT], gstats[IT_KERNEL_SLOT_COUNT];
+    char failed[4096] = ""; /* "sim:0 layernorm_fwd (fp32, bf16)" per failing slot */
+    size_t foff = 0;
     for (int i = 0; i < ts.n; i++) {
         conf_target *t = &ts.t[i];
         if (t->backend->runtime->default_stream(t->index, &t->stream)) {
@@ -306,11 +315,24 @@ int main(int argc, char **argv) {
         memset(gstats, 0, sizeof gstats);
         if (!grad || self_test) run_target(&ctx, only_slot, false, stats);
         if (grad || self_test) run_target(&ctx, only_slot, true, gstats);
+        for (size_t s = 0; s < conf_slot_count; s++)
+            for (int g = 0; g < 2; g++) {
+                const conf_slot_stats *st = g ? &gstats[s] : &stats[s];
+                if (st->fail && foff < sizeof failed)
+                    foff += (size_t)snprintf(failed + foff, sizeof failed - foff, "\n  %s %s%s (%d case%s: %s)",
+                                             t->name, conf_slots[s].name, g ? " --grad" : "", st->fail,
+                                             st->fail == 1 ? "" : "s", st->fail_dtypes[0] ? st->fail_dtypes : "-");
+            }
     }
     int failures = ctx.fail + ts.errors;
-    printf("%d passed, %d failed (%d skipped: unsupported dtype; %d without a cpu reference; %d slots fallback; "
-           "%d backends)\n",
+    printf("%d passed, %d failed (%d skipped: declined by the backend; %d without a cpu reference; %d slots "
+           "fallback; %d backends)\n",
            ctx.pass, failures, ctx.skip, ctx.noref, ctx.fallback, ts.n);
+    if (failed[0]) printf("failed slots (backend slot, cases, dtypes):%s\n", failed);
+    if (ts.load_failed)
+        printf("%d plugin%s on the search path did not load (above): fix or remove %s\n", ts.load_failed,
+               ts.load_failed == 1 ? "" : "s", ts.load_failed == 1 ? "it" : "them");
+    if (ctx.skip && !verbose) printf("(--verbose shows each declined case's operands)\n");
     if (self_test) {
         int unmet = conf_selftest_check(stats, false) + conf_selftest_check(gstats, true);
         if (only_slot) unmet = 0; /* a partial run cannot meet every expectation */

@@ -600,6 +600,20 @@ static bool compare_output(const conf_case *c, const conf_operand *o, const unsi
 
 void conf_line(const conf_ctx *ctx, const char *dtype, const char *label, const char *measure, const char *verdict) {
     printf("%-12s %-18s %-12s %-34s %-24s %s\n", ctx->dev.name, ctx->slot, dtype, label, measure, verdict);
+    /* every failure is printed here: note its dtype once for the closing summary */
+    conf_slot_stats *st = ctx->stats;
+    if (st && !strncmp(verdict, "FAIL", 4) && strcmp(dtype, "-") != 0) {
+        const char *p = st->fail_dtypes;
+        size_t n = strlen(dtype);
+        bool seen = false;
+        while (!seen && (p = strstr(p, dtype)) != NULL) {
+            seen = (p == st->fail_dtypes || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0');
+            p += n;
+        }
+        size_t used = strlen(st->fail_dtypes);
+        if (!seen && used + n + 3 < sizeof st->fail_dtypes)
+            snprintf(st->fail_dtypes + used, sizeof st->fail_dtypes - used, "%s%s", used ? ", " : "", dtype);
+    }
 }
 
 static void describe(const conf_case *c) {
@@ -648,6 +662,7 @@ conf_outcome conf_run(conf_ctx *ctx, conf_case *c) {
     if (!ok_dev && dev.st == IT_ERR_UNSUPPORTED) {
         out = CONF_SKIP_UNSUPPORTED;
         snprintf(measure, sizeof measure, "-");
+        snprintf(why, sizeof why, "%s", dev.msg);
     } else if (!ok_dev) {
         out = CONF_FAIL;
         snprintf(measure, sizeof measure, "-");
@@ -673,10 +688,11 @@ conf_outcome conf_run(conf_ctx *ctx, conf_case *c) {
         else
             snprintf(measure, sizeof measure, c->cmp == CONF_CMP_CAST ? "bitwise(nan=nan)" : "bitwise");
     }
-    conf_line(ctx, c->dtype_label, c->label, measure,
-              out == CONF_PASS   ? "OK"
-              : out == CONF_FAIL ? "FAIL"
-                                 : "skip: unsupported dtype");
+    char verdict[sizeof why + 32];
+    /* a skip is the backend declining the case: its own message says why */
+    if (out == CONF_SKIP_UNSUPPORTED)
+        snprintf(verdict, sizeof verdict, "skip: declined: %s", why[0] ? why : "(the backend gave no message)");
+    conf_line(ctx, c->dtype_label, c->label, measure, out == CONF_PASS ? "OK" : out == CONF_FAIL ? "FAIL" : verdict);
     if (out == CONF_FAIL) printf("    -> %s\n", why);
     if (ctx->verbose || out == CONF_FAIL) describe(c);
     switch (out) {
