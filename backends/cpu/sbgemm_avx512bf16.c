@@ -387,15 +387,16 @@ static bool sbgemm_run(product *pr) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     if ((double)pr->m * (double)pr->n * (double)pr->k < 2.0e6 || threads < 1) threads = 1;
     /* units: rows cut to MB (all of them up to 2 MB), columns to NC, then finer until every
-     * thread has a few */
+     * thread has two (dynamic: a core the host slows does fewer) */
     int64_t mb = pr->m <= 2 * MB ? (pr->m + MR - 1) / MR * MR : MB, nb = NC;
     for (;;) {
         int64_t units = ((pr->m + mb - 1) / mb) * ((pr->n + nb - 1) / nb);
-        if (units >= 4 * threads || threads == 1) break;
-        if (mb > 64)
-            mb = (mb / 2 + MR - 1) / MR * MR;
-        else if (nb > NR)
+        if (units >= 2 * threads || threads == 1) break;
+        /* narrower first: each unit then reads its own part of op(B), which is read once */
+        if (nb > 2 * NR)
             nb -= NR;
+        else if (mb > 64)
+            mb = (mb / 2 + MR - 1) / MR * MR;
         else
             break;
     }
