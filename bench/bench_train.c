@@ -86,6 +86,8 @@ typedef struct case_result {
 } case_result;
 
 static int opt_warmup = 2, opt_steps = 5, opt_profile_steps = 1, opt_top = 30;
+/* --dtype bfloat16: every step under autocast to bf16, as the training driver runs --dtype bfloat16 */
+static bool opt_bf16;
 
 /* ---------------------------------------------------------------- input files */
 
@@ -269,11 +271,13 @@ static it_status train_step(trainer *t, double *loss) {
     size_t nb = sizeof(int32_t) * (size_t)(t->B * t->T);
     int64_t shape[2] = {t->B, t->T};
     it_scope_begin();
+    if (opt_bf16) it_autocast_set(true, IT_DTYPE_BF16);
     it_tensor *x = it_tensor_from_host(t->dev, IT_DTYPE_I32, 2, shape, t->hx, nb);
     it_tensor *y = it_tensor_from_host(t->dev, IT_DTYPE_I32, 2, shape, t->hy, nb);
     it_tensor *l = it_model_loss(t->model, x, y);
     st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
     if (!st) st = it_backward(l);
+    if (opt_bf16) it_autocast_set(false, IT_DTYPE_BF16);
     it_scope_end();
     it_tape_clear();
     if (!st) st = it_model_grads_final(t->model);
@@ -750,7 +754,8 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--cases a,b,...] [--warmup N] [--steps N] [--workdir DIR] [--no-profile]\n"
-            "          [--no-case-peaks] [--profile-steps N] [--top N] [--list]\n"
+            "          [--no-case-peaks] [--profile-steps N] [--top N] [--dtype float32|bfloat16] [--list]\n"
+            "  --dtype D      the steps' dtype: bfloat16 runs them under autocast (default float32)\n"
             "  --top N        call shapes listed in the per-shape profile (default 30)\n"
             "  --no-case-peaks  measure the GEMM peak at the start and the end only, not around every\n"
             "                 case nor between steps (quicker: for smoke tests; the MFU (case's peak) and\n"
@@ -798,6 +803,8 @@ int main(int argc, char **argv) {
             opt_steps = atoi(argv[++i]);
         } else if (v && strcmp(a, "--profile-steps") == 0 && atoi(v) >= 1) {
             opt_profile_steps = atoi(argv[++i]);
+        } else if (v && strcmp(a, "--dtype") == 0 && (strcmp(v, "bfloat16") == 0 || strcmp(v, "float32") == 0)) {
+            opt_bf16 = strcmp(argv[++i], "bfloat16") == 0;
         } else if (v && strcmp(a, "--top") == 0 && atoi(v) >= 1) {
             opt_top = atoi(argv[++i]);
         } else {

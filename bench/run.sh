@@ -262,3 +262,39 @@ if [ -n "$our_steps" ] && awk -v m="$our_steps" 'BEGIN { exit !(m > 0) }'; then
     echo "  MFU ${our_steps}% at the peak probed next to each step (median over the steps; peaks ~$(echo "$ours" |
         field steps_peak_gflops) GFLOP/s)  [target >= 70%: $(verdict "$our_steps" 70)]"
 fi
+
+# ---- bf16: GPT-2 124M B=4 T=64 under autocast to bf16 against fp32, in pairs of runs back
+# to back (order alternating), BENCH_BF16_PAIRS of them (default 3, 0 skips): the median of
+# the pairs' ratios is robust to the shared host's drift. Only on CPUs with bf16 units.
+echo
+echo "== bf16 (--dtype bfloat16, autocast) against fp32: GPT-2 124M, B=4 T=64 =="
+bf16_pairs=${BENCH_BF16_PAIRS:-3}
+if ! grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then
+    echo "  bf16 step / fp32 step: not measured: no avx512_bf16/amx"
+    echo "  ours bf16 / PyTorch bf16 autocast: not measured: no avx512_bf16/amx"
+elif ! [[ $bf16_pairs =~ ^[1-9][0-9]*$ ]]; then
+    echo "  bf16 step / fp32 step: not measured (BENCH_BF16_PAIRS=$bf16_pairs)"
+else
+    : >"$work/bf16.txt"
+    bf16_run() { # DTYPE: one bench_train run of the case, its RESULT line's ms_median
+        "$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks --dtype "$1" \
+            "${extra[@]}" | sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p'
+    }
+    for ((p = 1; p <= bf16_pairs; p++)); do
+        if ((p % 2)); then b=$(bf16_run bfloat16); f=$(bf16_run float32); else
+            f=$(bf16_run float32); b=$(bf16_run bfloat16); fi
+        [ -n "$b" ] && [ -n "$f" ] && echo "bf16_ms=$b fp32_ms=$f ratio=$(awk -v b="$b" -v f="$f" 'BEGIN { printf "%.3f", b / f }')" |
+            tee -a "$work/bf16.txt"
+    done
+    if [ -s "$work/bf16.txt" ]; then
+        bf_med=$(sed -n 's/.* ratio=\([^ ]*\).*/\1/p' "$work/bf16.txt" | sort -g |
+            awk '{ r[n++] = $1 } END { printf "%.3f", n % 2 ? r[int(n / 2)] : (r[n / 2 - 1] + r[n / 2]) / 2 }')
+        verdict_le=$(awk -v r="$bf_med" 'BEGIN { print (r <= 0.55 ? "met" : "not met") }')
+        echo "  bf16 step / fp32 step: ${bf_med}x, the median of $(wc -l <"$work/bf16.txt") pairs on" \
+            "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') [target <= 0.55x: $verdict_le]"
+    else
+        echo "  bf16 step / fp32 step: not measured (bench_train failed)"
+    fi
+    echo "  ours bf16 / PyTorch bf16 autocast: not measured: bench/peer_pytorch.py has no autocast run yet"
+    echo "  bf16 GEMM peak and bf16 MFU: not measured: bench_kernels has no bf16 GEMM probe yet"
+fi

@@ -40,6 +40,18 @@ bool it_cpu_sgemm_avx2_usable(void);
 bool it_cpu_sgemm_avx2_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* sbgemm_avx512bf16.c: C (m, n) = alpha op(A) op(B) + beta C (m, n, k > 0) with bf16 A and
+ * B (row-major, lda / ldb; op(X) = tx ? X^T : X) and an fp32 or bf16 (c_bf16) row-major C,
+ * summed in fp32 on AVX512_BF16 (vdpbf16ps). false when it did nothing (no such build, no
+ * scratch memory). _usable: the CPU has AVX512_BF16 and IT_CPU_SBGEMM is not "fp32". _ex:
+ * swap > 0 always computes C^T = op(B)^T op(A)^T with transposed stores, 0 never, < 0 as
+ * the shape says; the bits are the same either way. */
+bool it_cpu_sbgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda,
+                   const uint16_t *b, int64_t ldb, float beta, void *c, bool c_bf16, int64_t ldc);
+bool it_cpu_sbgemm_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                      int64_t lda, const uint16_t *b, int64_t ldb, float beta, void *c, bool c_bf16, int64_t ldc);
+bool it_cpu_sbgemm_usable(void);
+
 /* gemm.c: one fp32 product with row-major operands (cblas_sgemm's CblasRowMajor contract,
  * m, n, k > 0), through the same kernel choice the gemm slot makes for each matrix of a
  * batch; on the calling thread inside a parallel region. */

@@ -7,8 +7,9 @@
  * stride in one of its two dims: row-major with ld = row stride, or column-major, which is
  * the row-major transpose with ld = column stride (its trans flag flips). A column-major C
  * is computed as C^T = op(B)^T @ op(A)^T. Anything else (both strides > 1, overlapping
- * rows) goes through a contiguous temporary, as do bf16/fp16 (converted to fp32, computed
- * with sgemm, rounded back). beta == 0 never reads C (BLAS's contract; NaN in C ignored).
+ * rows) goes through a contiguous temporary, as do fp16 and bf16 (converted to fp32, computed
+ * with sgemm, rounded back), except bf16 on CPUs with AVX512_BF16, whose kernel
+ * (sbgemm_avx512bf16.c) takes the operands where they lie. beta == 0 never reads C (BLAS's contract; NaN in C ignored).
  *
  * Threads: with at least 2 matrices per thread (or one per thread when they are small)
  * the batch runs as an OpenMP loop with single-threaded BLAS inside (OpenBLAS's OpenMP build
@@ -149,6 +150,22 @@ static void gemm_one(bool f64, const operand *A, const void *pa, const operand *
                 alpha, p1, (int)ld1, p2, (int)ld2, beta, pc, (int)C->ld);
 }
 
+/* The same for bf16 operands and C on the bf16 kernel (sbgemm_avx512bf16.c): false when it
+ * had no scratch memory. */
+static bool gemm_one_bf16(const operand *A, const void *pa, const operand *B, const void *pb, const operand *C, void *pc,
+                          int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    bool ta = blas_trans(A), tb = blas_trans(B);
+    const void *p1 = pa, *p2 = pb;
+    int64_t ld1 = A->ld, ld2 = B->ld, m = M, n = N;
+    if (C->layout == LAYOUT_COL) { /* C^T (N, M) = op(B)^T op(A)^T */
+        bool t = ta;
+        ta = !tb;
+        tb = !t;
+        p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
+    }
+    return it_cpu_sbgemm(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, true, C->ld);
+}
+
 static const char *elem(const operand *o, int64_t batch) {
     return (const char *)o->d->data + (size_t)(batch * o->sbatch) * it_dtype_size(o->d->dtype);
 }
@@ -214,6 +231,25 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     }
 
     bool f64 = dt == IT_DTYPE_FP64, half = dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16;
+    if (dt == IT_DTYPE_BF16 && it_cpu_sbgemm_usable() && A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY &&
+        C.layout != LAYOUT_COPY) {
+        /* bf16 on the bf16 units, operands where they lie; matrices per thread as for fp32 */
+        int64_t threads = omp_get_max_threads();
+        bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
+        bool worth = (double)batches * (double)M * (double)N * (double)K >= 65536.0;
+        int failed = 0;
+        if (threads > 1 && worth && (batches >= 2 * threads || (small && batches >= threads))) {
+#pragma omp parallel for schedule(static) reduction(| : failed)
+            for (int64_t i = 0; i < batches; i++)
+                failed |= !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
+                                         M, N, K, args->alpha, args->beta);
+        } else {
+            for (int64_t i = 0; i < batches && !failed; i++)
+                failed |= !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
+                                         M, N, K, args->alpha, args->beta);
+        }
+        return failed ? it_error(IT_ERR_OOM, "gemm: no memory for the bf16 kernel's packing buffers") : IT_OK;
+    }
     if (half) A.layout = B.layout = C.layout = LAYOUT_COPY;
 
     if (A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY && C.layout != LAYOUT_COPY) {

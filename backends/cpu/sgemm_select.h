@@ -47,6 +47,31 @@ static inline int it_cpu_sgemm_isa(void) {
     return it_cpu_has_avx2_fma() ? IT_CPU_SGEMM_AVX2 : IT_CPU_SGEMM_BLAS;
 }
 
+static inline bool it_cpu_has_avx512_bf16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    return it_cpu_has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+/* Which GEMM serves products of bf16 operands (the gemm slot's, so autocast's). IT_CPU_SBGEMM:
+ *   unset, auto  sbgemm_avx512bf16.c (vdpbf16ps, fp32 sums) on CPUs with AVX512_BF16, else fp32
+ *   fp32         the operands widened to fp32, the fp32 GEMM above (IT_CPU_SGEMM), C rounded
+ *   avx512bf16   sbgemm_avx512bf16.c (as auto; fp32 on a CPU without AVX512_BF16) */
+enum { IT_CPU_SBGEMM_FP32 = 0, IT_CPU_SBGEMM_AVX512BF16 = 1 };
+
+static inline bool it_cpu_sbgemm_env_is(const char *value) {
+    const char *env = getenv("IT_CPU_SBGEMM");
+    return env != NULL && strcmp(env, value) == 0;
+}
+
+static inline int it_cpu_sbgemm_isa(void) {
+    if (it_cpu_sbgemm_env_is("fp32")) return IT_CPU_SBGEMM_FP32;
+    return it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32;
+}
+
 /* The own kernel takes every product, whatever its size (IT_CPU_SGEMM=avx512 or avx2). */
 static inline bool it_cpu_sgemm_every_size(void) {
     return it_cpu_sgemm_env_is("avx512") || it_cpu_sgemm_env_is("avx2");
