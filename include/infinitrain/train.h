@@ -48,6 +48,7 @@ typedef struct it_train_config {
     int val_loss_every;            /* --val_loss_every: validation loss every N steps and at the end (0 = never) */
     int val_max_steps;             /* --val_max_steps: batches per rank in one validation (20) */
     const char *profile;           /* --profile: kernel profile PATH.report/.records.log/.trace.json */
+    const char *precision_check;   /* --precision_check: InfiniTrain's "level=..,path=..,..." (NULL: off) */
     const char *save;              /* --save: checkpoint root */
     int save_interval;             /* --save_interval: checkpoint every N steps (0 = never) */
     const char *load;              /* --load: a checkpoint_step_NNNNNN directory to resume from */

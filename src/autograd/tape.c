@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
+#include "core/precision_hooks.h"
 #include "infinitrain/ops.h"
 
 static _Thread_local bool grad_disabled;
@@ -106,6 +107,7 @@ it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, in
     out->requires_grad = true;
     out->is_leaf = false;
     tape[tape_len++] = n;
+    if (IT_PREC_ON()) it__prec_node_forward(n); /* the op computed out before recording */
     return n;
 }
 
@@ -242,9 +244,11 @@ it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx) {
                 it_tensor_retain(dy);
             else
                 n->out->grad = NULL;
+            if (IT_PREC_ON()) it__prec_node_backward_pre(n, dy);
             it_scope_begin();
             st = n->backward(n, dy);
             it_scope_end();
+            if (!st && IT_PREC_ON()) it__prec_node_backward_post(n);
             it_tensor_release(dy);
             if (st) {
                 it_error_context("backward of %s: ", n->name);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/precision_hooks.h"
 #include "models/model_impl.h"
 
 #define GPT2_MAGIC 20240326
@@ -141,24 +142,27 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
                  g->cfg.block_size);
         return NULL;
     }
-    it_tensor *pos = it_slice(g->wpe, 0, 0, T, 1);         /* (T, C) */
-    it_tensor *x = it_add(it_embedding(idx, g->wte), pos); /* (B, T, C) */
+    it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, 0, T, 1), -1, "transformer.wpe"); /* (T, C) */
+    it_tensor *x = it_add(IT_PREC_MODULE(it_embedding(idx, g->wte), -1, "transformer.wte"), pos); /* (B, T, C) */
     for (int l = 0; l < g->cfg.n_layer; l++) {
         it_tensor *const *p = g->h[l].p;
-        it_tensor *h = it_layernorm(x, p[LN1W], p[LN1B], LN_EPS);
-        h = it__linear(m, h, p[QKVW], p[QKVB]);             /* (B, T, 3C) */
-        h = it_causal_self_attention(h, g->cfg.n_head); /* (B, T, C) */
-        h = it__linear(m, h, p[ATTPROJW], p[ATTPROJB]);
-        x = it_add(x, h);
-        h = it_layernorm(x, p[LN2W], p[LN2B], LN_EPS);
-        h = it_gelu(it__linear(m, h, p[FCW], p[FCB])); /* (B, T, 4C) */
-        h = it__linear(m, h, p[FCPROJW], p[FCPROJB]);
-        x = it_add(x, h);
+        IT_PREC_LAYER(l);
+        it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
+        h = IT_PREC_MODULE(it__linear(m, h, p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
+        h = it_causal_self_attention(h, g->cfg.n_head);                          /* (B, T, C) */
+        h = IT_PREC_MODULE(it__linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
+        x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
+        h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
+        h = IT_PREC_MODULE(it__linear(m, h, p[FCW], p[FCB]), l, "mlp.c_fc");
+        h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
+        h = IT_PREC_MODULE(it__linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
+        x = IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
     }
-    x = it_layernorm(x, g->lnfw, g->lnfb, LN_EPS);
+    IT_PREC_LAYER(-1);
+    x = IT_PREC_MODULE(it_layernorm(x, g->lnfw, g->lnfb, LN_EPS), -1, "transformer.ln_f");
     (void)B;
     (void)C;
-    return it_linear(x, g->wte, NULL); /* (B, T, Vp), tied to the embedding */
+    return IT_PREC_MODULE(it_linear(x, g->wte, NULL), -1, "lm_head"); /* (B, T, Vp), tied to the embedding */
 }
 
 /* 6 FLOPs per parameter per token (forward 2, backward 4; the position table is a lookup)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/precision_hooks.h"
 #include "models/model_impl.h"
 
 #define LLAMA3_MAGIC 20240803
@@ -131,10 +132,11 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
     it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
-    it_tensor *x = it_embedding(idx, g->wte); /* (B, T, C) */
+    it_tensor *x = IT_PREC_MODULE(it_embedding(idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
     it_tensor *aux_total = NULL;
     for (int l = 0; l < g->L; l++) {
-        it_tensor *h = it_rmsnorm(x, g->ln1[l], g->eps);
+        IT_PREC_LAYER(l);
+        it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
         it_tensor *q, *k, *v;
         if (g->moe) {
             q = it_linear(h, g->q[l], NULL);
@@ -148,7 +150,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
                 v = it_add(v, it_slice(d, 2, C + kvd, C + 2 * kvd, 1));
             }
         } else { /* fused c_attn, rows Q|K|V */
-            it_tensor *qkv = it__linear(m, h, g->qkv[l], NULL);
+            it_tensor *qkv = IT_PREC_MODULE(it__linear(m, h, g->qkv[l], NULL), l, "attn.c_attn");
             q = it_slice(qkv, 2, 0, C, 1);
             k = it_slice(qkv, 2, C, C + kvd, 1);
             v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
@@ -156,8 +158,9 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, g->nh, g->hd}), cos, sin);
         k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, g->nkv, g->hd}), cos, sin);
         v = it_reshape(v, 4, (int64_t[]){B, T, g->nkv, g->hd});
-        x = it_add(x, it__linear(m, it_attention(q, k, v), g->proj[l], NULL));
-        h = it_rmsnorm(x, g->ln2[l], g->eps);
+        it_tensor *att = IT_PREC_MODULE(it__linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
+        x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
+        h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
         if (g->moe) {
             int64_t counts[256];
             it_tensor *aux = NULL;
@@ -167,14 +170,19 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
             if (y && g->expert_tokens && it_grad_enabled())
                 for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
             if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
-            x = it_add(x, y);
+            x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
         } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
-            x = it_add(x, it__linear(m, it_mul(it__linear(m, h, g->fc[l], NULL), it_silu(it__linear(m, h, g->fc2[l], NULL))),
-                                     g->fc_proj[l], NULL));
+            it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
+            it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
+            fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
+            it_tensor *y = IT_PREC_MODULE(it__linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
+            x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
         }
+        x = IT_PREC_MODULE(x, l, "");
     }
-    x = it_rmsnorm(x, g->lnf, g->eps);
-    it_tensor *logits = it__linear(m, x, g->lm_head, NULL);
+    IT_PREC_LAYER(-1);
+    x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
+    it_tensor *logits = IT_PREC_MODULE(it__linear(m, x, g->lm_head, NULL), -1, "lm_head");
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
     return logits;
 }

@@ -3,7 +3,9 @@
  * step.c and log.c (train_internal.h). */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "infinitrain/precision.h"
 #include "infinitrain/profile.h"
 #include "train/train_internal.h"
 
@@ -31,12 +33,22 @@ static it_status train_finish(it_train_ctx *ctx) {
     return train_lora_finish(ctx);
 }
 
+/* --precision_check: every rank writes into the directory named by the latest start time. */
+static it_status precision_begin(it_train_ctx *ctx) {
+    it_precision_config pc;
+    it_status st = it_precision_parse(ctx->cfg->precision_check, &pc);
+    uint64_t stamp = (uint64_t)time(NULL);
+    if (!st && ctx->world > 1) st = it_dist_all_reduce_host(ctx->dist, &stamp, 1, IT_DTYPE_U64, IT_CCL_MAX);
+    return st ? st : it_precision_begin(&pc, ctx->rank, (int64_t)stamp);
+}
+
 static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
     train_banner(ctx);
     if (ctx->cfg->freq_generate_txt > 0 && !ctx->quiet && (st = train_generate(ctx))) return st;
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
     if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->rank))) return st;
+    if (ctx->cfg->precision_check && (st = precision_begin(ctx))) return st;
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
     for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
@@ -47,6 +59,8 @@ static it_status train_loop(it_train_ctx *ctx) {
         it_status pst = it_profile_end();
         if (!st) st = pst;
     }
+    it_status pst = it_precision_end(); /* IT_OK when no check is open */
+    if (!st) st = pst;
     it_autocast_set(false, IT_DTYPE_BF16);
     if (st && ctx->cfg->backend_report && ctx->rank == 0) {
         /* the report of the steps up to the failure; the failure's message is kept */

@@ -132,6 +132,9 @@ static const it_train_flag FLAGS[] = {
         "write the trained model (llm.c format) at the end"),
     STR("profile", profile, "PATH", G_OUT, false,
         "profile every kernel call: PATH.report.rankR, PATH.records.log.rankR, PATH.trace.rankR.json (Perfetto)"),
+    STR("precision_check", precision_check, "SPEC", G_OUT, false,
+        "level=1|2,path=DIR,format=simple|md5,save_tensors=true,md5_tolerance=T: log (and save) every module's "
+        "(1) or op's (2) outputs and gradients"),
     BOOL("backend_report", backend_report, G_OUT, false, "print each kernel slot: native or CPU fallback, calls, time"),
     BOOL("quiet", quiet, G_OUT, false, "no banner and no per-step lines"),
     STR("device", device, "NAME[:I]", G_PROG, false, "backend and device: cpu, sim:1, mlu:0, ..."),

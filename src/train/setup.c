@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "infinitrain/precision.h"
 #include "train/train_internal.h"
 
 /* The device each rank drives, and the group of ranks. */
@@ -29,6 +30,8 @@ static it_status setup_group(it_train_ctx *ctx) {
             return it_error(IT_ERR_INVALID_ARG, "--profile %s: cannot write into '%s': %s", c->profile, dir,
                             *c->profile ? strerror(errno) : "empty path");
     }
+    it_precision_config pcheck; /* a bad spec stops here, before any work */
+    if (c->precision_check && (st = it_precision_parse(c->precision_check, &pcheck))) return st;
     for (int i = 0; i < 2; i++) {
         const char *dir = i ? c->load : c->save;
         if (dir && (!*dir || strlen(dir) > PATH_MAX - 128))

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <time.h>
 
+#include "infinitrain/precision.h"
 #include "infinitrain/profile.h"
 #include "train/train_internal.h"
 
@@ -59,6 +60,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum) {
     for (int64_t i = 0; i < ctx->accum; i++) {
         double loss = 0;
+        it_precision_micro_step((int)i); /* no-op unless --precision_check */
         it_status st = micro_step(ctx, i == 0, i == ctx->accum - 1, &loss);
         *loss_sum += loss;
         if (st) return st;
@@ -102,8 +104,11 @@ it_status train_step(it_train_ctx *ctx, int step) {
     ctx->step = step;
     it_mem_stats_reset_peak(ctx->dev);
     it_profile_step_begin(step - 1);               /* InfiniTrain's tags count from Step_0; no-op unless profiling */
+    it_precision_step_begin(step);
     it_status st = it_model_zero_grad(ctx->model); /* lazily: the first backward writes them */
     if (!st) st = ctx->forward_backward(ctx, &loss_sum);
+    it_status pst = it_precision_step_end(); /* a record that failed fails the step */
+    if (!st) st = pst;
     if (!st) st = reduce(ctx, &loss_sum);
     if (!st) st = update(ctx);
     it_mem_stats m;
