@@ -144,13 +144,14 @@ n=$(grep -c '<img src="[^"]*\.svg"' "$tmp/plots/index.html" 2>/dev/null || true)
 if [ "${n:-0}" -eq 34 ]; then ok "index.html shows the 34 plots"; else bad "index.html shows ${n:-0} plots, expected 34"; fi
 
 # A baseline whose step 3 of one case was changed by 1e-3 (more than fp32's 1e-5): the runner
+# (judging the loss only: two cpu runs' tok/s differ on a loaded machine)
 # fails that case at step 3 and passes the others; a baseline without a case's log fails it.
 cp -r "$tmp/logs-cpu" "$tmp/doctored"
 awk '/^step +3\/[0-9]+ \| train loss / { $6 = sprintf("%.6f", $6 + 0.001) } { print }' \
     "$tmp/logs-cpu/moe/tiny_mixtral_1.log" >"$tmp/doctored/moe/tiny_mixtral_1.log"
 rm "$tmp/doctored/moe/tiny_mixtral_2.log"
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/judged" --only-run moe \
-    --baseline "$tmp/doctored" 2>/dev/null); rc=$?
+    --baseline "$tmp/doctored" --no-tps 2>/dev/null); rc=$?
 expect_rc "doctored baseline" "$rc" 1 "$out"
 expect "doctored baseline: counts" "$out" '^it-matrix: 2 passed, 2 failed, 0 unsupported$'
 expect "the changed case fails at step 3" "$(row moe/tiny_mixtral_1)" \

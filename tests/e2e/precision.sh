@@ -21,7 +21,8 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 cmp=$build/it-precision-compare
-export IT_BACKEND_PATH=$build
+# the test plugins are built into BUILD/test-plugins, off the apps' own search path
+export IT_BACKEND_PATH=$build/test-plugins
 
 base=(--llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" --batch_size 4 --sequence_length 32
   --total_batch_size 256 --num_iteration 2 --quiet)
