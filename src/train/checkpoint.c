@@ -7,7 +7,14 @@
  * rank reads it. A save writes a directory under a temporary name (`.checkpoint_step_%06d.tmp-PID`),
  * fsyncs each file and the directory, and only then renames it: a directory with the final
  * name is complete. trainer_state.json, written last, holds InfiniTrain's keys and, under
- * "infinitrain_c", what exact resume needs and each other file's size and CRC-32. */
+ * "infinitrain_c", what exact resume needs and each other file's size and CRC-32.
+ *
+ * A LoRA run saves as InfiniTrain's does (its model's StateDict holds each LoRALinear's
+ * weight, bias, lora_A and lora_B; its optimizer covers the trainable parameters alone):
+ * model.ckpt holds the frozen base parameters, unmerged, and the adapters under their
+ * adapter-file names; optimizer.ckpt holds Adam's moments of the adapters, in layout order;
+ * trainer_state.json's infinitrain_c.lora holds rank, alpha and the target list, which a
+ * --load must match. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -170,7 +177,8 @@ static it_status model_items(it_model *m, const float *flat, items *it) {
 
 /* The flat parameters, or Adam's moments whole (ZeRO-1's gathered: a collective), on the host. */
 typedef struct host_state {
-    float *params, *m, *v;
+    float *params, *m, *v; /* m, v: the trainable parameters' (the adapters' under LoRA) */
+    float *lora;           /* the adapters' flat buffer, NULL without LoRA */
     int64_t step; /* Adam's t */
     bool adam;
 } host_state;
@@ -179,21 +187,26 @@ static void host_state_free(host_state *h) {
     free(h->params);
     free(h->m);
     free(h->v);
+    free(h->lora);
     memset(h, 0, sizeof *h);
 }
 
 static it_status host_state_get(it_train_ctx *ctx, host_state *h) {
-    it_tensor *params = it_model_params(ctx->model);
-    size_t bytes = it_tensor_nbytes(params);
+    it_tensor *params = it_model_params(ctx->model), *trainable = it_model_trainable(ctx->model);
+    size_t bytes = it_tensor_nbytes(trainable);
+    bool lora = it_model_has_lora(ctx->model);
     memset(h, 0, sizeof *h);
     h->adam = ctx->cfg->optimizer != IT_OPTIM_SGD;
     if (it_tensor_dtype(params) != IT_DTYPE_FP32)
         return it_error(IT_ERR_UNSUPPORTED, "checkpoint: parameters of dtype %s (float32 only)",
                         it_dtype_name(it_tensor_dtype(params)));
-    h->params = malloc(bytes);
+    h->params = malloc(it_tensor_nbytes(params));
+    if (lora) h->lora = malloc(bytes);
     if (h->adam) h->m = malloc(bytes), h->v = malloc(bytes);
-    if (!h->params || (h->adam && (!h->m || !h->v))) return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
-    it_status st = it_tensor_copy_to_host(params, h->params, bytes);
+    if (!h->params || (lora && !h->lora) || (h->adam && (!h->m || !h->v)))
+        return it_error(IT_ERR_OOM, "checkpoint: out of host memory");
+    it_status st = it_tensor_copy_to_host(params, h->params, it_tensor_nbytes(params));
+    if (!st && lora) st = it_tensor_copy_to_host(trainable, h->lora, bytes);
     if (st) return st;
     if (ctx->zero) return it_zero1_state_gather(ctx->zero, h->m, h->v, &h->step);
     it_tensor *m, *v;
@@ -204,10 +217,30 @@ static it_status host_state_get(it_train_ctx *ctx, host_state *h) {
     return st;
 }
 
+/* The adapters under their names (model.ckpt of a LoRA run). */
+static it_status lora_items(it_model *m, const float *flat, items *it) {
+    it_status st = IT_OK;
+    for (int i = 0; i < it_model_lora_count(m) && !st; i++) {
+        const it_lora_tensor_info *t = it_model_lora_at(m, i);
+        st = items_add(it, t->name, IT_DTYPE_FP32, 2, t->shape, (void *)(flat + t->offset), false);
+    }
+    return st;
+}
+
+/* adam.m.<i>, adam.v.<i> of trainable parameter i: the model's parameters in walk order, or
+ * under LoRA the adapters in layout order (InfiniTrain's optimizer is built on
+ * GetLoRAParameters' list, A then B of each adapted layer). */
 static it_status optimizer_items(it_model *m, host_state *h, items *it) {
     it_status st = IT_OK;
     char name[64];
-    for (int i = 0; i < it_model_param_count(m) && !st; i++) {
+    for (int i = 0; i < it_model_lora_count(m) && !st; i++) {
+        const it_lora_tensor_info *t = it_model_lora_at(m, i);
+        snprintf(name, sizeof name, "adam.m.%d", i);
+        st = items_add(it, name, IT_DTYPE_FP32, 2, t->shape, h->m + t->offset, false);
+        snprintf(name, sizeof name, "adam.v.%d", i);
+        if (!st) st = items_add(it, name, IT_DTYPE_FP32, 2, t->shape, h->v + t->offset, false);
+    }
+    for (int i = 0; !it_model_has_lora(m) && i < it_model_param_count(m) && !st; i++) {
         const it_model_param_info *p = it_model_param_at(m, i);
         snprintf(name, sizeof name, "adam.m.%d", i);
         st = items_add(it, name, IT_DTYPE_FP32, p->ndim, p->shape, h->m + p->offset, false);
@@ -279,6 +312,24 @@ static it_status lr_state_load(const char *path, it_lr_scheduler *sched, json_t 
     return st ? it_error_context("%s: lr_scheduler: ", path) : IT_OK;
 }
 
+/* A target list as LoRAConfig parses it: items trimmed of blanks, empty ones dropped, joined
+ * by commas ("c_attn, c_proj," and "c_attn,c_proj" are the same list). */
+static void lora_targets_norm(const char *list, char *out, size_t cap) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (const char *p = list; *p;) {
+        const char *b = p, *e = strchr(p, ',');
+        if (!e) e = p + strlen(p);
+        p = *e ? e + 1 : e;
+        while (b < e && strchr(" \t\r\n", *b)) b++;
+        while (e > b && strchr(" \t\r\n", e[-1])) e--;
+        if (e == b) continue;
+        int n = snprintf(out + o, cap - o, "%s%.*s", o ? "," : "", (int)(e - b), b);
+        if (n < 0 || (size_t)n >= cap - o) return; /* truncated: still a prefix that compares unequal */
+        o += (size_t)n;
+    }
+}
+
 static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
     const it_model_info *info = ctx->info;
     const it_train_config *c = ctx->cfg;
@@ -291,6 +342,13 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
                   (json_int_t)(it_loader_step(ctx->loader) * ctx->world), "loader_step",
                   (json_int_t)it_loader_step(ctx->loader), "accumulation", (json_int_t)ctx->accum, "rng", rng,
                   "lr_scheduler", lr_state_json(&ctx->sched), "flags", flags_json(c), "files", json_incref(files));
+    if (ours && it_model_has_lora(ctx->model)) {
+        char targets[512];
+        lora_targets_norm(train_lora_targets(c), targets, sizeof targets);
+        json_object_set_new(ours, "lora",
+                            json_pack("{s:i,s:f,s:s}", "rank", c->lora_rank, "alpha", (double)c->lora_alpha,
+                                      "target_modules", targets));
+    }
     json_t *root =
         json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
                   info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
@@ -318,6 +376,7 @@ static it_status write_checkpoint(it_train_ctx *ctx, host_state *h, const char *
     items it = {0};
     json_t *files = json_object();
     it_status st = model_items(ctx->model, h->params, &it);
+    if (!st && h->lora) st = lora_items(ctx->model, h->lora, &it);
     path_fmt(path, sizeof path, "%s/model.ckpt", tmp);
     if (!st) st = it_ckpt_write(path, it.v, it.n, NULL, NULL);
     if (!st) st = file_json(files, tmp, "model.ckpt");
@@ -638,7 +697,30 @@ static bool known_extra(it_model *m, const char *name) {
     return false;
 }
 
-it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet) {
+/* A LoRA model's adapters from model.ckpt, when it holds them (a LoRA run's checkpoint: every
+ * adapter then, with its shape); a checkpoint of the base model alone leaves them as they are. */
+static it_status load_adapters(it_model *m, it_ckpt *ck, bool *loaded) {
+    *loaded = false;
+    int n = it_model_lora_count(m);
+    bool any = false;
+    for (int i = 0; i < n && !any; i++) any = it_ckpt_find(ck, it_model_lora_at(m, i)->name) != NULL;
+    if (!any) return IT_OK;
+    it_tensor *flat = it_model_trainable(m);
+    float *host = malloc(it_tensor_nbytes(flat));
+    it_status st = host ? IT_OK : it_error(IT_ERR_OOM, "%s: out of host memory", it_ckpt_path(ck));
+    for (int i = 0; i < n && !st; i++) {
+        const it_lora_tensor_info *t = it_model_lora_at(m, i);
+        const it_ckpt_entry *e;
+        if (!(st = it_ckpt_expect(ck, t->name, IT_DTYPE_FP32, 2, t->shape, &e)))
+            st = it_ckpt_read(ck, e, host + t->offset, sizeof(float) * (size_t)t->numel);
+    }
+    if (!st) st = it_tensor_copy_from_host(flat, host, it_tensor_nbytes(flat));
+    free(host);
+    *loaded = !st;
+    return st;
+}
+
+static it_status load_model_dir(it_model *m, const char *dir, bool quiet, bool *adapters) {
     char path[PATH_MAX];
     path_fmt(path, sizeof path, "%s/model.ckpt", dir);
     it_ckpt *ck;
@@ -657,7 +739,7 @@ it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet) {
     int n_extra = 0;
     for (size_t i = 0; i < it_ckpt_count(ck) && !st; i++) {
         const char *name = it_ckpt_at(ck, i)->name;
-        if (it_model_param_find(m, name) || known_extra(m, name)) continue;
+        if (it_model_param_find(m, name) || it_model_lora_find(m, name) || known_extra(m, name)) continue;
         if (n_extra++ < 3)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s'%s'", *extra ? ", " : "", name);
     }
@@ -665,9 +747,55 @@ it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet) {
         fprintf(stderr, "note: %s: %d entr%s this model does not have, ignored: %s%s\n", path, n_extra,
                 n_extra == 1 ? "y" : "ies", extra, n_extra > 3 ? ", ..." : "");
     if (!st) st = it_tensor_copy_from_host(params, flat, it_tensor_nbytes(params));
+    if (!st) st = load_adapters(m, ck, adapters);
     free(flat);
     it_ckpt_close(ck);
     return st;
+}
+
+it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet) {
+    bool adapters;
+    return load_model_dir(m, dir, quiet, &adapters);
+}
+
+/* "rank 4, alpha 8, targets c_attn,c_proj", or "no LoRA". */
+static void lora_describe(char *buf, size_t n, int64_t rank, double alpha, const char *targets) {
+    if (rank <= 0)
+        snprintf(buf, n, "no LoRA");
+    else
+        snprintf(buf, n, "LoRA rank %lld, alpha %g, targets %s", (long long)rank, alpha, targets);
+}
+
+/* The checkpoint's LoRA settings (infinitrain_c.lora; absent: no LoRA) must be this run's:
+ * its adapters and their moments mean nothing to another rank or target list. A model alone
+ * (it-ckpt from-llmc: no optimizer, no adapters) is a base model that any run may adapt. */
+static it_status check_lora(const it_train_ctx *ctx, const char *path, json_t *ours) {
+    const it_train_config *c = ctx->cfg;
+    json_t *l = json_object_get(ours, "lora");
+    if (!l && !json_object_get(ours, "optimizer")) return IT_OK;
+    int64_t rank = 0;
+    double alpha = 0;
+    const char *targets = "";
+    it_status st;
+    if (l) {
+        if (!json_is_object(l)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.lora is not an object", path);
+        json_t *a = json_object_get(l, "alpha");
+        if ((st = get_int(path, l, "rank", 0, &rank)) || (st = get_str(path, l, "target_modules", &targets))) return st;
+        if (!json_is_number(a)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.lora.alpha is not a number", path);
+        alpha = json_number_value(a);
+    }
+    bool on = it_model_has_lora(ctx->model);
+    char mine[512] = "";
+    if (on) lora_targets_norm(train_lora_targets(c), mine, sizeof mine);
+    if (rank == (on ? c->lora_rank : 0) && (!on || ((float)alpha == c->lora_alpha && strcmp(targets, mine) == 0)))
+        return IT_OK;
+    char saved[600], here[600];
+    lora_describe(saved, sizeof saved, rank, alpha, targets);
+    lora_describe(here, sizeof here, on ? c->lora_rank : 0, (double)c->lora_alpha, mine);
+    return it_error(IT_ERR_INVALID_ARG,
+                    "--load %s: the checkpoint was saved with %s, this run has %s (resume with the same "
+                    "--lora_rank, --lora_alpha and --lora_target_modules)",
+                    c->load, saved, here);
 }
 
 it_status train_ckpt_load_model(it_train_ctx *ctx) {
@@ -703,8 +831,13 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
             return it_error(IT_ERR_INVALID_ARG, "%s: app: expected %s (this program), found %s", path, c->app, app);
         if (!json_is_object(files)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.files is not an object", path);
         if ((st = check_files(dir, path, files))) return st;
+        if ((st = check_lora(ctx, path, ours))) return st;
     }
-    return it_ckpt_load_model_dir(ctx->model, dir, ctx->quiet);
+    bool adapters;
+    if ((st = load_model_dir(ctx->model, dir, ctx->quiet, &adapters))) return st;
+    if (adapters && c->lora_load_path && !ctx->quiet)
+        printf("note: --load: the checkpoint's adapters replace those of --lora_load_path %s\n", c->lora_load_path);
+    return IT_OK;
 }
 
 static it_status load_optimizer(it_train_ctx *ctx, const char *dir) {
@@ -719,12 +852,20 @@ static it_status load_optimizer(it_train_ctx *ctx, const char *dir) {
     it_ckpt *ck;
     it_status st = it_ckpt_open(path, &ck);
     if (st) return st;
-    it_tensor *params = it_model_params(ctx->model);
-    size_t bytes = it_tensor_nbytes(params);
+    size_t bytes = it_tensor_nbytes(it_model_trainable(ctx->model));
     host_state h = {.m = malloc(bytes), .v = malloc(bytes), .adam = true};
     if (!h.m || !h.v) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
     char name[64];
-    for (int i = 0; i < it_model_param_count(ctx->model) && !st; i++) {
+    for (int i = 0; i < it_model_lora_count(ctx->model) && !st; i++) { /* see optimizer_items */
+        const it_lora_tensor_info *p = it_model_lora_at(ctx->model, i);
+        const it_ckpt_entry *e;
+        for (int k = 0; k < 2 && !st; k++) {
+            snprintf(name, sizeof name, "adam.%c.%d", k ? 'v' : 'm', i);
+            if (!(st = it_ckpt_expect(ck, name, IT_DTYPE_FP32, 2, p->shape, &e)))
+                st = it_ckpt_read(ck, e, (k ? h.v : h.m) + p->offset, sizeof(float) * (size_t)p->numel);
+        }
+    }
+    for (int i = 0; !it_model_has_lora(ctx->model) && i < it_model_param_count(ctx->model) && !st; i++) {
         const it_model_param_info *p = it_model_param_at(ctx->model, i);
         const it_ckpt_entry *e;
         for (int k = 0; k < 2 && !st; k++) {

@@ -125,6 +125,10 @@ static const char *lora_default_targets(const char *app) {
     return "c_attn,c_proj";
 }
 
+const char *train_lora_targets(const it_train_config *c) {
+    return c->lora_target_modules ? c->lora_target_modules : lora_default_targets(c->app);
+}
+
 /* n with thousands separators, as PEFT prints counts ("442,368"). */
 static void with_commas(int64_t n, char *buf, size_t cap) {
     char digits[32];
@@ -147,11 +151,7 @@ static it_status setup_lora(it_train_ctx *ctx) {
         if (set) return it_error(IT_ERR_INVALID_ARG, "--%s: needs --lora_rank R > 0 (LoRA is off)", set);
         return IT_OK;
     }
-    if (c->save || c->load) /* the checkpoint directory holds no adapters or their optimizer state yet */
-        return it_error(IT_ERR_INVALID_ARG, "--%s: checkpoints of a LoRA run are not supported; save the adapters "
-                                            "with --lora_save_path and start from them with --lora_load_path",
-                        c->save ? "save" : "load");
-    const char *targets = c->lora_target_modules ? c->lora_target_modules : lora_default_targets(c->app);
+    const char *targets = train_lora_targets(c);
     it_lora_config lc = {c->lora_rank, c->lora_alpha, targets, c->seed};
     it_status st = it_model_lora_apply(ctx->model, &lc);
     if (st) return st;

@@ -83,6 +83,8 @@ double train_now_ms(void); /* CLOCK_MONOTONIC */
 
 /* setup.c: --lora_save_path, --lora_merge_output after the last step (rank 0) */
 it_status train_lora_finish(it_train_ctx *ctx);
+/* setup.c: --lora_target_modules, or the app's default list */
+const char *train_lora_targets(const it_train_config *c);
 
 /* eval.c */
 it_status train_val_setup(it_train_ctx *ctx);
