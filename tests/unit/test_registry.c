@@ -35,6 +35,12 @@ static void plugin_path(char *buf, size_t size, const char *name) {
     snprintf(buf, size, "%s/libit_backend_%s.so", bindir, name);
 }
 
+/* The deliberately broken test plugins are built into BUILD/test-plugins (found through
+ * IT_BACKEND_PATH), off the search path beside the executables a user runs. */
+static void test_plugin_path(char *buf, size_t size, const char *name) {
+    snprintf(buf, size, "%s/test-plugins/libit_backend_%s.so", bindir, name);
+}
+
 /* testplug's stats, through the already loaded plugin (RTLD_NOLOAD: never loads it). */
 static bool testplug_stats(int device, testplug_stats_rec *out) {
     char path[PATH_MAX + 64];
@@ -262,7 +268,7 @@ static void test_refused_plugins(void) {
     CHECK_HAS(want);
     snprintf(want, sizeof want, "IT_BACKEND_API_VERSION %d", IT_BACKEND_API_VERSION);
     CHECK_HAS(want);
-    plugin_path(path, sizeof path, "badversion");
+    test_plugin_path(path, sizeof path, "badversion");
     CHECK_HAS(path);
     /* The same answer the second time (the refused library was closed, nothing cached). */
     CHECK(it_backend_find("badversion", &b) != IT_OK);
@@ -271,7 +277,7 @@ static void test_refused_plugins(void) {
 
     CHECK(it_backend_find("noentry", &b) != IT_OK);
     CHECK_HAS(IT_BACKEND_ENTRY_SYMBOL);
-    plugin_path(path, sizeof path, "noentry");
+    test_plugin_path(path, sizeof path, "noentry");
     CHECK_HAS(path);
 
     CHECK(it_backend_find("missingreq", &b) != IT_OK);
