@@ -145,7 +145,8 @@ static void usage(FILE *f) {
                "              natively or leaves it to the CPU fallback\n"
                "  --help      this text\n"
                "\n"
-               "Plugins (libit_backend_NAME.so) are searched beside the executable, then in the\n"
+               "Plugins (libit_backend_NAME.so) are searched beside the executable, then in an\n"
+               "installed prefix's lib/infinitrain (for an installed it-info), then in the\n"
                "colon-separated directories of IT_BACKEND_PATH.\n");
 }
 
@@ -232,18 +233,10 @@ int main(int argc, char **argv) {
         }
         table_print(&tab, stdout);
     }
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        printf("  searched: %s (beside the executable)", exe[0] ? exe : "/");
-    } else {
-        printf("  searched: (the executable's directory is unknown)");
-    }
+    static char searched[16 * (PATH_MAX + 32)];
+    it_backend_search_path(searched, sizeof searched);
     const char *env = getenv("IT_BACKEND_PATH");
-    printf(", IT_BACKEND_PATH=%s\n", env && *env ? env : "(unset)");
+    printf("  searched: %s; IT_BACKEND_PATH=%s\n", searched, env && *env ? env : "(unset)");
 
     /* Devices and memory. */
     printf("\nDevices\n");

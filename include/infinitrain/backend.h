@@ -431,6 +431,10 @@ IT_API const it_backend *it_backend_at(int i);
 IT_API const char *it_backend_origin(const it_backend *backend);
 /* Names of plugins found on the search path (loaded or not). */
 IT_API it_status it_backend_discover(char names[][40], int max, int *count);
+/* The plugin search path, in the order it is searched, as one line for people:
+ * "DIR (beside the executable), DIR (installed plugins), DIR (IT_BACKEND_PATH), ..." or
+ * "(none)". Truncated to fit buf (size > 0). */
+IT_API void it_backend_search_path(char *buf, size_t size);
 
 /* A registered backend's kernel table as the core uses it: all IT_KERNEL_SLOT_COUNT slots,
  * those past the backend's kernels_size NULL. Read this, not backend->kernels, to walk the

@@ -176,8 +176,9 @@ it_status it_backend_register(const it_backend *backend) {
 /* Directories searched for plugins, in order: beside the executable, the installed plugin
  * directory of an installed executable (PREFIX/bin/../lib/infinitrain, when it exists), then
  * IT_BACKEND_PATH. */
-static int plugin_dirs(char dirs[][PATH_MAX], int max) {
+static int plugin_dirs_from(char dirs[][PATH_MAX], int max, int *n_exe, int *n_installed) {
     int n = 0;
+    *n_exe = *n_installed = 0;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
@@ -186,6 +187,7 @@ static int plugin_dirs(char dirs[][PATH_MAX], int max) {
         if (slash) {
             *slash = '\0';
             snprintf(dirs[n++], PATH_MAX, "%s", exe[0] ? exe : "/");
+            *n_exe = 1;
 #ifdef IT_PLUGIN_RELDIR
             char installed[PATH_MAX + 64];
             snprintf(installed, sizeof installed, "%s/%s", exe, IT_PLUGIN_RELDIR);
@@ -193,7 +195,10 @@ static int plugin_dirs(char dirs[][PATH_MAX], int max) {
             DIR *d = opendir(installed);
             if (d) {
                 closedir(d);
-                if (realpath(installed, real) && strcmp(real, dirs[0]) != 0) snprintf(dirs[n++], PATH_MAX, "%s", real);
+                if (realpath(installed, real) && strcmp(real, dirs[0]) != 0) {
+                    snprintf(dirs[n++], PATH_MAX, "%s", real);
+                    *n_installed = 1;
+                }
             }
 #endif
         }
@@ -214,6 +219,28 @@ static int plugin_dirs(char dirs[][PATH_MAX], int max) {
         }
     }
     return n;
+}
+
+static int plugin_dirs(char dirs[][PATH_MAX], int max) {
+    int n_exe, n_installed;
+    return plugin_dirs_from(dirs, max, &n_exe, &n_installed);
+}
+
+void it_backend_search_path(char *buf, size_t size) {
+    char dirs[16][PATH_MAX];
+    int n_exe, n_installed;
+    int nd = plugin_dirs_from(dirs, 16, &n_exe, &n_installed);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < nd && used + 1 < size; i++) {
+        const char *kind = i < n_exe ? "beside the executable"
+                           : i < n_exe + n_installed ? "installed plugins"
+                                                     : "IT_BACKEND_PATH";
+        int w = snprintf(buf + used, size - used, "%s%s (%s)", i ? ", " : "", dirs[i], kind);
+        if (w < 0) break;
+        used += (size_t)w < size - used ? (size_t)w : size - used - 1;
+    }
+    if (nd == 0) snprintf(buf, size, "(none)");
 }
 
 it_status it_backend_discover(char names[][40], int max, int *count) {

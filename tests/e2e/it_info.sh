@@ -60,7 +60,7 @@ expect_not "refused plugins are not registered backends" "$out" "^  (badversion|
 expect "cpu device with free/total memory" "$out" "^  cpu +[0-9.]+ (B|KiB|MiB|GiB|TiB) +[0-9.]+ (B|KiB|MiB|GiB|TiB)$"
 expect "testplug:0 with its 4 GiB" "$out" "^  testplug:0 +[0-9.]+ (MiB|GiB) +4\.0 GiB$"
 expect "testplug:1 with its 4 GiB" "$out" "^  testplug:1 +[0-9.]+ (MiB|GiB) +4\.0 GiB$"
-expect "the search path is shown" "$out" "^  searched: .* \(beside the executable\), IT_BACKEND_PATH="
+expect "the search path is shown" "$out" "^  searched: .* \(beside the executable\)(, .* \((installed plugins|IT_BACKEND_PATH)\))*; IT_BACKEND_PATH="
 expect_not "no trailing blanks" "$out" " $"
 
 # ---- coverage

@@ -46,6 +46,7 @@ stray=$(find "$prefix" -name 'libit_backend_*.so' ! -name libit_backend_sim.so !
 
 out=$("$prefix/bin/it-info" 2>&1)
 expect "the installed it-info finds the installed sim plugin" "$out" "^  sim +loaded +$libdir/infinitrain/libit_backend_sim\.so$"
+expect "the installed it-info names the installed plugin directory as searched" "$out" "^  searched: $prefix/bin \(beside the executable\), $libdir/infinitrain \(installed plugins\)"
 if printf '%s\n' "$out" | grep -Eq 'testplug|badversion|noentry|missingreq|wrongname|oldtable|simhalf|failed'; then
     bad "the installed it-info shows no test plugin and no failure" "$out"
 else
