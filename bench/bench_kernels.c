@@ -438,13 +438,60 @@ static int bench_copy(bool split, int64_t B, int64_t T, int64_t nh, int64_t hd) 
     return kb_run(&b);
 }
 
+/* Best-of-`reps` GFLOP/s of one n x n x n product of bf16 matrices (bf16 C, fp32 sums)
+ * through the gemm slot, after one untimed call: the bf16 GEMM peak bf16 MFU is taken
+ * against. 0 on failure (message printed). */
+static double bf16_gemm_peak(int64_t n, int reps) {
+    size_t cnt = (size_t)(n * n);
+    uint16_t *m[3] = {malloc(cnt * 2), malloc(cnt * 2), malloc(cnt * 2)};
+    double best = 1e300;
+    if (m[0] && m[1] && m[2]) {
+        for (int q = 0; q < 3; q++)
+            for (size_t e = 0; e < cnt; e++)
+                m[q][e] = it_fp32_to_bf16((float)((e * 2654435761u + (unsigned)q) % 997) / 997.0f);
+        int64_t sh[3] = {1, n, n};
+        it_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.a = bench_desc(m[0], IT_DTYPE_BF16, 3, sh);
+        g.b = bench_desc(m[1], IT_DTYPE_BF16, 3, sh);
+        g.c = bench_desc(m[2], IT_DTYPE_BF16, 3, sh);
+        g.alpha = 1.0f;
+        for (int r = 0; r <= reps; r++) {
+            double t0 = bench_now_ms();
+            if (it_cpu_kernels()->gemm(NULL, &g)) {
+                fprintf(stderr, "bf16 gemm peak: %s\n", it_last_error());
+                best = 1e300;
+                break;
+            }
+            double ms = bench_now_ms() - t0;
+            if (r > 0 && ms < best) best = ms;
+        }
+    }
+    for (int q = 0; q < 3; q++) free(m[q]);
+    return best >= 1e300 ? 0.0 : 2.0 * (double)n * (double)n * (double)n / (best * 1e-3) / 1e9;
+}
+
+/* The best of a 2048^3 (5 calls) and a 1024^3 (20 calls) bf16 product, as the fp32 peak. */
+static double bf16_gemm_peaks(void) {
+    double p = bf16_gemm_peak(2048, 5), q = bf16_gemm_peak(1024, 20);
+    return p > q ? p : q;
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             min_reps = 2;
             min_ms = 20.0;
+        } else if (strcmp(argv[i], "--bf16-peak") == 0) { /* make bench's bf16 line: the peak alone */
+            if (it_cpu_sbgemm_isa() != IT_CPU_SBGEMM_AVX512BF16) {
+                printf("BF16PEAK gflops=0 kernel=none\n");
+                return 0;
+            }
+            double p = bf16_gemm_peaks();
+            printf("BF16PEAK gflops=%.2f threads=%d kernel=avx512bf16\n", p, omp_get_max_threads());
+            return p > 0 ? 0 : 1;
         } else {
-            fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick | --bf16-peak]\n", argv[0]);
             return 2;
         }
     }
@@ -458,6 +505,13 @@ int main(int argc, char **argv) {
            "thread: %.1f\nfp32 gemm runs on %s\n",
            peak_gflops, omp_get_max_threads(), one, bench_sgemm_name());
     if (peak_gflops <= 0) return 1;
+    if (it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_AVX512BF16) {
+        double bp = bf16_gemm_peaks();
+        printf("bf16 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 bf16 product, fp32 sums, through "
+               "the gemm slot, on vdpbf16ps): %.2fx the fp32 peak\n",
+               bp, omp_get_max_threads(), bp / peak_gflops);
+    } else
+        printf("bf16 GEMM peak: not measured: no avx512_bf16/amx\n");
     printf("  %-24s %-30s %9s %9s %8s %8s %-7s %s\n", "kernel", "shape", "ms med", "ms best", "med", "best", "rate",
            "of peak (med, best)");
     int fails = 0;

@@ -4,7 +4,9 @@
 Loads the llm.c GPT-2 checkpoint that `bench_train --workdir DIR` left in DIR/gpt2_124m.bin
 (the initial weights of its GPT-2 124M cases) and the token shard it trained on, then times
 the same training step: zero_grad, forward, cross entropy, backward, AdamW update
-(lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.1 on every parameter), fp32, on the CPU.
+(lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.1 on every parameter), fp32, on the CPU;
+with --dtype bfloat16 the forward and the loss run under CPU autocast to bf16 (oneDNN's bf16
+matmuls), the parameters, gradients and AdamW fp32, as our --dtype bfloat16.
 
 PyTorch gets its best showing (docs/performance.md lists what was tried):
   - torch.set_num_threads(THREADS) and OMP_NUM_THREADS as the caller sets it; the BLAS
@@ -67,6 +69,9 @@ def main():
     ap.add_argument("--flush-denormal", choices=["on", "off"], default="on",
                     help="torch.set_flush_denormal: on keeps tiny Adam moments from slowing the step down")
     ap.add_argument("--tag", default="", help="a label for the PEER line (the settings under test)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="bfloat16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), as our "
+                         "--dtype bfloat16 (weights, grads and AdamW stay fp32)")
     args = ap.parse_args()
 
     try:
@@ -192,8 +197,9 @@ def main():
         x, y = batch(i)
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, Vp), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, Vp), y.view(-1))
         loss.backward()
         opt.step()
         lv = loss.item()
@@ -210,7 +216,7 @@ def main():
     rss_peak = proc_mib("VmHWM") if hwm_reset else -1
     print(f"PEER case={args.case} tag={args.tag or 'default'} torch={torch.__version__} threads={torch.get_num_threads()} "
           f"mkldnn={int(torch.backends.mkldnn.enabled)} flush_denormal={args.flush_denormal} attention={args.attention} "
-          f"B={B} T={T} "
+          f"B={B} T={T} dtype={args.dtype} "
           f"ms_median={med:.2f} ms_min={min(meas):.2f} ms_max={max(meas):.2f} tok_s={B * T / (med / 1e3):.2f} "
           f"cpu_share_pct={100 * cpu_sum / (args.threads * sum(meas)):.0f} "
           f"loss_check={check:.6f} rss_base_mb={rss_base:.0f} rss_peak_mb={rss_peak:.0f} {env}", flush=True)

@@ -265,36 +265,71 @@ fi
 
 # ---- bf16: GPT-2 124M B=4 T=64 under autocast to bf16 against fp32, in pairs of runs back
 # to back (order alternating), BENCH_BF16_PAIRS of them (default 3, 0 skips): the median of
-# the pairs' ratios is robust to the shared host's drift. Only on CPUs with bf16 units.
+# the pairs' ratios is robust to the shared host's drift. Each pair also runs the PyTorch
+# peer under CPU autocast to bf16 (its best setting of the fp32 runs above, else its
+# defaults) right after ours, for the paired tokens/s ratio. bf16 MFU is against the bf16
+# GEMM peak bench_kernels --bf16-peak measures before the pairs. Only on CPUs with bf16 units.
 echo
 echo "== bf16 (--dtype bfloat16, autocast) against fp32: GPT-2 124M, B=4 T=64 =="
 bf16_pairs=${BENCH_BF16_PAIRS:-3}
 if ! grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then
     echo "  bf16 step / fp32 step: not measured: no avx512_bf16/amx"
     echo "  ours bf16 / PyTorch bf16 autocast: not measured: no avx512_bf16/amx"
+    echo "  bf16 GEMM peak and bf16 MFU: not measured: no avx512_bf16/amx"
 elif ! [[ $bf16_pairs =~ ^[1-9][0-9]*$ ]]; then
     echo "  bf16 step / fp32 step: not measured (BENCH_BF16_PAIRS=$bf16_pairs)"
 else
     : >"$work/bf16.txt"
-    bf16_run() { # DTYPE: one bench_train run of the case, its RESULT line's ms_median
+    bf16_peak=$("$build/bench_kernels" --bf16-peak | sed -n 's/^BF16PEAK gflops=\([^ ]*\).*/\1/p')
+    fp32_peak=$(echo "$ours" | field case_peak_gflops)
+    bf16_run() { # DTYPE: one bench_train run of the case; prints its RESULT line's ms_median and model_gflops
         "$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks --dtype "$1" \
-            "${extra[@]}" | sed -n 's/^RESULT .* ms_median=\([^ ]*\).*/\1/p'
+            "${extra[@]}" | sed -n 's/^RESULT .* ms_median=\([^ ]*\).* model_gflops=\([^ ]*\).*/\1 \2/p'
+    }
+    peer_bf16=""
+    if [ -n "${best_tag:-}" ]; then # the peer ran: its best fp32 setting
+        peer_bf16=$(echo "$best_tag" | tr ',' ' ')
+        [ "$peer_bf16" = default ] && peer_bf16=defaults
+    fi
+    bf16_peer() { # one peer run under autocast to bf16: its ms_median
+        [ -n "$peer_bf16" ] || return 0
+        peer_run "$peer_bf16 --dtype bfloat16" /dev/null 2>/dev/null | sed -n 's/^PEER .* ms_median=\([^ ]*\).*/\1/p'
     }
     for ((p = 1; p <= bf16_pairs; p++)); do
-        if ((p % 2)); then b=$(bf16_run bfloat16); f=$(bf16_run float32); else
-            f=$(bf16_run float32); b=$(bf16_run bfloat16); fi
-        [ -n "$b" ] && [ -n "$f" ] && echo "bf16_ms=$b fp32_ms=$f ratio=$(awk -v b="$b" -v f="$f" 'BEGIN { printf "%.3f", b / f }')" |
-            tee -a "$work/bf16.txt"
+        if ((p % 2)); then read -r b bg <<<"$(bf16_run bfloat16)"; pb=$(bf16_peer); read -r f fg <<<"$(bf16_run float32)"
+        else read -r f fg <<<"$(bf16_run float32)"; pb=$(bf16_peer); read -r b bg <<<"$(bf16_run bfloat16)"; fi
+        [ -n "${b:-}" ] && [ -n "${f:-}" ] &&
+            echo "bf16_ms=$b fp32_ms=$f ratio=$(awk -v b="$b" -v f="$f" 'BEGIN { printf "%.3f", b / f }')" \
+                "bf16_model_gflops=$bg fp32_model_gflops=$fg${pb:+ peer_bf16_ms=$pb peer_ratio=$(awk -v t="$pb" -v o="$b" \
+                'BEGIN { printf "%.3f", t / o }')}" | tee -a "$work/bf16.txt"
     done
+    med() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$work/bf16.txt" | sort -g |
+        awk '{ r[n++] = $1 } END { if (n) printf "%.3f", n % 2 ? r[int(n / 2)] : (r[n / 2 - 1] + r[n / 2]) / 2 }'; }
     if [ -s "$work/bf16.txt" ]; then
-        bf_med=$(sed -n 's/.* ratio=\([^ ]*\).*/\1/p' "$work/bf16.txt" | sort -g |
-            awk '{ r[n++] = $1 } END { printf "%.3f", n % 2 ? r[int(n / 2)] : (r[n / 2 - 1] + r[n / 2]) / 2 }')
+        bf_med=$(med ratio)
         verdict_le=$(awk -v r="$bf_med" 'BEGIN { print (r <= 0.55 ? "met" : "not met") }')
+        cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
         echo "  bf16 step / fp32 step: ${bf_med}x, the median of $(wc -l <"$work/bf16.txt") pairs on" \
-            "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') [target <= 0.55x: $verdict_le]"
+            "$cpu_model [target <= 0.55x: $verdict_le]"
+        pr_med=$(med peer_ratio)
+        if [ -n "$pr_med" ]; then
+            echo "  ours bf16 / PyTorch bf16 autocast (tokens/s): ${pr_med}x, the median of" \
+                "$(grep -c peer_ratio= "$work/bf16.txt") paired runs (PyTorch: $peer_bf16 --dtype bfloat16)" \
+                "[target >= 1.3x: $(verdict "$pr_med" 1.3)]"
+        else
+            echo "  ours bf16 / PyTorch bf16 autocast: not measured (no PyTorch peer in this run)"
+        fi
+        if [ -n "$bf16_peak" ] && awk -v p="$bf16_peak" 'BEGIN { exit !(p > 0) }'; then
+            bg_med=$(med bf16_model_gflops)
+            fg_med=$(med fp32_model_gflops)
+            echo "  bf16 MFU $(awk -v g="$bg_med" -v p="$bf16_peak" 'BEGIN { printf "%.1f", 100 * g / p }')% of the" \
+                "measured bf16 GEMM peak ${bf16_peak} GFLOP/s (model ${bg_med} GFLOP/s); fp32 in the same pairs" \
+                "$(awk -v g="$fg_med" -v p="${fp32_peak:-0}" 'BEGIN { if (p > 0) printf "%.1f%%", 100 * g / p; else printf "?" }')" \
+                "of the fp32 peak ${fp32_peak:-?} GFLOP/s (model ${fg_med} GFLOP/s)"
+        else
+            echo "  bf16 GEMM peak and bf16 MFU: not measured (bench_kernels --bf16-peak failed)"
+        fi
     else
         echo "  bf16 step / fp32 step: not measured (bench_train failed)"
     fi
-    echo "  ours bf16 / PyTorch bf16 autocast: not measured: bench/peer_pytorch.py has no autocast run yet"
-    echo "  bf16 GEMM peak and bf16 MFU: not measured: bench_kernels has no bf16 GEMM probe yet"
 fi

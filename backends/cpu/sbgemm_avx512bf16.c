@@ -19,10 +19,11 @@
  * op(A) the micro-kernel (8 x 48, 24 zmm accumulators) broadcasts op(A)'s pairs. An
  * untransposed A is read in place (its k pairs are adjacent); a transposed one is packed.
  * When several row blocks would each pack the same op(B), it is packed once, whole, first.
- * A product with a transposed B (a batch times a weight stored (out, in)) is computed as
- * C^T = op(B)^T op(A)^T, so that the weight is the in-place A side; its tiles are stored
- * into C transposed. Which thread computes a unit, and the units' shapes, do not change the
- * bits: results are the same for every thread count. */
+ * A transposed op(B) is packed with 16-row gathers (a pair is one dword of a row of B). A
+ * product with both operands transposed is computed as C^T = op(B)^T op(A)^T, which has
+ * none; its tiles are stored into C transposed (gathered from the tile by columns). Which
+ * thread computes a unit, and the units' shapes, do not change the bits: results are the
+ * same for every thread count. */
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
@@ -135,7 +136,31 @@ static inline uint16_t f32_to_bf16(float f) {
 BF16T static void pack_b(bool tb, const uint16_t *b, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int nr,
                          uint32_t *pb) {
     int64_t kp = (kc + 1) / 2;
-    if (tb) { /* op(B)[k][j] = b[j * ldb + k]: a pair is one dword of B's row j */
+    if (tb && (int64_t)NR * ldb <= INT_MAX / 2) {
+        /* op(B)[k][j] = b[j * ldb + k]: a pair is one dword of B's row j, 16 rows gathered
+         * at a time (indices in bf16 units, scale 2); the pair past an odd kc by hand */
+        __m512i idx[3];
+        __mmask16 mk[3];
+        for (int v = 0; v < 3; v++) {
+            int cnt = nr - 16 * v;
+            mk[v] = (__mmask16)(cnt >= 16 ? 0xffff : cnt <= 0 ? 0 : (1u << cnt) - 1u);
+            idx[v] = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(16 * v),
+                                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                                           13, 14, 15)),
+                                        _mm512_set1_epi32((int)ldb));
+        }
+        const uint16_t *base = b + j0 * ldb + k0;
+        int64_t full = kc / 2;
+        for (int64_t p = 0; p < full; p++)
+            for (int v = 0; v < 3; v++)
+                _mm512_store_si512((void *)(pb + p * NR + 16 * v),
+                                   _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk[v], idx[v],
+                                                               (const void *)(base + 2 * p), 2));
+        if (full < kp)
+            for (int j = 0; j < NR; j++) pb[full * NR + j] = j < nr ? base[j * ldb + 2 * full] : 0;
+        return;
+    }
+    if (tb) { /* (leading dimensions too long for 32-bit gather indices) */
         for (int j = 0; j < NR; j++) {
             if (j >= nr) {
                 for (int64_t p = 0; p < kp; p++) pb[p * NR + j] = 0;
@@ -263,16 +288,27 @@ typedef struct out_view {
 BF16T static void store_tile(const out_view *o, int64_t i, int64_t j, int mr, int nr, const float *tile, float alpha,
                              float beta_eff, bool read) {
     if (o->tc) {
-        for (int r = 0; r < mr; r++)
-            for (int q = 0; q < nr; q++) {
-                int64_t off = (j + q) * o->ldc + i + r;
-                float x = alpha * tile[r * NR + q];
-                if (read) x = fmaf(beta_eff, o->bf16 ? bf16_to_f32(((uint16_t *)o->c)[off]) : ((float *)o->c)[off], x);
-                if (o->bf16)
-                    ((uint16_t *)o->c)[off] = f32_to_bf16(x);
-                else
-                    ((float *)o->c)[off] = x;
+        /* column q of the tile (8 rows, stride NR) is mr adjacent elements of C's row j + q */
+        __m256i rows = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(NR));
+        __mmask8 mk = (__mmask8)((1u << mr) - 1u);
+        __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta_eff);
+        for (int q = 0; q < nr; q++) {
+            int64_t off = (j + q) * o->ldc + i;
+            __m256 x = _mm256_mul_ps(va, _mm256_i32gather_ps(tile + q, rows, 4));
+            if (o->bf16) {
+                uint16_t *p = (uint16_t *)o->c + off;
+                if (read) {
+                    __m256i h = _mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(mk, p));
+                    x = _mm256_fmadd_ps(vb, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), x);
+                }
+                __m256i r = _mm512_castsi512_si256(round_bf16(_mm512_castps256_ps512(x)));
+                _mm_mask_storeu_epi16(p, mk, _mm256_cvtepi32_epi16(r));
+            } else {
+                float *p = (float *)o->c + off;
+                if (read) x = _mm256_fmadd_ps(vb, _mm256_maskz_loadu_ps(mk, p), x);
+                _mm256_mask_storeu_ps(p, mk, x);
             }
+        }
         return;
     }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta_eff);
@@ -440,11 +476,12 @@ static bool sbgemm_run(product *pr) {
 }
 
 /* swap > 0: computed as C^T = op(B)^T op(A)^T (tiles stored transposed), 0: as asked,
- * < 0: as the shape calls for (a transposed B, the smaller side or with a transposed A). */
+ * < 0: swapped when both operands are transposed (so that neither is), else as asked: the
+ * transposed store costs more than the gathered packing of a transposed B. */
 bool it_cpu_sbgemm_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, void *c, bool c_bf16, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return false;
-    bool swapped = swap > 0 || (swap < 0 && tb && (ta || m <= n));
+    bool swapped = swap > 0 || (swap < 0 && tb && ta);
     product pr;
     memset(&pr, 0, sizeof pr);
     pr.k = k, pr.alpha = alpha, pr.beta = beta;

@@ -51,5 +51,9 @@ it_tensor *it__grad_buffer(it_tensor *t, float *beta);
  * contribution (which overwrites instead of adding) or filled by it__grad_materialize. */
 it_status it__grad_zero_lazy(it_tensor *t);
 it_status it__grad_materialize(it_tensor *t);
+/* The parameters' version: it__weights_written (an optimizer step) bumps it; autocast keeps
+ * its rounded copy of a parameter for one version. */
+unsigned long long it__weights_version(void);
+void it__weights_written(void);
 
 #endif

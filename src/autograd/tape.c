@@ -24,6 +24,14 @@ bool it_autocast_enabled(it_dtype *dtype) {
     if (dtype) *dtype = autocast_dtype;
     return autocast_on;
 }
+
+/* Bumped by every in-place update of the parameters (an optimizer step): autocast's rounded
+ * copies of them (matmul.c) are valid for one version. Shared by all threads. */
+static _Atomic unsigned long long weights_version;
+
+unsigned long long it__weights_version(void) { return weights_version; }
+
+void it__weights_written(void) { weights_version++; }
 bool it_grad_enabled(void) { return !grad_disabled; }
 
 it_status it_tensor_set_requires_grad(it_tensor *t, bool requires_grad) {

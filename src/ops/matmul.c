@@ -1,5 +1,6 @@
 /* Matrix products: batched matmul and linear layers, forward and backward, all through the
  * backend's gemm slot. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,68 @@ it_tensor *it_cast(it_tensor *x, it_dtype dtype) {
     return y;
 }
 
+/* Autocast's copy of a parameter (a leaf that requires grad) in the autocast dtype is made
+ * once per version of the parameters (it__weights_version, bumped by every optimizer step)
+ * and reused by every product until then: by repeated uses in a step and by the micro-steps
+ * of gradient accumulation. Each use gets its own view of the copy and its own cast node, so
+ * that each use's gradient reaches the fp32 parameter as it__cast's would. An entry holds a
+ * reference to the parameter, so that no other tensor is created at its address while the
+ * entry lives; the entries of an older version are dropped at the first lookup after it. */
+typedef struct wcopy {
+    it_tensor *param, *copy;   /* both retained */
+    const it_storage *storage; /* the parameter's storage when the copy was made */
+} wcopy;
+static struct {
+    pthread_mutex_t lock;
+    unsigned long long version;
+    wcopy *e;
+    size_t n, cap;
+} g_wcopies = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0};
+
+/* Room for one more entry (under the lock). */
+static bool wcopy_room(void) {
+    if (g_wcopies.n < g_wcopies.cap) return true;
+    size_t cap = g_wcopies.cap ? 2 * g_wcopies.cap : 64;
+    wcopy *e = realloc(g_wcopies.e, cap * sizeof *e);
+    if (!e) return false;
+    g_wcopies.e = e;
+    g_wcopies.cap = cap;
+    return true;
+}
+
+static it_tensor *autocast_operand(it_tensor *t, it_dtype dt) {
+    if (!t || t->dtype == dt || !t->is_leaf || !t->requires_grad || !it_dtype_valid((int)dt)) return it_cast(t, dt);
+    unsigned long long ver = it__weights_version();
+    it_tensor *copy = NULL;
+    pthread_mutex_lock(&g_wcopies.lock);
+    if (g_wcopies.version != ver) {
+        for (size_t i = 0; i < g_wcopies.n; i++) {
+            it_tensor_release(g_wcopies.e[i].copy);
+            it_tensor_release(g_wcopies.e[i].param);
+        }
+        g_wcopies.n = 0;
+        g_wcopies.version = ver;
+    }
+    for (size_t i = 0; i < g_wcopies.n && !copy; i++) {
+        const wcopy *e = &g_wcopies.e[i];
+        if (e->param == t && e->storage == t->storage && e->copy->dtype == dt) copy = e->copy;
+    }
+    if (!copy && wcopy_room()) {
+        /* made outside any grad recording: the cast node is per use, below */
+        it_tensor *c = it_tensor_to_dtype(t, dt);
+        if (c) {
+            copy = it_tensor_retain(c);
+            g_wcopies.e[g_wcopies.n++] = (wcopy){it_tensor_retain(t), copy, t->storage};
+        }
+    }
+    pthread_mutex_unlock(&g_wcopies.lock);
+    if (!copy) return it_cast(t, dt);
+    it_tensor *y = it__scope_add(it__tensor_view_owned(copy, copy->ndim, copy->shape, copy->strides, copy->offset));
+    OP_REQUIRE(y);
+    if (it__needs_grad(1, &t)) OP_REQUIRE(it__node_record("cast", cast_backward, y, 1, &t));
+    return y;
+}
+
 /* The autocast dtype when a product of these float32 operands should run in it. */
 static bool autocast_for(const it_tensor *a, const it_tensor *b, it_dtype *dt) {
     return it_autocast_enabled(dt) && a && b && a->dtype == IT_DTYPE_FP32 && b->dtype == IT_DTYPE_FP32;
@@ -146,7 +209,7 @@ it_tensor *it_matmul(it_tensor *a, it_tensor *b, bool ta, bool tb) {
     it_dtype ac;
     if (autocast_for(a, b, &ac)) { /* in ac, then back to float32 */
         it_autocast_set(false, ac);
-        it_tensor *r = it_matmul(it_cast(a, ac), it_cast(b, ac), ta, tb);
+        it_tensor *r = it_matmul(autocast_operand(a, ac), autocast_operand(b, ac), ta, tb);
         it_autocast_set(true, ac);
         return r ? it_cast(r, IT_DTYPE_FP32) : NULL;
     }
@@ -223,7 +286,7 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
     it_dtype ac;
     if (autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32)) { /* in ac, then back to float32 */
         it_autocast_set(false, ac);
-        it_tensor *xc = it_cast(x, ac), *wc = it_cast(w, ac), *bc = bias ? it_cast(bias, ac) : NULL;
+        it_tensor *xc = it_cast(x, ac), *wc = autocast_operand(w, ac), *bc = bias ? autocast_operand(bias, ac) : NULL;
         it_tensor *y = xc && wc && (!bias || bc) ? it_linear(xc, wc, bc) : NULL;
         it_autocast_set(true, ac);
         return y ? it_cast(y, IT_DTYPE_FP32) : NULL;
@@ -317,7 +380,7 @@ it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, con
         }
         it_autocast_set(false, ac);
         bool ok = true;
-        for (int g = 0; g < n_group; g++) ok = (wc[g] = it_cast(w[g], ac)) != NULL && ok;
+        for (int g = 0; g < n_group; g++) ok = (wc[g] = autocast_operand(w[g], ac)) != NULL && ok;
         it_tensor *xc = it_cast(x, ac), *y = ok && xc ? it_grouped_linear(xc, n_group, wc, offsets) : NULL;
         it_autocast_set(true, ac);
         free(wc);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "core/internal.h"
 #include "infinitrain/optim.h"
 
@@ -80,6 +81,7 @@ it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale) {
     it_device dev = it_tensor_device(o->params);
     it_tdesc p = it_tensor_desc(o->params), g = it_tensor_desc(o->grads);
     o->step++;
+    it__weights_written(); /* autocast's rounded copies of the parameters are stale from here */
     if (o->cfg.kind == IT_OPTIM_SGD) return KCALL(dev, sgd_step, lr, grad_scale, &p, &g);
     it_adam_args a = {lr,
                       o->cfg.beta1,
