@@ -19,10 +19,12 @@ needs=(
   "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:libopenmpi-dev"
   "/usr/include/jansson.h:libjansson-dev"
   "/usr/include/zlib.h:zlib1g-dev"
+  "pkg-config:pkgconf"
 )
 # OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
 # gives the CPU backend its collectives (mpirun -np N for data-parallel training).
 # jansson reads and writes trainer_state.json; zlib's CRC-32 checks checkpoint files.
+# pkgconf: tests/e2e/out_of_tree.sh builds a plugin against an installed prefix with pkg-config.
 # libclang-rt-14-dev: libFuzzer for tests/fuzz (clang -fsanitize=fuzzer); valgrind: tests/e2e/valgrind.sh.
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 
