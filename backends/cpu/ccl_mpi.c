@@ -7,9 +7,11 @@
  * every rank, for any buffer split (buckets), and the same result as one process adding the
  * N contributions in order. MAX goes through MPI_Allreduce (exact whatever the order).
  *
- * The communicator is a duplicate of MPI_COMM_WORLD; the unique id carries no address (MPI
- * has already wired the processes) but takes the same path as NCCL's or CNCL's: rank 0 makes
- * it, the core broadcasts it, comm_init checks that every rank got the same one.
+ * comm_init's communicator is a duplicate of MPI_COMM_WORLD; the unique id carries no address
+ * (MPI has already wired the processes) but takes the same path as NCCL's or CNCL's: rank 0
+ * makes it, the core broadcasts it, comm_init checks that every rank got the same one. The
+ * core's groups over part of the world (DP, TP, PP) get theirs from it_cpu_comm_over
+ * (ccl_mpi.h) on their own MPI communicator.
  * CPU kernels have finished when a call is made, so `stream` is ignored. All-reduce also comes
  * non-blocking (MPI_Ialltoallv, then MPI_Iallgatherv: MPI progresses them inside request_test),
  * and the blocking one is that one waited for. */
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ccl_mpi.h"
 #include "cpu_kernels.h"
 
 struct it_comm {
@@ -143,6 +146,8 @@ static it_status reduce_ordered(const void *const *src, int n, size_t len, void 
     return IT_OK;
 }
 
+static it_status ccl_comm_destroy(it_comm *c);
+
 static uint64_t fnv1a(const void *p, size_t n) {
     const unsigned char *b = p;
     uint64_t h = 1469598103934665603ull;
@@ -156,6 +161,25 @@ static it_status ccl_get_unique_id(it_ccl_unique_id *id) {
     return IT_OK;
 }
 
+it_status it_cpu_comm_over(MPI_Comm parent, it_comm **out) {
+    it_comm *c = calloc(1, sizeof *c);
+    if (!c) return it_error(IT_ERR_OOM, "cpu ccl: out of host memory");
+    it_status st = mpi_status(MPI_Comm_dup(parent, &c->comm), "MPI_Comm_dup");
+    if (st) {
+        free(c);
+        return st;
+    }
+    if ((st = mpi_status(MPI_Comm_dup(parent, &c->gcomm), "MPI_Comm_dup"))) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return st;
+    }
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    *out = c;
+    return IT_OK;
+}
+
 static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nranks, int rank, it_comm **out) {
     (void)device;
     int inited = 0;
@@ -165,25 +189,12 @@ static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nrank
         it_status st = mpi_status(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
         if (st) return st;
     }
-    it_comm *c = calloc(1, sizeof *c);
-    if (!c) return it_error(IT_ERR_OOM, "cpu ccl: out of host memory");
-    it_status st = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm), "MPI_Comm_dup");
-    if (st) {
-        free(c);
-        return st;
-    }
-    if ((st = mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &c->gcomm), "MPI_Comm_dup"))) {
-        MPI_Comm_free(&c->comm);
-        free(c);
-        return st;
-    }
-    MPI_Comm_rank(c->comm, &c->rank);
-    MPI_Comm_size(c->comm, &c->size);
+    it_comm *c = NULL;
+    it_status st = it_cpu_comm_over(MPI_COMM_WORLD, &c);
+    if (st) return st;
     if (c->rank != rank || c->size != nranks) {
         int mr = c->rank, ms = c->size;
-        MPI_Comm_free(&c->comm);
-        MPI_Comm_free(&c->gcomm);
-        free(c);
+        ccl_comm_destroy(c);
         return it_error(IT_ERR_INVALID_ARG, "cpu ccl: comm_init as rank %d of %d, but MPI says rank %d of %d", rank,
                         nranks, mr, ms);
     }
@@ -193,9 +204,7 @@ static it_status ccl_comm_init(int device, const it_ccl_unique_id *id, int nrank
     st = mpi_status(MPI_Allreduce(h, mx, 2, MPI_UINT64_T, MPI_MAX, c->comm), "MPI_Allreduce");
     if (!st && mx[0] != ~mx[1]) st = it_error(IT_ERR_INVALID_ARG, "cpu ccl: ranks passed different unique ids");
     if (st) {
-        MPI_Comm_free(&c->comm);
-        MPI_Comm_free(&c->gcomm);
-        free(c);
+        ccl_comm_destroy(c);
         return st;
     }
     *out = c;

@@ -1,4 +1,5 @@
-/* Data parallelism: a process group over the backend's collectives, and ZeRO-1.
+/* Process groups over the backend's collectives: the world (data parallelism, ZeRO-1) and the
+ * DP x TP x PP grid's groups.
  *
  * One process per rank, launched by mpirun. it_dist_new() joins the group only when the
  * process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment);
@@ -30,15 +31,23 @@ IT_API bool it_dist_launched(void);
 /* Rank and world size from the launcher's environment (0 and 1 when not launched). */
 IT_API void it_dist_env(int *rank, int *world);
 
-/* Join the group (MPI_Init when launched) and create the communicators for `dev`. */
+/* Join the world group (MPI_Init when launched) and create the communicators for `dev`. */
 IT_API it_status it_dist_new(it_device dev, it_dist **out);
+/* A part of group `parent`, built as the world group is (host communicator, device one from
+ * the backend's ccl with its own unique id, or staging): the ranks of parent that pass the same
+ * color (>= 0), ranked by key (ties by their rank in parent). Collective over parent: every
+ * rank of it calls, in the same order as its other splits. Not launched: a group of one.
+ * Every split group is freed before the world group (which finalizes MPI). */
+IT_API it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out);
 /* Destroys the communicators; finalizes MPI if it_dist_new initialized it. */
 IT_API void it_dist_free(it_dist *d);
+/* This process's rank in the group, and the group's size. */
 IT_API int it_dist_rank(const it_dist *d);
 IT_API int it_dist_world(const it_dist *d);
 /* True when device tensors go through host memory (the device's backend has no ccl). */
 IT_API bool it_dist_staged(const it_dist *d);
-/* Stop every rank now (after an error only one rank saw); never returns when world > 1. */
+/* Stop every rank of the job now (after an error only one rank saw), whichever group d is;
+ * never returns when the job has more than one rank. */
 IT_API void it_dist_abort(it_dist *d, int code);
 
 /* In place on a contiguous tensor: every rank ends with op over all ranks' values. */
@@ -77,6 +86,56 @@ IT_API it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets);
 IT_API it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out);
 /* For each of n hashes, whether all ranks agree: differs[i] set when some rank's differs. */
 IT_API it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool *differs);
+
+/* ---- The process grid: world = DP x TP x PP, laid out as InfiniTrain lays it (Megatron's
+ * "tp-dp-pp" order, TP fastest):
+ *     rank = tp + TP*dp + TP*DP*pp,   tp = rank % TP, dp = rank / TP % DP, pp = rank / (TP*DP)
+ * A rank's DP group is the ranks that differ from it in dp only, listed by dp = 0..DP-1, so
+ * its rank in that group is its dp coordinate; likewise TP and PP. Each axis has world/size
+ * groups, numbered as InfiniTrain names them (DP<id>, TP<id>, PP<id>):
+ *     DP id = pp + PP*tp,   TP id = pp + PP*dp,   PP id = dp + DP*tp
+ * Example, 8 = DP2 x TP2 x PP2: TP groups {0,1} {4,5} {2,3} {6,7} (ids 0..3), DP groups
+ * {0,2} {4,6} {1,3} {5,7}, PP groups {0,4} {2,6} {1,5} {3,7}. */
+typedef enum it_dist_axis { IT_DIST_DP = 0, IT_DIST_TP = 1, IT_DIST_PP = 2 } it_dist_axis;
+#define IT_DIST_AXES 3
+
+/* The layout alone, computed without MPI (for the unit tests and for checking the sizes
+ * before any group is built). size and stride are indexed by it_dist_axis. */
+typedef struct it_dist_layout {
+    int world;
+    int size[IT_DIST_AXES];
+    int stride[IT_DIST_AXES]; /* TP: 1, DP: TP, PP: TP*DP */
+} it_dist_layout;
+
+/* Checks every size >= 1 and world == dp*tp*pp; on failure one IT_ERR_INVALID_ARG message
+ * naming the numbers, *l untouched. */
+IT_API it_status it_dist_layout_init(it_dist_layout *l, int world, int dp, int tp, int pp);
+/* "DP", "TP", "PP" */
+IT_API const char *it_dist_axis_name(it_dist_axis ax);
+/* The world rank at coord[DP], coord[TP], coord[PP], and its inverse (rank in [0, world)). */
+IT_API int it_dist_layout_rank(const it_dist_layout *l, const int coord[IT_DIST_AXES]);
+IT_API void it_dist_layout_coords(const it_dist_layout *l, int rank, int coord[IT_DIST_AXES]);
+/* The id of rank's group along ax (in [0, world/size[ax])), and its members, in group-rank
+ * order, into out[0 .. size[ax]). */
+IT_API int it_dist_layout_group_id(const it_dist_layout *l, it_dist_axis ax, int rank);
+IT_API void it_dist_layout_group_ranks(const it_dist_layout *l, it_dist_axis ax, int rank, int *out);
+
+/* The grid over the world group: one it_dist per axis (a group of one where that size is 1),
+ * each usable by every collective above. Collective over the world: every rank calls it with
+ * the same sizes. The sizes are checked (it_dist_layout_init) before any communication. */
+typedef struct it_dist_grid it_dist_grid;
+IT_API it_status it_dist_grid_new(it_dist *world, int dp, int tp, int pp, it_dist_grid **out);
+/* Frees the three groups (not the world); before the world group is freed. */
+IT_API void it_dist_grid_free(it_dist_grid *g);
+IT_API const it_dist_layout *it_dist_grid_layout(const it_dist_grid *g);
+/* This rank's world rank and its coordinate along ax (= its rank in that axis's group). */
+IT_API int it_dist_grid_rank(const it_dist_grid *g);
+IT_API int it_dist_grid_coord(const it_dist_grid *g, it_dist_axis ax);
+/* This rank's group along ax, its id, and its members' world ranks in group-rank order
+ * (it_dist_world(group) of them, owned by the grid). */
+IT_API it_dist *it_dist_grid_group(const it_dist_grid *g, it_dist_axis ax);
+IT_API int it_dist_grid_group_id(const it_dist_grid *g, it_dist_axis ax);
+IT_API const int *it_dist_grid_members(const it_dist_grid *g, it_dist_axis ax);
 
 /* ---- ZeRO-1: the optimizer's state sharded over the ranks.
  * The flat buffers (P elements) are padded to world*S, S = ceil(P/world); rank r owns

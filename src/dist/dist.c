@@ -1,16 +1,23 @@
-/* The process group: MPI bootstrap, host and device communicators, collectives on tensors
- * (native or staged through host memory), hashes for the start-up checks. */
+/* Process groups: MPI bootstrap, the world group and its splits, host and device communicators,
+ * collectives on tensors (native or staged through host memory), hashes for the start-up
+ * checks. Every group, the world included, is built by group_init; grid.c splits the world
+ * into DP, TP and PP groups. */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "cpu/ccl_mpi.h"
 #include "infinitrain/autograd.h"
 #include "infinitrain/dist.h"
 
+/* A process group: the world (it_dist_new) or a part of it (it_dist_split). rank and world
+ * are this process's rank in the group and the group's size. */
 struct it_dist {
     int rank, world;
     bool mpi_owned;         /* MPI_Init was ours: finalize in it_dist_free */
+    MPI_Comm mpi;           /* the group's MPI communicator; MPI_COMM_NULL when not launched */
+    bool mpi_comm_owned;    /* mpi came from MPI_Comm_split: freed with the group */
     it_device dev;          /* this rank's device */
     const it_ccl *host_ccl; /* the CPU backend's collectives */
     it_comm *host_comm;
@@ -33,17 +40,42 @@ void it_dist_env(int *rank, int *world) {
     *world = env_int("OMPI_COMM_WORLD_SIZE", 1);
 }
 
-/* Make a communicator over `ccl`: rank 0 creates the unique id, MPI carries it to the
- * others (the bootstrap every vendor library needs), each rank joins. */
-static it_status comm_create(const it_ccl *ccl, int device, int rank, int world, it_comm **out) {
+/* Make a device communicator over `ccl` for the group: its rank 0 creates the unique id, the
+ * group's MPI communicator carries it to the others (the bootstrap every vendor library
+ * needs), each rank joins. One id per group, so groups never share a communicator. */
+static it_status comm_create(const it_dist *d, const it_ccl *ccl, int device, it_comm **out) {
     it_ccl_unique_id id;
     memset(&id, 0, sizeof id);
-    it_status st = rank == 0 ? ccl->get_unique_id(&id) : IT_OK;
+    it_status st = d->rank == 0 ? ccl->get_unique_id(&id) : IT_OK;
     if (st) return it_error_context("ccl get_unique_id: ");
-    if (MPI_Bcast(id.bytes, IT_CCL_UNIQUE_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    if (MPI_Bcast(id.bytes, IT_CCL_UNIQUE_ID_BYTES, MPI_BYTE, 0, d->mpi) != MPI_SUCCESS)
         return it_error(IT_ERR_BACKEND, "dist: broadcasting the communicator id failed");
-    st = ccl->comm_init(device, &id, world, rank, out);
+    st = ccl->comm_init(device, &id, d->world, d->rank, out);
     return st ? it_error_context("ccl comm_init: ") : IT_OK;
+}
+
+/* The communicators of a group whose MPI communicator d->mpi is set: the host one (the CPU
+ * ccl over d->mpi) and the device's own when its backend has a ccl (the host one when the
+ * device is the CPU). A group of one communicates nothing and gets none. */
+static it_status group_init(it_dist *d) {
+    /* MPI errors come back as codes (we turn them into messages) rather than aborting */
+    MPI_Comm_set_errhandler(d->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(d->mpi, &d->rank);
+    MPI_Comm_size(d->mpi, &d->world);
+    if (d->world == 1) return IT_OK;
+    it_device dev = d->dev;
+    d->host_ccl = it_device_cpu().backend->ccl;
+    it_status st = IT_OK;
+    if (!d->host_ccl) st = it_error(IT_ERR_UNSUPPORTED, "dist: the CPU backend has no collectives");
+    if (!st) st = it_cpu_comm_over(d->mpi, &d->host_comm);
+    if (!st && dev.backend->ccl && dev.backend != it_device_cpu().backend) {
+        d->dev_ccl = dev.backend->ccl;
+        st = comm_create(d, d->dev_ccl, dev.index, &d->dev_comm);
+    } else if (!st && dev.backend->ccl) {
+        d->dev_ccl = d->host_ccl; /* the CPU device: the host communicator serves both */
+        d->dev_comm = d->host_comm;
+    }
+    return st;
 }
 
 it_status it_dist_new(it_device dev, it_dist **out) {
@@ -51,6 +83,7 @@ it_status it_dist_new(it_device dev, it_dist **out) {
     if (!d) return it_error(IT_ERR_OOM, "dist: out of host memory");
     d->rank = 0;
     d->world = 1;
+    d->mpi = MPI_COMM_NULL;
     d->dev = dev;
     *out = d;
     if (!it_dist_launched()) return IT_OK;
@@ -65,21 +98,34 @@ it_status it_dist_new(it_device dev, it_dist **out) {
         }
         d->mpi_owned = true;
     }
-    /* MPI errors come back as codes (we turn them into messages) rather than aborting */
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &d->world);
-    d->host_ccl = it_device_cpu().backend->ccl;
-    it_status st = IT_OK;
-    if (!d->host_ccl) st = it_error(IT_ERR_UNSUPPORTED, "dist: the CPU backend has no collectives");
-    if (!st) st = comm_create(d->host_ccl, 0, d->rank, d->world, &d->host_comm);
-    if (!st && dev.backend->ccl && dev.backend != it_device_cpu().backend) {
-        d->dev_ccl = dev.backend->ccl;
-        st = comm_create(d->dev_ccl, dev.index, d->rank, d->world, &d->dev_comm);
-    } else if (!st && dev.backend->ccl) {
-        d->dev_ccl = d->host_ccl; /* the CPU device: the host communicator serves both */
-        d->dev_comm = d->host_comm;
+    d->mpi = MPI_COMM_WORLD;
+    it_status st = group_init(d);
+    if (st) {
+        it_dist_free(d);
+        *out = NULL;
     }
+    return st;
+}
+
+it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out) {
+    *out = NULL;
+    if (!parent || color < 0)
+        return it_error(IT_ERR_INVALID_ARG, "dist split: needs a group and a color >= 0 (got %d)", color);
+    it_dist *d = calloc(1, sizeof *d);
+    if (!d) return it_error(IT_ERR_OOM, "dist: out of host memory");
+    d->rank = 0;
+    d->world = 1;
+    d->mpi = MPI_COMM_NULL;
+    d->dev = parent->dev;
+    *out = d;
+    if (parent->mpi == MPI_COMM_NULL) return IT_OK; /* not launched: a group of one */
+    if (MPI_Comm_split(parent->mpi, color, key, &d->mpi) != MPI_SUCCESS) {
+        free(d);
+        *out = NULL;
+        return it_error(IT_ERR_BACKEND, "dist: MPI_Comm_split (color %d, key %d) failed", color, key);
+    }
+    d->mpi_comm_owned = true;
+    it_status st = group_init(d);
     if (st) {
         it_dist_free(d);
         *out = NULL;
@@ -91,11 +137,10 @@ void it_dist_free(it_dist *d) {
     if (!d) return;
     if (d->dev_comm && d->dev_comm != d->host_comm) d->dev_ccl->comm_destroy(d->dev_comm);
     if (d->host_comm) d->host_ccl->comm_destroy(d->host_comm);
-    if (d->mpi_owned) {
-        int fin = 0;
-        MPI_Finalized(&fin);
-        if (!fin) MPI_Finalize();
-    }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (d->mpi_comm_owned && !fin) MPI_Comm_free(&d->mpi);
+    if (d->mpi_owned && !fin) MPI_Finalize();
     free(d);
 }
 
@@ -104,7 +149,10 @@ int it_dist_world(const it_dist *d) { return d ? d->world : 1; }
 bool it_dist_staged(const it_dist *d) { return d && d->world > 1 && !d->dev_ccl; }
 
 void it_dist_abort(it_dist *d, int code) {
-    if (d && d->world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    /* the whole job stops, whichever group saw the error (a group of one may be part of more) */
+    int all = 1;
+    if (d && d->mpi != MPI_COMM_NULL) MPI_Comm_size(MPI_COMM_WORLD, &all);
+    if (all > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 static it_status need_contiguous(it_tensor *t, const char *what) {
