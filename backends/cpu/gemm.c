@@ -130,40 +130,40 @@ void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
                 alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
+/* A product as a row-major kernel takes it: C (m, n) = op1(P1) op2(P2). */
+typedef struct rowmajor {
+    bool ta, tb;
+    const void *p1, *p2;
+    int64_t ld1, ld2, m, n;
+} rowmajor;
+
+/* C (M, N) = op(A) op(B) in row-major form; a column-major C is computed as
+ * C^T (N, M) = op(B)^T op(A)^T. */
+static rowmajor rowmajor_form(const operand *A, const void *pa, const operand *B, const void *pb, const operand *C,
+                              int64_t M, int64_t N) {
+    bool ta = blas_trans(A), tb = blas_trans(B);
+    if (C->layout == LAYOUT_COL) return (rowmajor){!tb, !ta, pb, pa, B->ld, A->ld, N, M};
+    return (rowmajor){ta, tb, pa, pb, A->ld, B->ld, M, N};
+}
+
 /* C (M, N) = alpha op(A) op(B) + beta C with every operand already BLAS-usable. */
 static void gemm_one(bool f64, const operand *A, const void *pa, const operand *B, const void *pb, const operand *C,
                      void *pc, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
-    bool ta = blas_trans(A), tb = blas_trans(B);
-    const void *p1 = pa, *p2 = pb;
-    int64_t ld1 = A->ld, ld2 = B->ld, m = M, n = N;
-    if (C->layout == LAYOUT_COL) { /* C^T (N, M) = op(B)^T op(A)^T */
-        bool t = ta;
-        ta = !tb;
-        tb = !t;
-        p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
-    }
+    rowmajor r = rowmajor_form(A, pa, B, pb, C, M, N);
     if (!f64) {
-        it_cpu_sgemm_rm(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, C->ld);
+        it_cpu_sgemm_rm(r.ta, r.tb, r.m, r.n, K, alpha, r.p1, r.ld1, r.p2, r.ld2, beta, pc, C->ld);
         return;
     }
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)K,
-                alpha, p1, (int)ld1, p2, (int)ld2, beta, pc, (int)C->ld);
+    cblas_dgemm(CblasRowMajor, r.ta ? CblasTrans : CblasNoTrans, r.tb ? CblasTrans : CblasNoTrans, (int)r.m, (int)r.n,
+                (int)K, alpha, r.p1, (int)r.ld1, r.p2, (int)r.ld2, beta, pc, (int)C->ld);
 }
 
 /* The same for bf16 operands and C on the bf16 kernel (sbgemm_avx512bf16.c): false when it
  * had no scratch memory. */
 static bool gemm_one_bf16(const operand *A, const void *pa, const operand *B, const void *pb, const operand *C, void *pc,
                           int64_t M, int64_t N, int64_t K, float alpha, float beta) {
-    bool ta = blas_trans(A), tb = blas_trans(B);
-    const void *p1 = pa, *p2 = pb;
-    int64_t ld1 = A->ld, ld2 = B->ld, m = M, n = N;
-    if (C->layout == LAYOUT_COL) { /* C^T (N, M) = op(B)^T op(A)^T */
-        bool t = ta;
-        ta = !tb;
-        tb = !t;
-        p1 = pb, p2 = pa, ld1 = B->ld, ld2 = A->ld, m = N, n = M;
-    }
-    return it_cpu_sbgemm(ta, tb, m, n, K, alpha, p1, ld1, p2, ld2, beta, pc, true, C->ld);
+    rowmajor r = rowmajor_form(A, pa, B, pb, C, M, N);
+    return it_cpu_sbgemm(r.ta, r.tb, r.m, r.n, K, alpha, r.p1, r.ld1, r.p2, r.ld2, beta, pc, true, C->ld);
 }
 
 static const char *elem(const operand *o, int64_t batch) {
