@@ -137,6 +137,29 @@ IT_API it_dist *it_dist_grid_group(const it_dist_grid *g, it_dist_axis ax);
 IT_API int it_dist_grid_group_id(const it_dist_grid *g, it_dist_axis ax);
 IT_API const int *it_dist_grid_members(const it_dist_grid *g, it_dist_axis ax);
 
+/* ---- Tensor parallelism's regions (Megatron's, InfiniTrain's tensor_parallel.cc) as
+ * differentiable ops over group d, a TP group. Each returns x itself when d has one rank.
+ *   it_tp_copy           forward identity,               backward all-reduce (SUM)
+ *   it_tp_reduce         forward all-reduce (SUM),       backward identity
+ *   it_sp_gather         (B, T/N, ...) -> (B, T, ...): all-gather along dim 1 (rank r's rows at
+ *                        [r*T/N, (r+1)*T/N)), backward reduce-scatter along dim 1
+ *   it_sp_reduce_scatter (B, T, ...) -> (B, T/N, ...): the sum over ranks, this rank's rows;
+ *                        backward all-gather along dim 1
+ * Every rank of d calls them in the same order (they are collectives), forward and backward. */
+IT_API it_tensor *it_tp_copy(it_dist *d, it_tensor *x);
+IT_API it_tensor *it_tp_reduce(it_dist *d, it_tensor *x);
+IT_API it_tensor *it_sp_gather(it_dist *d, it_tensor *x);
+IT_API it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x);
+/* Vocab-parallel embedding's local part: w holds rows [lo, lo + V/N) of the table; ids outside
+ * them give zero rows (InfiniTrain's mask). Not reduced: follow with it_tp_reduce or
+ * it_sp_reduce_scatter. idx (...) int32/int64 -> (..., C). */
+IT_API it_tensor *it_tp_embedding(it_tensor *idx, it_tensor *w, int64_t lo);
+/* Vocab-parallel cross entropy (mean over rows, 0-D, the same on every rank of d): logits
+ * (..., Vl) float32 are the vocabulary columns [lo, lo + Vl) of the full logits, of which the
+ * first `valid` (0..Vl) are real tokens (the rest llm.c's padding); targets (...) are global
+ * ids. No rank holds more than its columns; backward communicates nothing. */
+IT_API it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *targets, int64_t lo, int64_t valid);
+
 /* ---- ZeRO-1: the optimizer's state sharded over the ranks.
  * The flat buffers (P elements) are padded to world*S, S = ceil(P/world); rank r owns
  * [r*S, (r+1)*S) and keeps Adam's m and v for that shard only. A step: reduce-scatter the

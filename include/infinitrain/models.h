@@ -13,6 +13,18 @@ extern "C" {
 #endif
 
 typedef struct it_model it_model;
+typedef struct it_dist it_dist;
+
+/* Megatron-style tensor parallelism for a model being built (InfiniTrain's layout, see
+ * it_param_split): each rank of group `tp` holds its slices of the cut parameters and
+ * computes its heads, FFN columns and vocabulary columns; the forward's collectives run over
+ * `tp`. sequence_parallel: the norms, residuals and dropout-free elementwise work run on this
+ * rank's T/N rows of the sequence (all-gather before column-parallel layers, reduce-scatter
+ * after row-parallel ones). tp NULL or of one rank: an ordinary model. */
+typedef struct it_model_parallel {
+    it_dist *tp;
+    bool sequence_parallel;
+} it_model_parallel;
 
 typedef struct it_model_info {
     const char *family;   /* "gpt2" */
@@ -46,8 +58,24 @@ IT_API it_status it_model_grads_final(it_model *m);
 IT_API it_tensor *it_model_forward(it_model *m, it_tensor *idx);
 /* Mean cross entropy of the forward pass over the valid vocabulary (0-D). */
 IT_API it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets);
-/* Write the model's checkpoint format (atomically). */
+/* Write the model's checkpoint format (atomically). Under tensor parallelism a collective over
+ * the TP group: the slices are gathered and the group's rank 0 writes the whole file. */
 IT_API it_status it_model_save(const it_model *m, const char *path);
+/* Tensor parallelism: the group size (1 without), this rank's place in it, sequence parallel. */
+IT_API int it_model_tp_size(const it_model *m);
+IT_API int it_model_tp_rank(const it_model *m);
+IT_API bool it_model_sequence_parallel(const it_model *m);
+/* After backward under sequence parallelism: the replicated parameters (norms, a row-parallel
+ * layer's bias, wpe) saw only this rank's rows, so their gradients are summed over the TP group
+ * (Megatron does; InfiniTrain does not). A no-op otherwise. */
+IT_API it_status it_model_tp_sync_grads(it_model *m);
+/* The L2 norm of the whole model's gradient (it_model_grads): under tensor parallelism the cut
+ * parameters' squares summed over the TP group, the replicated ones counted once. */
+IT_API it_status it_model_grad_norm(it_model *m, double *norm);
+/* The squares of the replicated parameters' gradients inside elements [lo, hi) of the flat
+ * gradient `flat` (laid out as it_model_grads): for a norm over a shard of it (ZeRO). */
+IT_API it_status it_model_replicated_sumsq(it_model *m, it_tensor *flat, int64_t base, int64_t lo, int64_t hi,
+                                           double *sumsq);
 /* FLOPs of one training step (forward + backward) per token, for MFU: 6*N + attention. */
 IT_API double it_model_flops_per_token(const it_model *m, int64_t T);
 
@@ -100,6 +128,11 @@ typedef struct it_model_param_info {
     int64_t shape[2]; /* (out, in) for a linear weight, (out) for a bias, (C) for a norm */
     int64_t offset;   /* first element in it_model_params / it_model_grads */
     int64_t numel;
+    /* Under tensor parallelism (it_model_parallel) shape, numel, offset and the q/kv rows below
+     * are this rank's slice; full_shape and full_offset are the whole tensor's, in the
+     * one-rank flat buffer (= the llm.c file's order). Without it they equal shape and offset. */
+    int64_t full_shape[2];
+    int64_t full_offset;
     /* Role ATTN_QKV only (0 otherwise): rows [0, q_rows) are Q (n_head heads), then kv_rows of K,
      * then kv_rows of V (n_kv_head heads each), head_dim rows per head, heads in order. Q head h
      * attends with KV head h / (q_rows / kv_rows); head group g is Q rows
@@ -192,9 +225,19 @@ IT_API it_status it_gpt2_config_check(const it_gpt2_config *cfg);
  * layernorms 1/0 (as GPT-2 and llm.c). */
 IT_API it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, it_model **out);
 IT_API it_status it_gpt2_load(const char *path, it_device dev, it_model **out);
+/* The same under tensor parallelism (par may be NULL): the initialization draws the whole
+ * model's values, as one rank would, and keeps this rank's slices; a load reads only this
+ * rank's slices of the file. Refused with a message naming the numbers when the TP size does
+ * not divide n_head or the padded vocabulary. */
+IT_API it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed, const it_model_parallel *par,
+                                it_model **out);
+IT_API it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
 
 /* ---- LLaMA-3 (llm.c checkpoint, magic 20240803 version 3) */
 IT_API it_status it_llama3_load(const char *path, it_device dev, it_model **out);
+/* Under tensor parallelism (par may be NULL): the TP size must divide n_head, n_kv_head, the
+ * FFN width and the vocabulary (InfiniTrain's checks; kv heads are not replicated). */
+IT_API it_status it_llama3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
 /* InfiniTrain's FFN width: h = 4C; h = 2h/3; h = llround(h * multiplier) in fp32; then up
  * to a multiple of multiple_of. */
 IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of);

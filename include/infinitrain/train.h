@@ -42,6 +42,8 @@ typedef struct it_train_config {
     bool backend_report;           /* --backend_report: kernel coverage/time table at the end */
     int zero_stage;                /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
     int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
+    int tensor_parallel;           /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */
+    bool sequence_parallel;        /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* --quiet: no per-step lines (tests) */
     const char *input_val_bin;     /* --input_val_bin: validation token shard */

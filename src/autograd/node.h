@@ -26,6 +26,8 @@ struct it_node {
     int64_t i[8];
     int64_t *iv; /* a longer host parameter list (it__node_set_ivec), freed with the node */
     size_t n_iv;
+    void *ctx;  /* an object the op's backward uses (a process group), not owned */
+    void *blob; /* host data for backward (it__node_set_blob), freed with the node */
 };
 
 /* True when an op with these inputs must record a node (grad mode on and some input
@@ -37,6 +39,8 @@ it_node *it__node_record(const char *name, it_backward_fn fn, it_tensor *out, in
 void it__node_save(it_node *node, it_tensor *t);
 /* Keep a copy of n host integers for backward in node->iv. */
 it_status it__node_set_ivec(it_node *node, const int64_t *v, size_t n);
+/* Keep a copy of `bytes` bytes of host data for backward in node->blob. */
+it_status it__node_set_blob(it_node *node, const void *data, size_t bytes);
 /* True when nothing but the caller holds g (one reference to the tensor and to its
  * storage) and it is contiguous: a backward may then write over the dy it was given, and
  * it__accum_grad takes such a g over as t's gradient instead of copying it. */

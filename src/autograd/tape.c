@@ -133,6 +133,15 @@ it_status it__node_set_ivec(it_node *node, const int64_t *v, size_t n) {
     return IT_OK;
 }
 
+it_status it__node_set_blob(it_node *node, const void *data, size_t bytes) {
+    void *c = malloc(bytes ? bytes : 1);
+    if (!c) return it_error(IT_ERR_OOM, "autograd: out of host memory for %zu bytes of node data", bytes);
+    if (bytes) memcpy(c, data, bytes);
+    free(node->blob);
+    node->blob = c;
+    return IT_OK;
+}
+
 static void node_free(it_node *n) {
     for (int i = 0; i < n->n_in; i++) it_tensor_release(n->in[i]);
     for (int i = 0; i < n->n_saved; i++) it_tensor_release(n->saved[i]);
@@ -146,6 +155,7 @@ static void node_free(it_node *n) {
     }
     if (n->in != n->in_inline) free(n->in);
     free(n->iv);
+    free(n->blob);
     free(n);
 }
 

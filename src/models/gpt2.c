@@ -84,9 +84,10 @@ static void gpt2_walk(gpt2 *g, it__layout *lo) {
     g->lnfb = it__layout_take(lo, lnf, "transformer.ln_f.bias");
 }
 
-static int64_t num_params(const it_gpt2_config *c) {
+/* Elements of the flat buffer: the whole model's (tp 1), or one TP rank's. */
+static int64_t num_params(const it_gpt2_config *c, int tp) {
     gpt2 g = {.cfg = *c};
-    it__layout count = {0};
+    it__layout count = {.tp = tp};
     gpt2_walk(&g, &count);
     return count.off;
 }
@@ -142,27 +143,38 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
                  g->cfg.block_size);
         return NULL;
     }
-    it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, 0, T, 1), -1, "transformer.wpe"); /* (T, C) */
-    it_tensor *x = it_add(IT_PREC_MODULE(it_embedding(idx, g->wte), -1, "transformer.wte"), pos); /* (B, T, C) */
+    if (m->sp && T % m->tp_size) {
+        it_error(IT_ERR_INVALID_ARG, "gpt2: sequence parallel: sequence length %lld is not divisible by TP %d",
+                 (long long)T, m->tp_size);
+        return NULL;
+    }
+    /* Under tensor parallelism (model_impl.h): wte holds this rank's vocabulary rows, c_attn and
+     * c_fc its heads and FFN columns, the c_proj weights the matching input columns; with
+     * sequence parallelism x holds this rank's T/N rows between the collectives. */
+    int64_t Tl = m->sp ? T / m->tp_size : T, t0 = m->sp ? (int64_t)m->tp_rank * Tl : 0;
+    int heads = g->cfg.n_head / m->tp_size;
+    it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
+    it_tensor *x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos); /* (B, Tl, C) */
     for (int l = 0; l < g->cfg.n_layer; l++) {
         it_tensor *const *p = g->h[l].p;
         IT_PREC_LAYER(l);
         it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
-        h = IT_PREC_MODULE(it__linear(m, h, p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
-        h = it_causal_self_attention(h, g->cfg.n_head);                          /* (B, T, C) */
-        h = IT_PREC_MODULE(it__linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
+        h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
+        h = it_causal_self_attention(h, heads);                                                    /* (B, T, C) */
+        h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
         x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
         h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
-        h = IT_PREC_MODULE(it__linear(m, h, p[FCW], p[FCB]), l, "mlp.c_fc");
+        h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[FCW], p[FCB]), l, "mlp.c_fc");
         h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
-        h = IT_PREC_MODULE(it__linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
+        h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
         x = IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
     }
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_layernorm(x, g->lnfw, g->lnfb, LN_EPS), -1, "transformer.ln_f");
     (void)B;
     (void)C;
-    return IT_PREC_MODULE(it_linear(x, g->wte, NULL), -1, "lm_head"); /* (B, T, Vp), tied to the embedding */
+    /* (B, T, Vp), or this rank's Vp/N columns: tied to the embedding */
+    return IT_PREC_MODULE(it_linear(it__tp_enter(m, x), g->wte, NULL), -1, "lm_head");
 }
 
 /* 6 FLOPs per parameter per token (forward 2, backward 4; the position table is a lookup)
@@ -176,7 +188,7 @@ static double gpt2_flops(const it_model *m, int64_t T) {
 
 static it_status gpt2_save(const it_model *m, const char *path) {
     const gpt2 *g = m->impl;
-    return it__write_checkpoint(path, g->header, m->params);
+    return it__save_checkpoint(m, path, g->header);
 }
 
 static void gpt2_free(void *impl) {
@@ -189,8 +201,9 @@ static void gpt2_free(void *impl) {
 static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free, NULL, NULL};
 
 /* Build the model object and the parameter views over freshly allocated buffers. */
-static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, it_model **out) {
+static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out) {
     it_status st = it_gpt2_config_check(cfg);
+    if (!st) st = it__tp_check(par, "GPT-2", cfg->n_head, cfg->n_head, 4 * (int64_t)cfg->n_embd, cfg->padded_vocab_size);
     if (st) return st;
     it_model *m = calloc(1, sizeof *m);
     gpt2 *g = calloc(1, sizeof *g);
@@ -201,7 +214,8 @@ static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, it_model *
     }
     m->impl = g;
     g->cfg = *cfg;
-    st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg));
+    it__model_set_parallel(m, par);
+    st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg, m->tp_size));
     if (st) goto fail;
     m->info = (it_model_info){.family = "gpt2",
                               .block_size = cfg->block_size,
@@ -239,10 +253,15 @@ fail:
 }
 
 it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, it_model **out) {
+    return it_gpt2_new_tp(cfg, dev, seed, NULL, out);
+}
+
+it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed, const it_model_parallel *par,
+                         it_model **out) {
     it_model *m = NULL;
-    it_status st = gpt2_build(cfg, dev, &m);
+    it_status st = gpt2_build(cfg, dev, par, &m);
     if (st) return st;
-    int64_t n = m->info.num_params;
+    int64_t n = num_params(cfg, 1); /* the whole model's draws, as one rank makes them; then this rank's slices */
     float *host = malloc((size_t)n * sizeof(float));
     if (!host) {
         it_model_free(m);
@@ -254,17 +273,18 @@ it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, i
     double resid_std = 0.02 / sqrt(2.0 * cfg->n_layer);
     for (int i = 0; i < it_model_param_count(m); i++) {
         const it_model_param_info *p = it_model_param_at(m, i);
-        float *dst = host + p->offset;
+        float *dst = host + p->full_offset;
+        int64_t numel = p->ndim == 1 ? p->full_shape[0] : p->full_shape[0] * p->full_shape[1];
         if (p->is_bias || p->role == IT_PARAM_ROLE_NORM) {
             float v = p->role == IT_PARAM_ROLE_NORM && !p->is_bias ? 1.0f : 0.0f;
-            for (int64_t j = 0; j < p->numel; j++) dst[j] = v;
+            for (int64_t j = 0; j < numel; j++) dst[j] = v;
         } else {
             bool resid = p->role == IT_PARAM_ROLE_ATTN_OUT || p->role == IT_PARAM_ROLE_MLP_DOWN;
             double std = resid ? resid_std : 0.02;
-            for (int64_t j = 0; j < p->numel; j++) dst[j] = (float)(std * it__rng_normal(&rng));
+            for (int64_t j = 0; j < numel; j++) dst[j] = (float)(std * it__rng_normal(&rng));
         }
     }
-    st = it_tensor_copy_from_host(m->params, host, (size_t)n * sizeof(float));
+    st = it__model_from_full(m, host);
     free(host);
     if (st) {
         it_model_free(m);
@@ -274,7 +294,9 @@ it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, i
     return IT_OK;
 }
 
-it_status it_gpt2_load(const char *path, it_device dev, it_model **out) {
+it_status it_gpt2_load(const char *path, it_device dev, it_model **out) { return it_gpt2_load_tp(path, dev, NULL, out); }
+
+it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
     int32_t h[256];
     size_t file_bytes = 0;
     it_status st = it__read_header(path, h, &file_bytes);
@@ -292,7 +314,7 @@ it_status it_gpt2_load(const char *path, it_device dev, it_model **out) {
         snprintf(why, sizeof why, "%s", it_last_error());
         return it_error(IT_ERR_FORMAT, "%s: header fields: %s", path, why);
     }
-    int64_t n = num_params(&cfg);
+    int64_t n = num_params(&cfg, 1);
     size_t want = 1024 + (size_t)n * sizeof(float);
     if (file_bytes != want)
         return it_error(IT_ERR_FORMAT,
@@ -301,10 +323,10 @@ it_status it_gpt2_load(const char *path, it_device dev, it_model **out) {
                         path, cfg.n_layer, cfg.n_embd, cfg.padded_vocab_size, cfg.block_size, (long long)n, want,
                         file_bytes);
     it_model *m = NULL;
-    st = gpt2_build(&cfg, dev, &m);
+    st = gpt2_build(&cfg, dev, par, &m);
     if (st) return st;
     memcpy(((gpt2 *)m->impl)->header, h, sizeof h);
-    st = it__read_params(path, m->params, n);
+    st = m->tp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
         return st;

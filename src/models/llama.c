@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/precision_hooks.h"
+#include "infinitrain/dist.h"
 #include "models/model_impl.h"
 
 #define LLAMA3_MAGIC 20240803
@@ -121,10 +122,18 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         it_error(IT_ERR_INVALID_ARG, "%s: input must be (B, T), got %d-D", m->info.family, it_tensor_ndim(idx));
         return NULL;
     }
-    int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1), C = g->C, kvd = (int64_t)g->nkv * g->hd;
+    /* Under tensor parallelism this rank's heads (nh/N of Q, nkv/N of K and V), FFN columns and
+     * vocabulary rows; with sequence parallelism x holds T/N rows between the collectives. */
+    int nh = g->nh / m->tp_size, nkv = g->nkv / m->tp_size;
+    int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1), C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
     if (T < 1 || T > g->T) {
         it_error(IT_ERR_INVALID_ARG, "%s: sequence length %lld outside 1..block_size %d", m->info.family, (long long)T,
                  g->T);
+        return NULL;
+    }
+    if (m->sp && T % m->tp_size) {
+        it_error(IT_ERR_INVALID_ARG, "%s: sequence parallel: sequence length %lld is not divisible by TP %d",
+                 m->info.family, (long long)T, m->tp_size);
         return NULL;
     }
     if (T > g->rope_T) { /* grow geometrically: generation asks for T = 1, 2, 3, ... */
@@ -132,7 +141,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
     it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
-    it_tensor *x = IT_PREC_MODULE(it_embedding(idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
+    it_tensor *x = IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
     it_tensor *aux_total = NULL;
     for (int l = 0; l < g->L; l++) {
         IT_PREC_LAYER(l);
@@ -150,15 +159,16 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
                 v = it_add(v, it_slice(d, 2, C + kvd, C + 2 * kvd, 1));
             }
         } else { /* fused c_attn, rows Q|K|V */
-            it_tensor *qkv = IT_PREC_MODULE(it__linear(m, h, g->qkv[l], NULL), l, "attn.c_attn");
+            it_tensor *qkv = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), g->qkv[l], NULL), l, "attn.c_attn");
             q = it_slice(qkv, 2, 0, C, 1);
             k = it_slice(qkv, 2, C, C + kvd, 1);
             v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
         }
-        q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, g->nh, g->hd}), cos, sin);
-        k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, g->nkv, g->hd}), cos, sin);
-        v = it_reshape(v, 4, (int64_t[]){B, T, g->nkv, g->hd});
-        it_tensor *att = IT_PREC_MODULE(it__linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
+        q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
+        k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
+        v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
+        it_tensor *att =
+            IT_PREC_MODULE(it__tp_row_linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
         x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
         h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
         if (g->moe) {
@@ -172,17 +182,19 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
             if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
             x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
         } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
+            h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
             it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
             it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
             fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
-            it_tensor *y = IT_PREC_MODULE(it__linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
+            it_tensor *y =
+                IT_PREC_MODULE(it__tp_row_linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
             x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
         }
         x = IT_PREC_MODULE(x, l, "");
     }
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
-    it_tensor *logits = IT_PREC_MODULE(it__linear(m, x, g->lm_head, NULL), -1, "lm_head");
+    it_tensor *logits = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, x), g->lm_head, NULL), -1, "lm_head");
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
     return logits;
 }
@@ -199,7 +211,7 @@ static double llama_flops(const it_model *m, int64_t T) {
 
 static it_status llama_save(const it_model *m, const char *path) {
     const llama *g = m->impl;
-    return it__write_checkpoint(path, g->header, m->params);
+    return it__save_checkpoint(m, path, g->header);
 }
 
 static void llama_free(void *impl) {
@@ -358,7 +370,7 @@ static it_status check_config(const char *path, const llama *g) {
     return IT_OK;
 }
 
-static it_status llama_load(const char *path, it_device dev, bool moe, it_model **out) {
+static it_status llama_load(const char *path, it_device dev, bool moe, const it_model_parallel *par, it_model **out) {
     int32_t h[256];
     size_t file_bytes = 0;
     it_status st = it__read_header(path, h, &file_bytes);
@@ -408,6 +420,12 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         g->F = h[16];
     }
     st = check_config(path, g);
+    if (!st && moe && par && par->tp && it_dist_world(par->tp) > 1)
+        st = it_error(IT_ERR_INVALID_ARG,
+                      "--tensor_parallel: %d: Mixtral is not supported under tensor parallelism (its experts and "
+                      "router are not cut); use 1",
+                      it_dist_world(par->tp));
+    if (!st && !moe) st = it__tp_check(par, "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);
         return st;
@@ -430,12 +448,15 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
     m->impl = g;
-    st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, n);
+    it__model_set_parallel(m, par);
+    it__layout mine = {.tp = m->tp_size}; /* this rank's elements */
+    llama_walk(g, &mine);
+    st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);
     m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
                               .block_size = g->T,
                               .vocab_size = g->V,
                               .padded_vocab = g->V,
-                              .num_params = n,
+                              .num_params = mine.off,
                               .n_layer = g->L,
                               .n_head = g->nh,
                               .n_embd = g->C,
@@ -451,7 +472,7 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
         g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
         if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
-    if (!st) st = it__read_params(path, m->params, n);
+    if (!st) st = m->tp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
         return st;
@@ -460,8 +481,13 @@ static it_status llama_load(const char *path, it_device dev, bool moe, it_model 
     return IT_OK;
 }
 
-it_status it_llama3_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, false, out); }
-it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, true, out); }
+it_status it_llama3_load(const char *path, it_device dev, it_model **out) {
+    return llama_load(path, dev, false, NULL, out);
+}
+it_status it_llama3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
+    return llama_load(path, dev, false, par, out);
+}
+it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, true, NULL, out); }
 
 int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
     return llama3_ffn_hidden(n_embd, ffn_dim_multiplier, multiple_of);

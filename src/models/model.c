@@ -9,6 +9,7 @@
 
 #include "autograd/node.h"
 #include "core/afile.h"
+#include "infinitrain/dist.h"
 #include "models/model_impl.h"
 
 it_status it__model_init(it_model *m, const it_model_vtable *vt, it_device dev, int64_t num_params) {
@@ -148,14 +149,16 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
                             .ndim = spec->ndim,
                             .shape = {spec->shape[0], spec->ndim == 1 ? 0 : spec->shape[1]},
                             .offset = at,
-                            .numel = numel},
+                            .numel = numel,
+                            .full_shape = {spec->shape[0], spec->ndim == 1 ? 0 : spec->shape[1]},
+                            .full_offset = at},
                            false};
     if (spec->role == IT_PARAM_ROLE_ATTN_QKV) {
         const it_model_info *in = &m->info;
-        int64_t hd = in->n_embd / in->n_head;
+        int64_t hd = in->n_embd / in->n_head, tp = m->tp_size > 1 ? m->tp_size : 1;
         e->info.head_dim = hd;
-        e->info.q_rows = (int64_t)in->n_head * hd;
-        e->info.kv_rows = (int64_t)in->n_kv_head * hd;
+        e->info.q_rows = (int64_t)in->n_head * hd / tp; /* this rank's heads: [Q_r | K_r | V_r] */
+        e->info.kv_rows = (int64_t)in->n_kv_head * hd / tp;
         if (spec->shape[0] != e->info.q_rows + 2 * e->info.kv_rows) {
             lo->st = it_error(IT_ERR_INTERNAL, "model: %s has %lld rows, not Q+K+V = %lld", name,
                               (long long)spec->shape[0], (long long)(e->info.q_rows + 2 * e->info.kv_rows));
@@ -165,9 +168,32 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
     return e;
 }
 
+/* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
+ * model bug, reported). */
+static bool cut_spec(it__param_spec *spec, int tp, it_status *st) {
+    if (tp <= 1) return true;
+    it_param_split split = role_split(spec->role, spec->is_bias);
+    int d = split == IT_PARAM_SPLIT_ROW ? 1 : split == IT_PARAM_SPLIT_NONE ? -1 : 0;
+    if (d < 0) return true;
+    if (spec->shape[d] % tp) {
+        *st = it_error(IT_ERR_INTERNAL, "model: a parameter's dim %d (%lld) is not divisible by the TP size %d", d,
+                       (long long)spec->shape[d], tp);
+        return false;
+    }
+    spec->shape[d] /= tp;
+    return true;
+}
+
+static int64_t spec_numel(const it__param_spec *spec) {
+    return spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
+}
+
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
-    int64_t at = lo->off;
-    lo->off += spec.ndim == 1 ? spec.shape[0] : spec.shape[0] * spec.shape[1];
+    int64_t at = lo->off, full_at = lo->full_off;
+    it__param_spec full = spec;
+    lo->full_off += spec_numel(&spec);
+    if (!cut_spec(&spec, lo->m ? lo->m->tp_size : lo->tp, &lo->st)) return NULL;
+    lo->off += spec_numel(&spec);
     if (!lo->m || lo->st) return NULL;
     it_tensor *t = it__model_param(lo->m, at, spec.ndim, spec.shape);
     if (!t) {
@@ -181,6 +207,9 @@ it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt,
     if (!e) return NULL;
     e->info.param = t;
     e->info.grad = it_tensor_grad(t);
+    e->info.full_shape[0] = full.shape[0];
+    e->info.full_shape[1] = full.ndim == 1 ? 0 : full.shape[1];
+    e->info.full_offset = full_at;
     return t;
 }
 
@@ -259,7 +288,15 @@ double it_model_flops_per_token(const it_model *m, int64_t T) { return m->vt->fl
 
 it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets) {
     m->aux_loss = NULL;
-    it_tensor *loss = it_cross_entropy(it_model_forward(m, idx), targets, m->info.vocab_size);
+    it_tensor *logits = it_model_forward(m, idx), *loss;
+    if (m->tp_size > 1) { /* this rank's vocabulary columns [lo, lo + Vl), the first `valid` of them real */
+        int64_t vl = m->info.padded_vocab / m->tp_size, lo = (int64_t)m->tp_rank * vl;
+        int64_t valid = m->info.vocab_size - lo;
+        valid = valid < 0 ? 0 : valid > vl ? vl : valid;
+        loss = it_tp_cross_entropy(m->tp, logits, targets, lo, valid);
+    } else {
+        loss = it_cross_entropy(logits, targets, m->info.vocab_size);
+    }
     if (loss && m->aux_loss) loss = it_add(loss, m->aux_loss);
     m->aux_loss = NULL;
     return loss;
@@ -337,5 +374,235 @@ it_status it__write_checkpoint(const char *path, const int32_t header[256], it_t
             st = it_afile_commit(f);
     }
     free(host);
+    return st;
+}
+
+/* ---------------------------------------------------------------- tensor parallelism */
+
+void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
+    m->tp = par && par->tp && it_dist_world(par->tp) > 1 ? par->tp : NULL;
+    m->tp_size = m->tp ? it_dist_world(m->tp) : 1;
+    m->tp_rank = m->tp ? it_dist_rank(m->tp) : 0;
+    m->sp = m->tp && par->sequence_parallel;
+}
+
+int it_model_tp_size(const it_model *m) { return m && m->tp_size > 1 ? m->tp_size : 1; }
+int it_model_tp_rank(const it_model *m) { return m ? m->tp_rank : 0; }
+bool it_model_sequence_parallel(const it_model *m) { return m && m->sp; }
+
+it_status it__tp_check(const it_model_parallel *par, const char *what, int n_head, int n_kv_head, int64_t ffn,
+                       int64_t vocab) {
+    int tp = par && par->tp ? it_dist_world(par->tp) : 1;
+    if (tp <= 1) return IT_OK;
+    const struct {
+        const char *name;
+        int64_t n;
+    } dims[] = {{"n_head", n_head}, {"n_kv_head", n_kv_head}, {"the FFN width", ffn}, {"the padded vocabulary", vocab}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].n % tp)
+            return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel: %d does not divide %s's %s %lld%s", tp, what,
+                            dims[i].name, (long long)dims[i].n,
+                            i == 1 ? " (kv heads are cut, not replicated, as in InfiniTrain)" : "");
+    return IT_OK;
+}
+
+it_tensor *it__tp_enter(it_model *m, it_tensor *x) {
+    if (!m->tp) return x;
+    return m->sp ? it_sp_gather(m->tp, x) : it_tp_copy(m->tp, x);
+}
+
+it_tensor *it__tp_leave(it_model *m, it_tensor *x, it_tensor *bias) {
+    if (m->tp) x = m->sp ? it_sp_reduce_scatter(m->tp, x) : it_tp_reduce(m->tp, x);
+    return bias ? it_add(x, bias) : x;
+}
+
+it_tensor *it__tp_row_linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
+    if (!m->tp) return it__linear(m, x, w, b);
+    return it__tp_leave(m, it__linear(m, x, w, NULL), b); /* the bias once, after the sum */
+}
+
+it_tensor *it__tp_embed(it_model *m, it_tensor *idx, it_tensor *wte) {
+    if (!m->tp) return it_embedding(idx, wte);
+    it_tensor *e = it_tp_embedding(idx, wte, (int64_t)m->tp_rank * it_tensor_dim(wte, 0));
+    return m->sp ? it_sp_reduce_scatter(m->tp, e) : it_tp_reduce(m->tp, e);
+}
+
+/* The contiguous runs that map parameter p's slice on TP rank r (of tp) onto the whole
+ * tensor: fn(ctx, element in the whole flat buffer, element in the rank's, count). */
+typedef void (*run_fn)(void *ctx, int64_t full_at, int64_t local_at, int64_t n);
+
+static void param_runs(const it_model_param_info *p, int tp, int r, run_fn fn, void *ctx) {
+    if (tp <= 1 || p->split == IT_PARAM_SPLIT_NONE) {
+        fn(ctx, p->full_offset, p->offset, p->numel);
+    } else if (p->split == IT_PARAM_SPLIT_ROW) { /* columns [r*lc, (r+1)*lc) of every row */
+        int64_t lc = p->shape[1], fc = p->full_shape[1];
+        for (int64_t i = 0; i < p->shape[0]; i++) fn(ctx, p->full_offset + i * fc + r * lc, p->offset + i * lc, lc);
+    } else if (p->role == IT_PARAM_ROLE_ATTN_QKV) { /* [Q_r | K_r | V_r] from the Q, K and V blocks */
+        int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lq = p->q_rows, lkv = p->kv_rows;
+        int64_t fq = lq * tp, fkv = lkv * tp;
+        fn(ctx, p->full_offset + r * lq * cols, p->offset, lq * cols);
+        fn(ctx, p->full_offset + (fq + r * lkv) * cols, p->offset + lq * cols, lkv * cols);
+        fn(ctx, p->full_offset + (fq + fkv + r * lkv) * cols, p->offset + (lq + lkv) * cols, lkv * cols);
+    } else { /* rows [r*n, (r+1)*n) */
+        fn(ctx, p->full_offset + r * p->numel, p->offset, p->numel);
+    }
+}
+
+static int64_t full_numel(const it_model *m) {
+    const it_model_param_info *last = m->n_entries ? &m->entries[m->n_entries - 1].info : NULL;
+    if (!last) return 0;
+    return last->full_offset + (last->ndim == 1 ? last->full_shape[0] : last->full_shape[0] * last->full_shape[1]);
+}
+
+typedef struct copy_ctx {
+    float *local;
+    const float *full_in;
+    float *full_out;
+    FILE *f;
+    const char *path;
+    it_status st;
+} copy_ctx;
+
+static void run_from_full(void *p, int64_t full_at, int64_t local_at, int64_t n) {
+    copy_ctx *c = p;
+    memcpy(c->local + local_at, c->full_in + full_at, sizeof(float) * (size_t)n);
+}
+
+static void run_to_full(void *p, int64_t full_at, int64_t local_at, int64_t n) {
+    copy_ctx *c = p;
+    memcpy(c->full_out + full_at, c->local + local_at, sizeof(float) * (size_t)n);
+}
+
+static void run_read(void *p, int64_t full_at, int64_t local_at, int64_t n) {
+    copy_ctx *c = p;
+    if (c->st) return;
+    if (fseeko(c->f, 1024 + (off_t)full_at * (off_t)sizeof(float), SEEK_SET) != 0 ||
+        fread(c->local + local_at, sizeof(float), (size_t)n, c->f) != (size_t)n)
+        c->st = it_error(IT_ERR_IO, "%s: reading %lld parameters at element %lld failed", c->path, (long long)n,
+                         (long long)full_at);
+}
+
+static it_status host_params(const it_model *m, float **out) {
+    size_t bytes = it_tensor_nbytes(m->params);
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out) return it_error(IT_ERR_OOM, "model: %zu bytes of host memory for the parameters", bytes);
+    return IT_OK;
+}
+
+it_status it__model_from_full(it_model *m, const float *full) {
+    copy_ctx c = {.full_in = full};
+    it_status st = host_params(m, &c.local);
+    if (st) return st;
+    for (int i = 0; i < m->n_entries; i++) param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
+    st = it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
+    free(c.local);
+    return st;
+}
+
+it_status it__model_read_sliced(it_model *m, const char *path) {
+    copy_ctx c = {.path = path};
+    it_status st = host_params(m, &c.local);
+    if (st) return st;
+    c.f = fopen(path, "rb");
+    if (!c.f) {
+        free(c.local);
+        return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    for (int i = 0; i < m->n_entries && !c.st; i++) param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
+    fclose(c.f);
+    st = c.st ? c.st : it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
+    free(c.local);
+    return st;
+}
+
+it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_num_params) {
+    int64_t P = it_tensor_numel(m->params), F = full_numel(m), tp = m->tp_size;
+    *full = malloc(sizeof(float) * (size_t)F + 1);
+    float *all = malloc(sizeof(float) * (size_t)(P * tp) + 1);
+    if (!*full || !all) {
+        free(*full);
+        free(all);
+        *full = NULL;
+        return it_error(IT_ERR_OOM, "model: %lld parameters of host memory to gather the slices", (long long)(P * tp));
+    }
+    it_scope_begin();
+    int64_t shape[1] = {P * tp};
+    it_tensor *dev_all = tp > 1 ? it_tensor_new(m->dev, IT_DTYPE_FP32, 1, shape) : NULL;
+    it_status st = tp > 1 ? (dev_all ? it_dist_all_gather(m->tp, m->params, dev_all) : it_last_status()) : IT_OK;
+    if (!st) st = it_tensor_copy_to_host(tp > 1 ? dev_all : m->params, all, sizeof(float) * (size_t)(P * tp));
+    it_scope_end();
+    for (int r = 0; r < tp && !st; r++) {
+        copy_ctx c = {.local = all + r * P, .full_out = *full};
+        for (int i = 0; i < m->n_entries; i++) param_runs(&m->entries[i].info, (int)tp, r, run_to_full, &c);
+    }
+    free(all);
+    if (st) {
+        free(*full);
+        *full = NULL;
+        return st;
+    }
+    *full_num_params = F;
+    return IT_OK;
+}
+
+it_status it_model_tp_sync_grads(it_model *m) {
+    if (!m->sp) return IT_OK;
+    it_status st = IT_OK;
+    for (int i = 0; i < m->n_entries && !st; i++)
+        if (m->entries[i].info.split == IT_PARAM_SPLIT_NONE)
+            st = it_dist_all_reduce(m->tp, m->entries[i].info.grad, IT_CCL_SUM);
+    return st;
+}
+
+it_status it_model_replicated_sumsq(it_model *m, it_tensor *flat, int64_t base, int64_t lo, int64_t hi,
+                                    double *sumsq) {
+    double acc = 0;
+    it_status st = IT_OK;
+    it_scope_begin();
+    for (int i = 0; i < m->n_entries && !st; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (p->split != IT_PARAM_SPLIT_NONE || a >= b) continue;
+        double n = 0;
+        it_tensor *v = it_tensor_slice(flat, 0, a - base, b - base, 1);
+        st = v ? it_grad_norm(v, &n) : it_last_status();
+        acc += n * n;
+    }
+    it_scope_end();
+    *sumsq = acc;
+    return st;
+}
+
+it_status it_model_grad_norm(it_model *m, double *norm) {
+    double total = 0;
+    it_status st = it_grad_norm(it_model_grads(m), &total);
+    if (st || !m->tp) {
+        *norm = total;
+        return st;
+    }
+    double rep = 0, cut;
+    int64_t n = it_tensor_numel(m->grads);
+    if ((st = it_model_replicated_sumsq(m, m->grads, 0, 0, n, &rep))) return st;
+    cut = total * total - rep; /* the cut parameters' squares: summed over the group; the rest once */
+    if ((st = it_dist_all_reduce_host(m->tp, &cut, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    *norm = sqrt(fmax(cut + rep, 0.0));
+    return IT_OK;
+}
+
+it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t header[256]) {
+    if (!m->tp) return it__write_checkpoint(path, header, m->params);
+    float *full = NULL;
+    int64_t n = 0;
+    it_status st = it__model_gather_full(m, &full, &n);
+    if (st || m->tp_rank != 0) {
+        free(full);
+        return st;
+    }
+    it_afile *f = NULL;
+    st = it_afile_open(path, &f);
+    if (!st) st = it_afile_write(f, header, 256 * sizeof(int32_t));
+    if (!st) st = it_afile_write(f, full, sizeof(float) * (size_t)n);
+    if (f) st = st ? (it_afile_abort(f), st) : it_afile_commit(f);
+    free(full);
     return st;
 }

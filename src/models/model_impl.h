@@ -36,8 +36,38 @@ struct it_model {
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
     struct it__lora *lora; /* NULL: no adapters (src/models/lora.c) */
+    /* Tensor parallelism (it_model_parallel): the TP group (NULL: none), its size (1: none) and
+     * this rank's place in it; sp: sequence parallel. Set before the layout walk, which then
+     * cuts each parameter by its split (model.c). */
+    it_dist *tp;
+    int tp_size, tp_rank;
+    bool sp;
     void *impl;
 };
+
+/* Set m's tensor parallelism from par (NULL: none). */
+void it__model_set_parallel(it_model *m, const it_model_parallel *par);
+/* The forward's TP pieces: each the identity (or the plain op) when m has no TP.
+ * it__tp_enter: a column-parallel layer's input (copy to the region, or SP's all-gather);
+ * it__tp_leave: a row-parallel layer's output (all-reduce, or SP's reduce-scatter), then its
+ * replicated bias (NULL: none) added;
+ * it__tp_row_linear: x W^T (+ b): a row-parallel layer, whole (it__linear) without TP;
+ * it__tp_embed: the token embedding, summed over the group (SP: this rank's rows). */
+it_tensor *it__tp_enter(it_model *m, it_tensor *x);
+it_tensor *it__tp_leave(it_model *m, it_tensor *x, it_tensor *bias);
+it_tensor *it__tp_row_linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
+it_tensor *it__tp_embed(it_model *m, it_tensor *idx, it_tensor *wte);
+/* The TP checks every model shares: n_head, the padded vocabulary (and SP's nothing more:
+ * the sequence length is checked at the forward). Message prefix `what` ("GPT-2"). */
+it_status it__tp_check(const it_model_parallel *par, const char *what, int n_head, int n_kv_head, int64_t ffn,
+                       int64_t vocab);
+/* This rank's slices from the whole (one-rank) flat parameters on the host. */
+it_status it__model_from_full(it_model *m, const float *full);
+/* This rank's slices read from an llm.c file's parameters (offset 1024). */
+it_status it__model_read_sliced(it_model *m, const char *path);
+/* The whole flat parameters (full_num_params floats, malloc'd) gathered over the TP group on
+ * every rank of it. */
+it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_num_params);
 
 /* Allocate the flat parameter and gradient buffers (grads zeroed). */
 it_status it__model_init(it_model *m, const it_model_vtable *vt, it_device dev, int64_t num_params);
@@ -49,9 +79,11 @@ it_tensor *it__model_param(it_model *m, int64_t offset, int ndim, const int64_t 
  * the same walk counts (m NULL: only `off` advances) and builds (views and named entries).
  * Building needs m->info's n_head, n_kv_head and n_embd set (c_attn's Q/K/V rows). */
 typedef struct it__layout {
-    it_model *m;  /* NULL: count only */
-    int64_t off;  /* elements walked so far */
-    it_status st; /* the first failure while building */
+    it_model *m;      /* NULL: count only */
+    int64_t off;      /* elements walked so far (this rank's, under TP) */
+    it_status st;     /* the first failure while building */
+    int tp;           /* counting only: the TP size to cut by (0 or 1: none); building uses m's */
+    int64_t full_off; /* elements of the whole (uncut) tensors walked so far */
 } it__layout;
 
 /* What the walk says of one parameter; the name is printf(fmt, ...). */
@@ -94,5 +126,8 @@ it_status it__read_header(const char *path, int32_t header[256], size_t *file_by
 it_status it__read_params(const char *path, it_tensor *params, int64_t n);
 /* Write header + the flat params atomically. */
 it_status it__write_checkpoint(const char *path, const int32_t header[256], it_tensor *params);
+/* A model's llm.c file: it__write_checkpoint, or under TP the slices gathered (a collective
+ * over the group) and written by the group's rank 0. */
+it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t header[256]);
 
 #endif

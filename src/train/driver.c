@@ -24,8 +24,8 @@ int it_train_exit_code(it_status st) {
 static it_status train_finish(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st = IT_OK;
-    if (ctx->rank != 0) return IT_OK;
-    if (c->backend_report && (st = it_backend_report(ctx->dev.backend, stdout))) return st;
+    if (ctx->rank != 0) return IT_OK; /* DP rank 0: under TP its group saves together */
+    if (c->backend_report && ctx->grank == 0 && (st = it_backend_report(ctx->dev.backend, stdout))) return st;
     if (c->output_checkpoint) {
         if ((st = it_model_save(ctx->model, c->output_checkpoint))) return st;
         if (!ctx->quiet) printf("wrote %s\n", c->output_checkpoint);
@@ -38,8 +38,9 @@ static it_status precision_begin(it_train_ctx *ctx) {
     it_precision_config pc;
     it_status st = it_precision_parse(ctx->cfg->precision_check, &pc);
     uint64_t stamp = (uint64_t)time(NULL);
-    if (!st && ctx->world > 1) st = it_dist_all_reduce_host(ctx->dist, &stamp, 1, IT_DTYPE_U64, IT_CCL_MAX);
-    return st ? st : it_precision_begin(&pc, ctx->rank, (int64_t)stamp);
+    it_dist *job = ctx->job ? ctx->job : ctx->dist;
+    if (!st && ctx->gworld > 1) st = it_dist_all_reduce_host(job, &stamp, 1, IT_DTYPE_U64, IT_CCL_MAX);
+    return st ? st : it_precision_begin(&pc, ctx->grank, (int64_t)stamp);
 }
 
 static it_status train_loop(it_train_ctx *ctx) {
@@ -47,7 +48,7 @@ static it_status train_loop(it_train_ctx *ctx) {
     train_banner(ctx);
     if (ctx->cfg->freq_generate_txt > 0 && !ctx->quiet && (st = train_generate(ctx))) return st;
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
-    if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->rank))) return st;
+    if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->grank))) return st;
     if (ctx->cfg->precision_check && (st = precision_begin(ctx))) return st;
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
@@ -79,15 +80,15 @@ static it_status train_loop(it_train_ctx *ctx) {
  * return. Returns whether the message was printed. */
 static bool report_failure(const it_train_ctx *ctx, it_status st) {
     const char *app = ctx->cfg->app;
-    if (ctx->world <= 1 || ctx->fail_scope == TRAIN_FAIL_BEFORE_GROUP) return false; /* the caller says it */
+    if (ctx->gworld <= 1 || ctx->fail_scope == TRAIN_FAIL_BEFORE_GROUP) return false; /* the caller says it */
     if (ctx->fail_scope == TRAIN_FAIL_THIS_RANK) {
-        fprintf(stderr, "%s: rank %d: %s\n", app, ctx->rank, it_last_error());
+        fprintf(stderr, "%s: rank %d: %s\n", app, ctx->grank, it_last_error());
         fflush(stderr);
         it_dist_abort(ctx->dist, it_train_exit_code(st));
     }
     /* every rank failed alike: rank 0 says so before MPI_Finalize (after it, mpirun may
      * already be tearing the job down because another rank exited non-zero) */
-    if (ctx->rank == 0) {
+    if (ctx->grank == 0) {
         fprintf(stderr, "%s: %s\n", app, it_last_error());
         fflush(stderr);
     }

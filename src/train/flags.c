@@ -55,7 +55,7 @@ _Static_assert(sizeof(it_optim_kind) == sizeof(int) && sizeof(it_lr_decay) == si
 #define ACTION(n, meta_, grp, help_)                                                                                   \
     { .name = n, .kind = IT_FLAG_ACTION, .meta = meta_, .help = help_, .group = grp }
 
-static const char G_MODEL[] = "model", G_DATA[] = "data", G_OPT[] = "optimization", G_PAR[] = "data parallelism",
+static const char G_MODEL[] = "model", G_DATA[] = "data", G_OPT[] = "optimization", G_PAR[] = "parallelism",
                   G_CKPT[] = "checkpoints", G_OUT[] = "output", G_PROG[] = "program";
 
 /* The order is --help's; each group's flags are contiguous. Ranges are what the code can
@@ -103,6 +103,11 @@ static const it_train_flag FLAGS[] = {
     INT("zero_stage", zero_stage, "0", 0, 1, "0|1", G_PAR, true, "1 shards Adam's state over the ranks (ZeRO-1)"),
     I64("ddp_bucket_kb", ddp_bucket_kb, "25600", 1, (int64_t)1 << 30, "N", G_PAR, true,
         "gradient all-reduce bucket size in KiB"),
+    INT("tensor_parallel", tensor_parallel, "1", 1, 1 << 16, "N", G_PAR, true,
+        "tensor parallel size (Megatron style): heads, FFN columns and the vocabulary cut over N ranks; "
+        "DP = ranks / N"),
+    BOOL("sequence_parallel", sequence_parallel, G_PAR, true,
+         "with --tensor_parallel: norms and residuals on T/N rows of the sequence each"),
     INT("lora_rank", lora_rank, "0", 0, 1 << 16, "R", "lora", true, "LoRA rank r, 0 = off (full fine-tuning)"),
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,
@@ -477,8 +482,9 @@ void it_train_print_help(const char *app, FILE *out) {
         fputc('\n', out);
     }
     fprintf(out,
-            "data parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
-            "rank r sim:(r mod count)); --total_batch_size counts all ranks' tokens\n",
+            "parallelism: mpirun -np N %s ... runs N ranks, one device each (--device sim gives\n"
+            "rank r sim:(r mod count)), as DP = N / TP replicas of TP ranks (rank = tp + TP*dp);\n"
+            "--total_batch_size counts the DP replicas' tokens\n",
             app);
 }
 

@@ -35,6 +35,17 @@ void train_banner(const it_train_ctx *ctx) {
            (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),
            c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
+    if (ctx->tp_size > 1) {
+        int64_t whole = 0;
+        for (int i = 0; i < it_model_param_count(ctx->model); i++) {
+            const it_model_param_info *p = it_model_param_at(ctx->model, i);
+            whole += p->ndim == 1 ? p->full_shape[0] : p->full_shape[0] * p->full_shape[1];
+        }
+        printf("tensor parallel: TP=%d%s over %d ranks (rank = tp + TP*dp); this rank holds %lld of the model's %lld "
+               "parameters\n",
+               ctx->tp_size, c->sequence_parallel ? ", sequence parallel" : "", ctx->gworld,
+               (long long)info->num_params, (long long)whole);
+    }
     if (ctx->world > 1) {
         size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(ctx->model));
         size_t mine = ctx->zero ? it_zero1_state_bytes(ctx->zero) : it_optimizer_state_bytes(ctx->opt);
@@ -164,9 +175,10 @@ it_status train_log(it_train_ctx *ctx) {
     }
     if (!ctx->quiet) {
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=1, SP=1, PP=1)\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=1)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
-               mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world);
+               mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world, ctx->tp_size,
+               c->sequence_parallel ? ctx->tp_size : 1); /* InfiniTrain: SP is printed as TP when on */
         if (step % c->log_interval == 0) print_expert_counts(ctx);
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
         fflush(stdout);

@@ -46,9 +46,48 @@ static it_status setup_group(it_train_ctx *ctx) {
         ctx->dev.index = ctx->rank % (count > 0 ? count : 1);
     }
     if ((st = it_dist_new(ctx->dev, &ctx->dist))) return it_error_context("data parallel: ");
+    ctx->grank = ctx->rank = it_dist_rank(ctx->dist);
+    ctx->gworld = ctx->world = it_dist_world(ctx->dist);
+    ctx->tp_size = 1;
+    ctx->quiet = c->quiet || ctx->rank != 0;
+    return IT_OK;
+}
+
+/* --tensor_parallel: the DP x TP grid over the job (InfiniTrain's layout, rank = tp + TP*dp);
+ * from here on ctx->dist/rank/world are the DP group's. Every rank has the same flags (agreed
+ * before), so every rank decides alike. */
+static it_status setup_grid(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    int tp = c->tensor_parallel > 0 ? c->tensor_parallel : 1, n = ctx->gworld;
+    if (c->sequence_parallel && tp == 1)
+        return it_error(IT_ERR_INVALID_ARG, "--sequence_parallel: needs --tensor_parallel N > 1 (it splits the "
+                                            "sequence over the TP group)");
+    if (tp == 1) return IT_OK;
+    if (n % tp)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--tensor_parallel: %d does not divide the %d ranks (world = DP x TP x PP = DP x %d x 1)", tp,
+                        n, tp);
+    if (c->sequence_parallel && c->sequence_length % tp)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
+                        (long long)c->sequence_length, tp);
+    const char *refuse = c->lora_rank > 0            ? "--lora_rank (LoRA)"
+                         : c->save || c->load        ? "--save/--load (checkpoint directories)"
+                         : c->zero_stage             ? "--zero_stage"
+                         : c->freq_generate_txt > 0  ? "--freq_generate_txt (sampling)"
+                         : strcmp(c->app, "mixtral") == 0 ? "mixtral"
+                                                     : NULL;
+    if (refuse)
+        return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d: %s is not supported with tensor parallelism yet",
+                        tp, refuse);
+    it_status st = it_dist_grid_new(ctx->dist, n / tp, tp, 1, &ctx->grid);
+    if (st) return it_error_context("tensor parallel: ");
+    ctx->job = ctx->dist;
+    ctx->dist = it_dist_grid_group(ctx->grid, IT_DIST_DP);
+    ctx->tp = it_dist_grid_group(ctx->grid, IT_DIST_TP);
+    ctx->tp_size = tp;
     ctx->rank = it_dist_rank(ctx->dist);
     ctx->world = it_dist_world(ctx->dist);
-    ctx->quiet = c->quiet || ctx->rank != 0;
     return IT_OK;
 }
 
@@ -81,12 +120,13 @@ static it_status setup_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     bool gpt2 = strcmp(c->app, "gpt2") == 0;
     it_status st;
+    it_model_parallel par = {ctx->tp, c->sequence_parallel};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
     if (c->llmc_filepath) {
         if (gpt2)
-            st = it_gpt2_load(c->llmc_filepath, ctx->dev, &ctx->model);
+            st = it_gpt2_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else if (strcmp(c->app, "llama3") == 0)
-            st = it_llama3_load(c->llmc_filepath, ctx->dev, &ctx->model);
+            st = it_llama3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else if (strcmp(c->app, "mixtral") == 0)
             st = it_mixtral_load(c->llmc_filepath, ctx->dev, &ctx->model);
         else
@@ -111,7 +151,7 @@ static it_status setup_model(it_train_ctx *ctx) {
         if (c->sequence_length > cfg.block_size)
             return it_error(IT_ERR_INVALID_ARG, "--sequence_length: %lld exceeds the model's block_size %d",
                             (long long)c->sequence_length, cfg.block_size);
-        if ((st = it_gpt2_new(&cfg, ctx->dev, c->seed, &ctx->model))) return st;
+        if ((st = it_gpt2_new_tp(&cfg, ctx->dev, c->seed, &par, &ctx->model))) return st;
     }
     it_model_set_aux_loss_coeff(ctx->model, c->moe_aux_loss_coeff);
     ctx->info = it_model_get_info(ctx->model);
@@ -308,7 +348,7 @@ typedef struct train_stage {
  * alone; one that every rank decides from agreed values or a collective fails them all. */
 static const train_stage SETUP[] = {
     {setup_group, TRAIN_FAIL_BEFORE_GROUP},    {setup_agree, TRAIN_FAIL_ALL_RANKS},
-    {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_lora, TRAIN_FAIL_ALL_RANKS},
+    {setup_grid, TRAIN_FAIL_ALL_RANKS},        {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_lora, TRAIN_FAIL_ALL_RANKS},
     {setup_lora_load, TRAIN_FAIL_THIS_RANK},   {setup_batch, TRAIN_FAIL_ALL_RANKS},
     {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
     {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
@@ -342,6 +382,7 @@ void train_teardown(it_train_ctx *ctx) {
     it_loader_free(ctx->loader);
     it_loader_free(ctx->val_loader);
     it_model_free(ctx->model);
-    it_dist_free(ctx->dist);
+    it_dist_grid_free(ctx->grid); /* its groups before the job's (which finalizes MPI) */
+    it_dist_free(ctx->job ? ctx->job : ctx->dist);
     memset(ctx, 0, sizeof *ctx);
 }

@@ -79,6 +79,9 @@ static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
             printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
     }
     if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    /* sequence parallel: the replicated parameters' partial gradients summed over TP (after
+     * DDP's DP sums: the two sums commute) */
+    if ((st = it_model_tp_sync_grads(ctx->model))) return st;
     return ctx->zero ? it_zero1_reduce_grads(ctx->zero) : IT_OK;
 }
 
@@ -87,7 +90,7 @@ static it_status update(it_train_ctx *ctx) {
     float scale = 1.0f;
     if (ctx->cfg->grad_clip > 0) {
         double norm = 0;
-        st = ctx->zero ? it_zero1_grad_norm(ctx->zero, &norm) : it_grad_norm(it_model_grads(ctx->model), &norm);
+        st = ctx->zero ? it_zero1_grad_norm(ctx->zero, &norm) : it_model_grad_norm(ctx->model, &norm);
         if (st) return st;
         scale = it_clip_scale(norm, ctx->cfg->grad_clip);
     }

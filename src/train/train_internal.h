@@ -32,8 +32,16 @@ struct it_train_ctx {
     const it_train_config *cfg;
     it_train_result *result; /* may be NULL */
     it_device dev;
+    /* The data-parallel group, this rank's place in it and its size (under tensor parallelism
+     * the DP group of the grid: loader shards, loss means, DDP/ZeRO, checkpoints' ddp_size). */
     it_dist *dist;
     int rank, world;
+    /* The whole job: its group (NULL when it is `dist`, without a grid), global rank, size. */
+    it_dist *job;
+    int grank, gworld;
+    it_dist_grid *grid; /* --tensor_parallel > 1: DP x TP (x PP) groups; dist and tp are its */
+    it_dist *tp;        /* the TP group (NULL: no tensor parallelism) */
+    int tp_size;        /* 1 without */
     bool quiet; /* no banner, step lines or samples: --quiet or a rank other than 0 */
     train_fail_scope fail_scope;
 
