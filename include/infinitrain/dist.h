@@ -57,6 +57,11 @@ IT_API it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *d
 /* src (n) -> dst (world*n), rank r's src at [r*n, (r+1)*n). src may be that slice of dst. */
 IT_API it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst);
 IT_API it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root);
+/* Bytes this rank has sent in the tensor collectives above since the group was made (or the
+ * last reset), counted as a ring algorithm sends them: all-reduce 2(N-1)/N of the tensor,
+ * reduce-scatter and all-gather (N-1)/N of the whole buffer. Host control data not counted. */
+IT_API uint64_t it_dist_bytes_sent(const it_dist *d);
+IT_API void it_dist_bytes_reset(it_dist *d);
 /* Host buffers, over the host communicator (control data). */
 IT_API it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op);
 

@@ -23,7 +23,20 @@ struct it_dist {
     it_comm *host_comm;
     const it_ccl *dev_ccl; /* the device backend's, or NULL: staged through the host */
     it_comm *dev_comm;
+    uint64_t bytes_sent; /* it_dist_bytes_sent */
 };
+
+/* What one rank sends in a ring algorithm for a collective over `bytes` of payload on n ranks:
+ * all-reduce 2(n-1)/n of the buffer, reduce-scatter and all-gather (n-1)/n of the full one. */
+static void count_sent(it_dist *d, size_t bytes, int kind) {
+    double n = d->world, share = kind == 0 ? 2.0 * (n - 1) / n : (n - 1) / n;
+    d->bytes_sent += (uint64_t)(share * (double)bytes + 0.5);
+}
+
+uint64_t it_dist_bytes_sent(const it_dist *d) { return d ? d->bytes_sent : 0; }
+void it_dist_bytes_reset(it_dist *d) {
+    if (d) d->bytes_sent = 0;
+}
 
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
@@ -205,6 +218,7 @@ it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
     it_status st = need_contiguous(t, "all_reduce");
     if (st) return st;
     size_t n = (size_t)it_tensor_numel(t);
+    count_sent(d, it_tensor_nbytes(t), 0);
     if (d->dev_ccl) {
         void *p = it_tensor_desc(t).data;
         if ((st = it_device_synchronize(d->dev))) return st;
@@ -231,6 +245,7 @@ it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_
     if (!st) st = need_contiguous(dst, "reduce_scatter");
     if (st) return st;
     if (d->world == 1) return it_tensor_copy_(dst, src);
+    count_sent(d, it_tensor_nbytes(src), 1);
     if (d->dev_ccl) {
         if ((st = it_device_synchronize(d->dev))) return st;
         void *ps = it_tensor_desc(src).data, *pd = it_tensor_desc(dst).data;
@@ -264,6 +279,7 @@ it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst) {
         return it_tensor_shares_storage(src, dst) && it_tensor_offset(src) == it_tensor_offset(dst)
                    ? IT_OK
                    : it_tensor_copy_(dst, src);
+    count_sent(d, it_tensor_nbytes(dst), 1);
     if (d->dev_ccl) {
         if ((st = it_device_synchronize(d->dev))) return st;
         return d->dev_ccl->all_gather(d->dev_comm, it_tensor_desc(src).data, it_tensor_desc(dst).data, n,
@@ -401,6 +417,7 @@ static it_status bucket_start(it_grad_sync *g, int b) {
     if (!st && d->world > 1) {
         if (d->dev_ccl && d->dev_ccl->all_reduce_start) {
             void *p = it_tensor_desc(gb).data;
+            count_sent(d, it_tensor_nbytes(gb), 0);
             st = it_device_synchronize(d->dev);
             if (!st)
                 st = d->dev_ccl->all_reduce_start(d->dev_comm, p, p, (size_t)(hi - lo), it_tensor_dtype(gb), IT_CCL_SUM,
