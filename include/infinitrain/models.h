@@ -65,6 +65,9 @@ IT_API it_status it_model_save(const it_model *m, const char *path);
 IT_API int it_model_tp_size(const it_model *m);
 IT_API int it_model_tp_rank(const it_model *m);
 IT_API bool it_model_sequence_parallel(const it_model *m);
+/* Switch sequence parallelism off or back on (under TP only; the weights are the same either
+ * way); returns the previous setting. Sampling turns it off: its T grows one token at a time. */
+IT_API bool it_model_set_sequence_parallel(it_model *m, bool on);
 /* After backward under sequence parallelism: the replicated parameters (norms, a row-parallel
  * layer's bias, wpe) saw only this rank's rows, so their gradients are summed over the TP group
  * (Megatron does; InfiniTrain does not). A no-op otherwise. */

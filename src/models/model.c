@@ -390,6 +390,12 @@ int it_model_tp_size(const it_model *m) { return m && m->tp_size > 1 ? m->tp_siz
 int it_model_tp_rank(const it_model *m) { return m ? m->tp_rank : 0; }
 bool it_model_sequence_parallel(const it_model *m) { return m && m->sp; }
 
+bool it_model_set_sequence_parallel(it_model *m, bool on) {
+    bool was = m->sp;
+    m->sp = m->tp && on;
+    return was;
+}
+
 it_status it__tp_check(const it_model_parallel *par, const char *what, int n_head, int n_kv_head, int64_t ffn,
                        int64_t vocab) {
     int tp = par && par->tp ? it_dist_world(par->tp) : 1;

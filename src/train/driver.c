@@ -46,7 +46,7 @@ static it_status precision_begin(it_train_ctx *ctx) {
 static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
     train_banner(ctx);
-    if (ctx->cfg->freq_generate_txt > 0 && !ctx->quiet && (st = train_generate(ctx))) return st;
+    if (ctx->cfg->freq_generate_txt > 0 && !ctx->cfg->quiet && ctx->rank == 0 && (st = train_generate(ctx))) return st;
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
     if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->grank))) return st;
     if (ctx->cfg->precision_check && (st = precision_begin(ctx))) return st;

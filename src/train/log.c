@@ -106,8 +106,13 @@ it_status train_generate(it_train_ctx *ctx) {
     seq[0] = (int32_t)eot;
     bool was = it_grad_enabled();
     it_grad_set_enabled(false);
+    /* Under TP the group samples together: each rank's vocabulary columns gathered, the same
+     * generator on each, so every rank draws the same token; global rank 0 prints. SP is off
+     * for sampling (T grows one by one; the weights are the same). */
+    bool sp = it_model_set_sequence_parallel(ctx->model, false), say = ctx->grank == 0;
+    int64_t vl = info->padded_vocab / ctx->tp_size;
     it_status st = IT_OK;
-    printf("generated: ");
+    if (say) printf("generated: ");
     for (int64_t t = 1; t <= len && !st; t++) {
         it_scope_begin();
         int64_t start = t > maxT ? t - maxT : 0, T = t - start;
@@ -115,15 +120,22 @@ it_status train_generate(it_train_ctx *ctx) {
         it_tensor *idx = it_tensor_from_host(it_model_device(ctx->model), IT_DTYPE_I32, 2, shape, seq + start,
                                              sizeof(int32_t) * (size_t)T);
         it_tensor *logits = it_model_forward(ctx->model, idx);
-        it_tensor *last = logits ? it_tensor_slice(logits, 1, T - 1, T, 1) : NULL;
-        st = last ? it_tensor_copy_to_host(last, row, sizeof(float) * (size_t)info->padded_vocab) : it_last_status();
+        it_tensor *last = logits ? it_tensor_contiguous(it_tensor_slice(logits, 1, T - 1, T, 1)) : NULL;
+        it_tensor *all = last && ctx->tp ? it_tensor_new(it_model_device(ctx->model), IT_DTYPE_FP32, 1,
+                                                         (int64_t[]){info->padded_vocab})
+                                         : last;
+        st = !all                           ? it_last_status()
+             : ctx->tp && vl * ctx->tp_size == info->padded_vocab ? it_dist_all_gather(ctx->tp, last, all)
+                                            : IT_OK;
+        if (!st) st = it_tensor_copy_to_host(all, row, sizeof(float) * (size_t)info->padded_vocab);
         it_scope_end();
         if (st) break;
         seq[t] = (int32_t)sample_token(row, info->vocab_size, &ctx->rng);
-        print_token(ctx->tok, seq[t], t == 1);
+        if (say) print_token(ctx->tok, seq[t], t == 1);
     }
-    printf("\n");
+    if (say) printf("\n");
     fflush(stdout);
+    it_model_set_sequence_parallel(ctx->model, sp);
     it_grad_set_enabled(was);
     free(seq);
     free(row);
@@ -182,8 +194,11 @@ it_status train_log(it_train_ctx *ctx) {
         if (step % c->log_interval == 0) print_expert_counts(ctx);
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
         fflush(stdout);
-        if (c->freq_generate_txt > 0 && step % c->freq_generate_txt == 0 && (st = train_generate(ctx))) return st;
     }
+    /* DP rank 0 samples (under TP its whole group, together); global rank 0 prints */
+    if (!c->quiet && ctx->rank == 0 && c->freq_generate_txt > 0 && step % c->freq_generate_txt == 0 &&
+        (st = train_generate(ctx)))
+        return st;
     if (!isfinite(ctx->loss))
         return it_error(IT_ERR_INTERNAL, "step %d: the loss is %f; stopping (lower --learning_rate?)", step, ctx->loss);
     return IT_OK;

@@ -74,7 +74,6 @@ static it_status setup_grid(it_train_ctx *ctx) {
     const char *refuse = c->lora_rank > 0            ? "--lora_rank (LoRA)"
                          : c->save || c->load        ? "--save/--load (checkpoint directories)"
                          : c->zero_stage             ? "--zero_stage"
-                         : c->freq_generate_txt > 0  ? "--freq_generate_txt (sampling)"
                          : strcmp(c->app, "mixtral") == 0 ? "mixtral"
                                                      : NULL;
     if (refuse)
