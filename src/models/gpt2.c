@@ -72,7 +72,9 @@ static void gpt2_walk(gpt2 *g, it__layout *lo) {
                                .is_bias = block_kinds[k].is_bias,
                                .expert = -1,
                                .ndim = block_kinds[k].cols ? 2 : 1,
-                               .shape = {block_kinds[k].rows * C, block_kinds[k].cols * C}};
+                               .shape = {block_kinds[k].rows * C, block_kinds[k].cols * C},
+                               .kv_rows = k == QKVW || k == QKVB ? C : 0,
+                               .head_dim = C / c->n_head};
         for (int l = 0; l < c->n_layer; l++) {
             spec.layer = l;
             it_tensor *t = it__layout_take(lo, spec, "transformer.h.%d.%s", l, block_kinds[k].name);

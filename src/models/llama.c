@@ -124,7 +124,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
     }
     /* Under tensor parallelism this rank's heads (nh/N of Q, nkv/N of K and V), FFN columns and
      * vocabulary rows; with sequence parallelism x holds T/N rows between the collectives. */
-    int nh = g->nh / m->tp_size, nkv = g->nkv / m->tp_size;
+    int nh = g->nh / m->tp_size, nkv = g->nkv % m->tp_size ? 1 : g->nkv / m->tp_size; /* 1: kept, not cut */
     int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1), C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
     if (T < 1 || T > g->T) {
         it_error(IT_ERR_INVALID_ARG, "%s: sequence length %lld outside 1..block_size %d", m->info.family, (long long)T,
@@ -256,11 +256,11 @@ static void put(it_tensor **arr, int i, it_tensor *t) {
 }
 
 static it__param_spec spec1(it_param_role role, int layer, int64_t n) {
-    return (it__param_spec){role, false, layer, -1, 1, {n, 0}, NULL};
+    return (it__param_spec){role, false, layer, -1, 1, {n, 0}, NULL, 0, 0};
 }
 
 static it__param_spec spec2(it_param_role role, int layer, int expert, int64_t rows, int64_t cols) {
-    return (it__param_spec){role, false, layer, expert, 2, {rows, cols}, NULL};
+    return (it__param_spec){role, false, layer, expert, 2, {rows, cols}, NULL, 0, 0};
 }
 
 /* The checkpoint layout with InfiniTrain's names (example/llama3 and example/tiny_mixtral).
@@ -281,12 +281,13 @@ static it_status llama_walk(llama *g, it__layout *lo) {
         g->fc2 = per_layer(lo, g->L, &failed);
         g->fc_proj = per_layer(lo, g->L, &failed);
         if (failed) return it_error(IT_ERR_OOM, "llama3: out of host memory");
+        it__param_spec qkv_spec = spec2(IT_PARAM_ROLE_ATTN_QKV, -1, -1, C + 2 * kvd, C);
+        qkv_spec.kv_rows = kvd;
+        qkv_spec.head_dim = g->hd;
         for (int l = 0; l < g->L; l++)
             put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
         for (int l = 0; l < g->L; l++)
-            put(g->qkv, l,
-                it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_QKV, l, -1, C + 2 * kvd, C),
-                                "transformer.h.%d.attn.c_attn.weight", l));
+            put(g->qkv, l, it__layout_take(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
         for (int l = 0; l < g->L; l++)
             put(g->proj, l,
                 it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, C), "transformer.h.%d.attn.c_proj.weight",

@@ -105,6 +105,15 @@ static bool role_is_linear(it_param_role role) {
            role != IT_PARAM_ROLE_NORM;
 }
 
+/* The K (= V) rows one TP rank keeps of kv_rows: its share when TP divides the kv heads, else
+ * (TP a multiple of them) the one head its query heads attend with; 0: neither. */
+static int64_t kv_rows_kept(int64_t kv_rows, int64_t head_dim, int tp) {
+    int64_t heads = head_dim ? kv_rows / head_dim : 0;
+    if (heads && heads % tp == 0) return kv_rows / tp;
+    if (heads && tp % heads == 0) return head_dim;
+    return 0;
+}
+
 /* Append the entry for `spec` at lo->off (views left to the caller). */
 static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_spec *spec, const char *fmt, va_list ap) {
     it_model *m = lo->m;
@@ -158,7 +167,7 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
         int64_t hd = in->n_embd / in->n_head, tp = m->tp_size > 1 ? m->tp_size : 1;
         e->info.head_dim = hd;
         e->info.q_rows = (int64_t)in->n_head * hd / tp; /* this rank's heads: [Q_r | K_r | V_r] */
-        e->info.kv_rows = (int64_t)in->n_kv_head * hd / tp;
+        e->info.kv_rows = tp > 1 ? kv_rows_kept((int64_t)in->n_kv_head * hd, hd, (int)tp) : (int64_t)in->n_kv_head * hd;
         if (spec->shape[0] != e->info.q_rows + 2 * e->info.kv_rows) {
             lo->st = it_error(IT_ERR_INTERNAL, "model: %s has %lld rows, not Q+K+V = %lld", name,
                               (long long)spec->shape[0], (long long)(e->info.q_rows + 2 * e->info.kv_rows));
@@ -170,18 +179,29 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
 
 /* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
  * model bug, reported). */
+/* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
+ * model bug, reported). */
+
+/* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
+ * model bug, reported). */
 static bool cut_spec(it__param_spec *spec, int tp, it_status *st) {
     if (tp <= 1) return true;
     it_param_split split = role_split(spec->role, spec->is_bias);
     int d = split == IT_PARAM_SPLIT_ROW ? 1 : split == IT_PARAM_SPLIT_NONE ? -1 : 0;
     if (d < 0) return true;
-    if (spec->shape[d] % tp) {
-        *st = it_error(IT_ERR_INTERNAL, "model: a parameter's dim %d (%lld) is not divisible by the TP size %d", d,
-                       (long long)spec->shape[d], tp);
-        return false;
+    if (spec->role == IT_PARAM_ROLE_ATTN_QKV && spec->kv_rows) { /* [Q_r | K_r | V_r] */
+        int64_t q = spec->shape[0] - 2 * spec->kv_rows, kv = kv_rows_kept(spec->kv_rows, spec->head_dim, tp);
+        if (q % tp == 0 && kv) {
+            spec->shape[0] = q / tp + 2 * kv;
+            return true;
+        }
+    } else if (spec->shape[d] % tp == 0) {
+        spec->shape[d] /= tp;
+        return true;
     }
-    spec->shape[d] /= tp;
-    return true;
+    *st = it_error(IT_ERR_INTERNAL, "model: a parameter's dim %d (%lld) does not cut into %d", d,
+                   (long long)spec->shape[d], tp);
+    return false;
 }
 
 static int64_t spec_numel(const it__param_spec *spec) {
@@ -405,10 +425,10 @@ it_status it__tp_check(const it_model_parallel *par, const char *what, int n_hea
         int64_t n;
     } dims[] = {{"n_head", n_head}, {"n_kv_head", n_kv_head}, {"the FFN width", ffn}, {"the padded vocabulary", vocab}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].n % tp)
+        if (dims[i].n % tp && !(i == 1 && tp % dims[i].n == 0)) /* kv heads: kept whole when TP is a multiple */
             return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel: %d does not divide %s's %s %lld%s", tp, what,
                             dims[i].name, (long long)dims[i].n,
-                            i == 1 ? " (kv heads are cut, not replicated, as in InfiniTrain)" : "");
+                            i == 1 ? " (nor is it a multiple of it: kv heads are cut, or kept one per rank)" : "");
     return IT_OK;
 }
 
@@ -445,10 +465,11 @@ static void param_runs(const it_model_param_info *p, int tp, int r, run_fn fn, v
         for (int64_t i = 0; i < p->shape[0]; i++) fn(ctx, p->full_offset + i * fc + r * lc, p->offset + i * lc, lc);
     } else if (p->role == IT_PARAM_ROLE_ATTN_QKV) { /* [Q_r | K_r | V_r] from the Q, K and V blocks */
         int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lq = p->q_rows, lkv = p->kv_rows;
-        int64_t fq = lq * tp, fkv = lkv * tp;
+        int64_t fq = lq * tp, fkv = (p->full_shape[0] - fq) / 2;
+        int64_t kvb = lkv * tp == fkv ? r : r / (lkv * tp / fkv); /* a kept kv head: the one of r's queries */
         fn(ctx, p->full_offset + r * lq * cols, p->offset, lq * cols);
-        fn(ctx, p->full_offset + (fq + r * lkv) * cols, p->offset + lq * cols, lkv * cols);
-        fn(ctx, p->full_offset + (fq + fkv + r * lkv) * cols, p->offset + (lq + lkv) * cols, lkv * cols);
+        fn(ctx, p->full_offset + (fq + kvb * lkv) * cols, p->offset + lq * cols, lkv * cols);
+        fn(ctx, p->full_offset + (fq + fkv + kvb * lkv) * cols, p->offset + (lq + lkv) * cols, lkv * cols);
     } else { /* rows [r*n, (r+1)*n) */
         fn(ctx, p->full_offset + r * p->numel, p->offset, p->numel);
     }
@@ -551,12 +572,51 @@ it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_n
     return IT_OK;
 }
 
+/* How many TP ranks keep each K and V row of a c_attn slice (1: they are cut). */
+static int64_t kv_copies(const it_model *m, const it_model_param_info *p) {
+    if (!m->tp || p->role != IT_PARAM_ROLE_ATTN_QKV) return 1;
+    int64_t fkv = (p->full_shape[0] - p->q_rows * m->tp_size) / 2;
+    return p->kv_rows * m->tp_size / fkv;
+}
+
+/* A kept kv head's K and V rows saw only this rank's query heads: their gradients are summed
+ * over the ranks that keep the same head (through one all-reduce over the group of a buffer
+ * of every kv head's rows, each rank adding its own at its head's place). */
+static it_status sync_kept_kv(it_model *m, const it_model_param_info *p) {
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lkv = p->kv_rows, fkv = lkv * m->tp_size / kv_copies(m, p);
+    int64_t kvb = m->tp_rank / kv_copies(m, p), shape[2] = {2, fkv * cols};
+    it_scope_begin();
+    it_tensor *buf = it_tensor_zeros(m->dev, IT_DTYPE_FP32, 2, shape);
+    it_status st = buf ? IT_OK : it_last_status();
+    for (int half = 0; half < 2 && !st; half++) { /* K, then V */
+        it_tensor *mine = it_tensor_slice(p->grad, 0, p->q_rows + half * lkv, p->q_rows + (half + 1) * lkv, 1);
+        it_tensor *row = it_tensor_slice(buf, 0, half, half + 1, 1);
+        it_tensor *at = row ? it_tensor_slice(it_tensor_view(row, 1, (int64_t[]){fkv * cols}), 0, kvb * lkv * cols,
+                                              (kvb + 1) * lkv * cols, 1)
+                            : NULL;
+        st = mine && at ? it_tensor_copy_(at, it_tensor_view(mine, 1, (int64_t[]){lkv * cols})) : it_last_status();
+    }
+    if (!st) st = it_dist_all_reduce(m->tp, buf, IT_CCL_SUM);
+    for (int half = 0; half < 2 && !st; half++) {
+        it_tensor *mine = it_tensor_slice(p->grad, 0, p->q_rows + half * lkv, p->q_rows + (half + 1) * lkv, 1);
+        it_tensor *row = it_tensor_slice(buf, 0, half, half + 1, 1);
+        it_tensor *at = row ? it_tensor_slice(it_tensor_view(row, 1, (int64_t[]){fkv * cols}), 0, kvb * lkv * cols,
+                                              (kvb + 1) * lkv * cols, 1)
+                            : NULL;
+        st = mine && at ? it_tensor_copy_(it_tensor_view(mine, 1, (int64_t[]){lkv * cols}), at) : it_last_status();
+    }
+    it_scope_end();
+    return st;
+}
+
 it_status it_model_tp_sync_grads(it_model *m) {
-    if (!m->sp) return IT_OK;
+    if (!m->tp) return IT_OK;
     it_status st = IT_OK;
-    for (int i = 0; i < m->n_entries && !st; i++)
-        if (m->entries[i].info.split == IT_PARAM_SPLIT_NONE)
-            st = it_dist_all_reduce(m->tp, m->entries[i].info.grad, IT_CCL_SUM);
+    for (int i = 0; i < m->n_entries && !st; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        if (m->sp && p->split == IT_PARAM_SPLIT_NONE) st = it_dist_all_reduce(m->tp, p->grad, IT_CCL_SUM);
+        if (!st && kv_copies(m, p) > 1) st = sync_kept_kv(m, p);
+    }
     return st;
 }
 
@@ -590,6 +650,19 @@ it_status it_model_grad_norm(it_model *m, double *norm) {
     int64_t n = it_tensor_numel(m->grads);
     if ((st = it_model_replicated_sumsq(m, m->grads, 0, 0, n, &rep))) return st;
     cut = total * total - rep; /* the cut parameters' squares: summed over the group; the rest once */
+    for (int i = 0; i < m->n_entries && !st; i++) { /* a kept kv head's rows: once over its copies */
+        const it_model_param_info *p = &m->entries[i].info;
+        int64_t copies = kv_copies(m, p);
+        if (copies == 1) continue;
+        double kv = 0;
+        it_scope_begin();
+        it_tensor *rows = it_tensor_slice(p->grad, 0, p->q_rows, p->q_rows + 2 * p->kv_rows, 1);
+        int64_t n = 2 * p->kv_rows * (p->ndim == 2 ? p->shape[1] : 1);
+        st = rows ? it_grad_norm(it_tensor_view(rows, 1, &n), &kv) : it_last_status();
+        it_scope_end();
+        cut -= kv * kv * (1.0 - 1.0 / (double)copies);
+    }
+    if (st) return st;
     if ((st = it_dist_all_reduce_host(m->tp, &cut, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
     *norm = sqrt(fmax(cut + rep, 0.0));
     return IT_OK;

@@ -94,6 +94,9 @@ typedef struct it__param_spec {
     int ndim;
     int64_t shape[2];
     const char *tied_name; /* a static string or NULL */
+    /* ATTN_QKV only: the K (= V) rows and the head size, for the TP cut (kv heads cut when TP
+     * divides them, else each rank keeps the one its query heads use; model.c) */
+    int64_t kv_rows, head_dim;
 } it__param_spec;
 
 /* The next parameter: a leaf view at lo->off (NULL when counting or after a failure), named. */
