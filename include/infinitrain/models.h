@@ -187,6 +187,14 @@ typedef struct it_lora_tensor_info {
     int64_t offset; /* first element in it_model_trainable / it_model_grads */
     int64_t numel;
     it_tensor *param, *grad; /* views, owned by the model */
+    /* Under tensor parallelism: A of a column-parallel layer and B of a row-parallel one are
+     * whole on every rank (IT_PARAM_SPLIT_NONE, their gradients summed over TP); B of a
+     * column-parallel layer is cut by rows as its weight is (COLUMN), A of a row-parallel one
+     * by columns (ROW). shape/offset are this rank's; full_shape/full_offset the whole
+     * tensor's in the one-rank adapter buffer (what the adapter file holds). */
+    it_param_split split;
+    int64_t full_shape[2];
+    int64_t full_offset;
 } it_lora_tensor_info;
 
 /* Apply LoRA once (a second call, a target list matching no linear layer, a Mixtral expert or

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "core/afile.h"
+#include "infinitrain/dist.h"
 #include "models/model_impl.h"
 
 #define LORA_MAGIC 0x4C4F5241u /* "LORA" */
@@ -33,7 +34,48 @@ struct it__lora {
     it_lora_tensor_info *t;    /* 2 per adapted layer: A at 2k, B at 2k+1 (names and views owned) */
     int n;
     int64_t numel;
+    int64_t full_numel; /* the one-rank adapter buffer's (= numel without TP) */
 };
+
+/* ---------------------------------------------------------------- tensor parallel slices */
+
+/* Adapter t described as a parameter for it__param_runs: B of a column-parallel layer is cut as
+ * its weight's rows are (c_attn's [Q_r|K_r|V_r] included), A of a row-parallel one by columns. */
+static it_model_param_info as_param(const it_lora_tensor_info *t) {
+    it_model_param_info p = {.role = t->split == IT_PARAM_SPLIT_COLUMN ? t->base->role : IT_PARAM_ROLE_MLP_UP,
+                             .split = t->split,
+                             .ndim = 2,
+                             .shape = {t->shape[0], t->shape[1]},
+                             .full_shape = {t->full_shape[0], t->full_shape[1]},
+                             .offset = t->offset,
+                             .full_offset = t->full_offset,
+                             .numel = t->numel,
+                             .q_rows = t->base->q_rows,
+                             .kv_rows = t->base->kv_rows};
+    return p;
+}
+
+typedef struct slice_ctx {
+    float *local, *full;
+    bool to_full;
+} slice_ctx;
+
+static void slice_run(void *p, int64_t full_at, int64_t local_at, int64_t n) {
+    slice_ctx *c = p;
+    if (c->to_full)
+        memcpy(c->full + full_at, c->local + local_at, sizeof(float) * (size_t)n);
+    else
+        memcpy(c->local + local_at, c->full + full_at, sizeof(float) * (size_t)n);
+}
+
+/* local <- rank r's slices of the whole adapter buffer `full` (or the reverse). */
+static void slices(const struct it__lora *l, int tp, int r, float *local, float *full, bool to_full) {
+    slice_ctx c = {local, full, to_full};
+    for (int i = 0; i < l->n; i++) {
+        it_model_param_info p = as_param(&l->t[i]);
+        it__param_runs(&p, tp, r, slice_run, &c);
+    }
+}
 
 /* ---------------------------------------------------------------- targets */
 
@@ -86,21 +128,31 @@ static void freeze_base(it_model *m) {
     m->grads = NULL;
 }
 
-static it_status init_values(struct it__lora *l, uint64_t seed) {
-    float *host = calloc((size_t)l->numel, sizeof(float));
-    if (!host) return it_error(IT_ERR_OOM, "lora: %lld adapter values of host memory", (long long)l->numel);
+/* A's draws over the whole tensors in layout order (as one rank makes them), then this rank's
+ * slices. */
+static it_status init_values(const it_model *m, struct it__lora *l, uint64_t seed) {
+    float *full = calloc((size_t)l->full_numel + 1, sizeof(float));
+    float *host = calloc((size_t)l->numel + 1, sizeof(float));
+    if (!full || !host) {
+        free(full);
+        free(host);
+        return it_error(IT_ERR_OOM, "lora: %lld adapter values of host memory", (long long)l->full_numel);
+    }
     it_rng rng = {seed ^ LORA_SEED_STREAM};
     const float a = sqrtf(5.0f);
     for (int i = 0; i < l->n; i += 2) {
         const it_lora_tensor_info *A = &l->t[i];
         float gain = sqrtf(2.0f / (1 + a * a));
-        float std = (float)(gain / sqrt((double)A->shape[1]));
+        float std = (float)(gain / sqrt((double)A->full_shape[1]));
         float bound = sqrtf(3.0f) * std;
-        float *dst = host + A->offset;
-        for (int64_t j = 0; j < A->numel; j++) dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
+        float *dst = full + A->full_offset;
+        for (int64_t j = 0; j < A->full_shape[0] * A->full_shape[1]; j++)
+            dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
         /* B (at l->t[i + 1]) stays zero */
     }
+    slices(l, m->tp_size, m->tp_rank, host, full, false);
     it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    free(full);
     free(host);
     return st;
 }
@@ -152,13 +204,19 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
                 break;
             }
             snprintf(name, len, "%s.lora_%c", p->module, k ? 'B' : 'A');
+            /* under TP: B follows a column-parallel weight's rows, A a row-parallel one's columns */
+            bool cut = m->tp && (k ? p->split == IT_PARAM_SPLIT_COLUMN : p->split == IT_PARAM_SPLIT_ROW);
             *t = (it_lora_tensor_info){.name = name,
                                        .base = p,
                                        .is_b = k == 1,
                                        .shape = {k ? p->shape[0] : r, k ? r : p->shape[1]},
-                                       .offset = l->numel};
+                                       .offset = l->numel,
+                                       .split = cut ? p->split : IT_PARAM_SPLIT_NONE,
+                                       .full_shape = {k ? p->full_shape[0] : r, k ? r : p->full_shape[1]},
+                                       .full_offset = l->full_numel};
             t->numel = t->shape[0] * t->shape[1];
             l->numel += t->numel;
+            l->full_numel += t->full_shape[0] * t->full_shape[1];
             l->n++;
         }
     }
@@ -177,7 +235,7 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
             st = it_last_status() ? it_last_status() : IT_ERR_OOM;
     }
     if (!st) st = it_tensor_fill(l->grads, it_scalar_f64(0.0));
-    if (!st) st = init_values(l, cfg->seed);
+    if (!st) st = init_values(m, l, cfg->seed);
     if (st) {
         it__lora_free(l);
         return st;
@@ -259,6 +317,24 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
 
 /* ---------------------------------------------------------------- the adapter file */
 
+/* The whole adapter buffer (full_numel floats) on the host: under TP the group's slices
+ * gathered (a collective over it). */
+static it_status gather_full(const it_model *m, float *full) {
+    const struct it__lora *l = m->lora;
+    if (!m->tp) return it_tensor_copy_to_host(l->params, full, sizeof(float) * (size_t)l->numel);
+    int tp = m->tp_size;
+    float *all = malloc(sizeof(float) * (size_t)(l->numel * tp) + 1);
+    if (!all) return it_error(IT_ERR_OOM, "lora: out of host memory to gather the adapters");
+    it_scope_begin();
+    it_tensor *dev = it_tensor_new(m->dev, IT_DTYPE_FP32, 1, (int64_t[]){l->numel * tp});
+    it_status st = dev ? it_dist_all_gather(m->tp, l->params, dev) : it_last_status();
+    if (!st) st = it_tensor_copy_to_host(dev, all, sizeof(float) * (size_t)(l->numel * tp));
+    it_scope_end();
+    for (int r = 0; r < tp && !st; r++) slices(l, tp, r, all + (size_t)r * (size_t)l->numel, full, true);
+    free(all);
+    return st;
+}
+
 static int by_name(const void *a, const void *b) {
     return strcmp((*(const it_lora_tensor_info *const *)a)->name, (*(const it_lora_tensor_info *const *)b)->name);
 }
@@ -266,7 +342,7 @@ static int by_name(const void *a, const void *b) {
 it_status it_model_lora_save(const it_model *m, const char *path) {
     if (!m || !m->lora) return it_error(IT_ERR_INVALID_ARG, "%s: the model has no LoRA adapters to save", path);
     const struct it__lora *l = m->lora;
-    float *host = malloc(sizeof(float) * (size_t)l->numel);
+    float *host = malloc(sizeof(float) * (size_t)l->full_numel + 1);
     const it_lora_tensor_info **order = malloc(sizeof *order * (size_t)l->n);
     if (!host || !order) {
         free(host);
@@ -275,7 +351,12 @@ it_status it_model_lora_save(const it_model *m, const char *path) {
     }
     for (int i = 0; i < l->n; i++) order[i] = &l->t[i];
     qsort(order, (size_t)l->n, sizeof *order, by_name); /* SaveLoRAWeights writes sorted names */
-    it_status st = it_tensor_copy_to_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    it_status st = gather_full(m, host);
+    if (st || m->tp_rank != 0) { /* under TP the group's rank 0 writes */
+        free(host);
+        free(order);
+        return st;
+    }
     it_afile *f = NULL;
     if (!st) st = it_afile_open(path, &f);
     uint32_t head[3] = {LORA_MAGIC, LORA_VERSION, (uint32_t)l->n};
@@ -283,12 +364,12 @@ it_status it_model_lora_save(const it_model *m, const char *path) {
     for (int i = 0; i < l->n && !st; i++) {
         const it_lora_tensor_info *t = order[i];
         uint32_t len = (uint32_t)strlen(t->name), nd = 2;
-        int64_t dims[2] = {t->shape[0], t->shape[1]};
+        int64_t dims[2] = {t->full_shape[0], t->full_shape[1]};
         if (!st) st = it_afile_write(f, &len, sizeof len);
         if (!st) st = it_afile_write(f, t->name, len);
         if (!st) st = it_afile_write(f, &nd, sizeof nd);
         if (!st) st = it_afile_write(f, dims, sizeof dims);
-        if (!st) st = it_afile_write(f, host + t->offset, sizeof(float) * (size_t)t->numel);
+        if (!st) st = it_afile_write(f, host + t->full_offset, sizeof(float) * (size_t)(dims[0] * dims[1]));
     }
     if (f) {
         if (st)
@@ -351,7 +432,8 @@ static bool printable(const char *s, uint32_t n) {
     return true;
 }
 
-/* Parse the whole file into host (the adapters' flat layout); nothing is written to the model. */
+/* Parse the whole file into host (the one-rank adapter buffer's layout, full_numel floats);
+ * nothing is written to the model. */
 static it_status parse(const it_model *m, const char *path, const unsigned char *buf, size_t n, float *host) {
     const struct it__lora *l = m->lora;
     reader r = {buf, n, 0};
@@ -419,16 +501,16 @@ static it_status parse(const it_model *m, const char *path, const unsigned char 
             st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its dims", path, name);
             break;
         }
-        if (dims[0] != t->shape[0] || dims[1] != t->shape[1]) {
+        if (dims[0] != t->full_shape[0] || dims[1] != t->full_shape[1]) {
             st = it_error(IT_ERR_FORMAT,
                           "%s: tensor '%s': shape [%lld, %lld] in the file, the model's is [%lld, %lld]%s", path, name,
-                          (long long)dims[0], (long long)dims[1], (long long)t->shape[0], (long long)t->shape[1],
-                          " (same --lora_rank as when it was saved?)");
+                          (long long)dims[0], (long long)dims[1], (long long)t->full_shape[0],
+                          (long long)t->full_shape[1], " (same --lora_rank as when it was saved?)");
             break;
         }
-        if (!take(&r, host + t->offset, sizeof(float) * (size_t)t->numel)) {
+        if (!take(&r, host + t->full_offset, sizeof(float) * (size_t)(dims[0] * dims[1]))) {
             st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its %lld values", path, name,
-                          (long long)t->numel);
+                          (long long)(dims[0] * dims[1]));
             break;
         }
     }
@@ -444,13 +526,18 @@ it_status it_model_lora_load(it_model *m, const char *path) {
     size_t n = 0;
     it_status st = read_all(path, &buf, &n);
     if (st) return st;
-    float *host = malloc(sizeof(float) * (size_t)m->lora->numel);
-    if (!host) {
+    float *full = malloc(sizeof(float) * (size_t)m->lora->full_numel + 1);
+    float *host = malloc(sizeof(float) * (size_t)m->lora->numel + 1);
+    if (!full || !host) {
+        free(full);
+        free(host);
         free(buf);
         return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
-    st = parse(m, path, buf, n, host);
+    st = parse(m, path, buf, n, full);
+    if (!st) slices(m->lora, m->tp_size, m->tp_rank, host, full, false); /* this rank's slices */
     if (!st) st = it_tensor_copy_from_host(m->lora->params, host, sizeof(float) * (size_t)m->lora->numel);
+    free(full);
     free(host);
     free(buf);
     return st;

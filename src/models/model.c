@@ -453,11 +453,7 @@ it_tensor *it__tp_embed(it_model *m, it_tensor *idx, it_tensor *wte) {
     return m->sp ? it_sp_reduce_scatter(m->tp, e) : it_tp_reduce(m->tp, e);
 }
 
-/* The contiguous runs that map parameter p's slice on TP rank r (of tp) onto the whole
- * tensor: fn(ctx, element in the whole flat buffer, element in the rank's, count). */
-typedef void (*run_fn)(void *ctx, int64_t full_at, int64_t local_at, int64_t n);
-
-static void param_runs(const it_model_param_info *p, int tp, int r, run_fn fn, void *ctx) {
+void it__param_runs(const it_model_param_info *p, int tp, int r, it__run_fn fn, void *ctx) {
     if (tp <= 1 || p->split == IT_PARAM_SPLIT_NONE) {
         fn(ctx, p->full_offset, p->offset, p->numel);
     } else if (p->split == IT_PARAM_SPLIT_ROW) { /* columns [r*lc, (r+1)*lc) of every row */
@@ -520,7 +516,7 @@ it_status it__model_from_full(it_model *m, const float *full) {
     copy_ctx c = {.full_in = full};
     it_status st = host_params(m, &c.local);
     if (st) return st;
-    for (int i = 0; i < m->n_entries; i++) param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
+    for (int i = 0; i < m->n_entries; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
     st = it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
     free(c.local);
     return st;
@@ -535,7 +531,7 @@ it_status it__model_read_sliced(it_model *m, const char *path) {
         free(c.local);
         return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
-    for (int i = 0; i < m->n_entries && !c.st; i++) param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
+    for (int i = 0; i < m->n_entries && !c.st; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
     fclose(c.f);
     st = c.st ? c.st : it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
     free(c.local);
@@ -560,7 +556,7 @@ it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_n
     it_scope_end();
     for (int r = 0; r < tp && !st; r++) {
         copy_ctx c = {.local = all + r * P, .full_out = *full};
-        for (int i = 0; i < m->n_entries; i++) param_runs(&m->entries[i].info, (int)tp, r, run_to_full, &c);
+        for (int i = 0; i < m->n_entries; i++) it__param_runs(&m->entries[i].info, (int)tp, r, run_to_full, &c);
     }
     free(all);
     if (st) {
@@ -577,6 +573,21 @@ static int64_t kv_copies(const it_model *m, const it_model_param_info *p) {
     if (!m->tp || p->role != IT_PARAM_ROLE_ATTN_QKV) return 1;
     int64_t fkv = (p->full_shape[0] - p->q_rows * m->tp_size) / 2;
     return p->kv_rows * m->tp_size / fkv;
+}
+
+/* Trainable tensor i (an entry, or with LoRA an adapter: B of c_attn has its weight's rows)
+ * as far as kv_copies and sync_kept_kv look at it. */
+static it_model_param_info kv_view(const it_model *m, int i) {
+    if (!m->lora) return m->entries[i].info;
+    const it_lora_tensor_info *t = it_model_lora_at(m, i);
+    it_model_param_info p = {.role = t->is_b && t->split == IT_PARAM_SPLIT_COLUMN ? t->base->role : IT_PARAM_ROLE_MLP_UP,
+                             .ndim = 2,
+                             .shape = {t->shape[0], t->shape[1]},
+                             .full_shape = {t->full_shape[0], t->full_shape[1]},
+                             .q_rows = t->base->q_rows,
+                             .kv_rows = t->base->kv_rows,
+                             .grad = t->grad};
+    return p;
 }
 
 /* A kept kv head's K and V rows saw only this rank's query heads: their gradients are summed
@@ -612,6 +623,16 @@ static it_status sync_kept_kv(it_model *m, const it_model_param_info *p) {
 it_status it_model_tp_sync_grads(it_model *m) {
     if (!m->tp) return IT_OK;
     it_status st = IT_OK;
+    if (m->lora) { /* the adapters' whole factors saw this rank's part of the layer: summed */
+        for (int i = 0; i < it_model_lora_count(m) && !st; i++) {
+            it_model_param_info p = kv_view(m, i);
+            if (it_model_lora_at(m, i)->split == IT_PARAM_SPLIT_NONE)
+                st = it_dist_all_reduce(m->tp, it_model_lora_at(m, i)->grad, IT_CCL_SUM);
+            else if (kv_copies(m, &p) > 1) /* B of c_attn: the rows of a kept kv head */
+                st = sync_kept_kv(m, &p);
+        }
+        return st; /* the base is frozen */
+    }
     for (int i = 0; i < m->n_entries && !st; i++) {
         const it_model_param_info *p = &m->entries[i].info;
         if (m->sp && p->split == IT_PARAM_SPLIT_NONE) st = it_dist_all_reduce(m->tp, p->grad, IT_CCL_SUM);
@@ -624,15 +645,18 @@ it_status it_model_replicated_sumsq(it_model *m, it_tensor *flat, int64_t base, 
                                     double *sumsq) {
     double acc = 0;
     it_status st = IT_OK;
+    int n = m->lora ? it_model_lora_count(m) : m->n_entries; /* what it_model_grads holds */
     it_scope_begin();
-    for (int i = 0; i < m->n_entries && !st; i++) {
-        const it_model_param_info *p = &m->entries[i].info;
-        int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (p->split != IT_PARAM_SPLIT_NONE || a >= b) continue;
-        double n = 0;
-        it_tensor *v = it_tensor_slice(flat, 0, a - base, b - base, 1);
-        st = v ? it_grad_norm(v, &n) : it_last_status();
-        acc += n * n;
+    for (int i = 0; i < n && !st; i++) {
+        const it_lora_tensor_info *t = m->lora ? it_model_lora_at(m, i) : NULL;
+        const it_model_param_info *p = t ? NULL : &m->entries[i].info;
+        int64_t off = t ? t->offset : p->offset, numel = t ? t->numel : p->numel;
+        int64_t a = off > lo ? off : lo, b = off + numel < hi ? off + numel : hi;
+        if ((t ? t->split : p->split) != IT_PARAM_SPLIT_NONE || a >= b) continue;
+        double v = 0;
+        it_tensor *view = it_tensor_slice(flat, 0, a - base, b - base, 1);
+        st = view ? it_grad_norm(view, &v) : it_last_status();
+        acc += v * v;
     }
     it_scope_end();
     *sumsq = acc;
@@ -650,15 +674,16 @@ it_status it_model_grad_norm(it_model *m, double *norm) {
     int64_t n = it_tensor_numel(m->grads);
     if ((st = it_model_replicated_sumsq(m, m->grads, 0, 0, n, &rep))) return st;
     cut = total * total - rep; /* the cut parameters' squares: summed over the group; the rest once */
-    for (int i = 0; i < m->n_entries && !st; i++) { /* a kept kv head's rows: once over its copies */
-        const it_model_param_info *p = &m->entries[i].info;
-        int64_t copies = kv_copies(m, p);
+    int count = m->lora ? it_model_lora_count(m) : m->n_entries;
+    for (int i = 0; i < count && !st; i++) { /* a kept kv head's rows: once over its copies */
+        it_model_param_info p = kv_view(m, i);
+        int64_t copies = kv_copies(m, &p);
         if (copies == 1) continue;
         double kv = 0;
         it_scope_begin();
-        it_tensor *rows = it_tensor_slice(p->grad, 0, p->q_rows, p->q_rows + 2 * p->kv_rows, 1);
-        int64_t n = 2 * p->kv_rows * (p->ndim == 2 ? p->shape[1] : 1);
-        st = rows ? it_grad_norm(it_tensor_view(rows, 1, &n), &kv) : it_last_status();
+        it_tensor *rows = it_tensor_slice(p.grad, 0, p.q_rows, p.q_rows + 2 * p.kv_rows, 1);
+        int64_t len = 2 * p.kv_rows * (p.ndim == 2 ? p.shape[1] : 1);
+        st = rows ? it_grad_norm(it_tensor_view(rows, 1, &len), &kv) : it_last_status();
         it_scope_end();
         cut -= kv * kv * (1.0 - 1.0 / (double)copies);
     }

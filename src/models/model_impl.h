@@ -61,6 +61,10 @@ it_tensor *it__tp_embed(it_model *m, it_tensor *idx, it_tensor *wte);
  * the sequence length is checked at the forward). Message prefix `what` ("GPT-2"). */
 it_status it__tp_check(const it_model_parallel *par, const char *what, int n_head, int n_kv_head, int64_t ffn,
                        int64_t vocab);
+/* The contiguous runs that map parameter p's slice on TP rank r (of tp) onto the whole tensor:
+ * fn(ctx, element in the whole flat buffer, element in the rank's, count). */
+typedef void (*it__run_fn)(void *ctx, int64_t full_at, int64_t local_at, int64_t n);
+void it__param_runs(const it_model_param_info *p, int tp, int r, it__run_fn fn, void *ctx);
 /* This rank's slices from the whole (one-rank) flat parameters on the host. */
 it_status it__model_from_full(it_model *m, const float *full);
 /* This rank's slices read from an llm.c file's parameters (offset 1024). */

@@ -71,8 +71,7 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG,
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
-    const char *refuse = c->lora_rank > 0            ? "--lora_rank (LoRA)"
-                         : c->save || c->load        ? "--save/--load (checkpoint directories)"
+    const char *refuse = c->save || c->load          ? "--save/--load (checkpoint directories)"
                          : c->zero_stage             ? "--zero_stage"
                          : strcmp(c->app, "mixtral") == 0 ? "mixtral"
                                                      : NULL;
