@@ -7,7 +7,8 @@
  * For each test group, each test and each model whose *_TEST_GROUPS selects the group (gpt2, then
  * llama3, then mixtral), the case's args become the app's flags; nthread_per_process N becomes N
  * ranks under mpirun. A flag the app does not list in --help, or a value outside the choices its
- * help names ("--zero_stage 0|1"), makes the case "unsupported" (reported, never skipped). Logs go
+ * help names ("--zero_stage 0|1"), makes the case "unsupported" (reported, never skipped); so does
+ * a run the app stops with exit 2 and a line saying a combination is "not supported". Logs go
  * to DIR/<tag>/<model>_<id>.log with InfiniTrain's header lines. With --baseline, each case that
  * ran is judged against the same-named log there by it-compare (InfiniTrain's compare_loss.py and
  * compare_tps.py rules), and a difference fails it with the first differing step.
@@ -547,7 +548,8 @@ static char *last_error_line(const char *log, long from, int *unknown_flag) {
             if (!line[0]) continue;
             snprintf(last, sizeof last, "%s", line);
             if (contains_ci(line, "error") || contains_ci(line, "unknown flag")) snprintf(err, sizeof err, "%s", line);
-            if (strstr(line, "unknown flag")) *unknown_flag = 1;
+            /* a flag the app does not know, or a combination it refuses as not supported yet */
+            if (strstr(line, "unknown flag") || strstr(line, "not supported")) *unknown_flag = 1;
         }
     }
     if (f) fclose(f);
