@@ -70,7 +70,10 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         if (c->n_head) cfg.n_head = c->n_head;
         if (c->n_embd) cfg.n_embd = c->n_embd;
         if (c->vocab_size) cfg.padded_vocab_size = (c->vocab_size + 63) / 64 * 64; /* as setup_model pads */
-        *d = (grid_dims){d->what, "from the flags", cfg.n_head, cfg.n_head, 4 * (int64_t)cfg.n_embd, cfg.padded_vocab_size};
+        d->from = "from the flags";
+        d->n_head = d->n_kv_head = cfg.n_head;
+        d->ffn = 4 * (int64_t)cfg.n_embd;
+        d->vocab = cfg.padded_vocab_size;
         return true;
     }
     int32_t h[16];
@@ -85,7 +88,7 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         d->vocab = h[7];
         return true;
     }
-    if (llama && h[0] == 20240803) { /* [3] vocab, [5] n_head, [6] n_kv_head, [7] n_embd, [8] ffn mult, [9] multiple_of */
+    if (llama && h[0] == 20240803) { /* [3] vocab, [5] n_head, [6] n_kv_head, [7] n_embd, [8]/[9] the FFN's */
         float mult;
         memcpy(&mult, &h[8], sizeof mult);
         if (!(mult > 0 && mult < 64) || h[9] < 1 || h[9] > (1 << 20) || h[7] < 1 || h[7] > (1 << 16)) return false;
@@ -109,7 +112,8 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp) {
         const struct {
             const char *name;
             int64_t n;
-        } dims[] = {{"n_head", d.n_head}, {"n_kv_head", d.n_kv_head}, {"FFN width", d.ffn}, {"padded vocabulary", d.vocab}};
+        } dims[] = {
+            {"n_head", d.n_head}, {"n_kv_head", d.n_kv_head}, {"FFN width", d.ffn}, {"padded vocabulary", d.vocab}};
         for (size_t i = 0; i < sizeof dims / sizeof dims[0] && !*msg; i++)
             if (dims[i].n > 0 && dims[i].n % tp)
                 snprintf(msg, sizeof msg, "--tensor_parallel: %d does not divide %s's %s %lld (%s%s)", tp, d.what,

@@ -129,11 +129,12 @@ fi
 
 # 7. Checkpoints. With no steps the gathered slices are the input, byte for byte. (0 steps
 #    need an explicit --lr_decay_iters: its default is --num_iteration, which must be > 0.)
-runn 2 gpt2 "$tmp/ck0" "${gpt2[@]}" --tensor_parallel 2 --num_iteration 0 --lr_decay_iters 1 --output_checkpoint "$tmp/ck0.bin"
+none=(--num_iteration 0 --lr_decay_iters 1)
+runn 2 gpt2 "$tmp/ck0" "${gpt2[@]}" --tensor_parallel 2 "${none[@]}" --output_checkpoint "$tmp/ck0.bin"
 cmp -s "$g/tiny_gpt2.bin" "$tmp/ck0.bin" && ok || bad "TP=2 with 0 steps: the written checkpoint differs from its input"
 # After 3 steps under TP = 2, the file loads on one rank and writes back unchanged.
 runn 2 gpt2 "$tmp/ck3" "${gpt2[@]}" --tensor_parallel 2 --num_iteration 3 --output_checkpoint "$tmp/ck3.bin"
-"$build/gpt2" "${gpt2[@]}" --llmc_filepath "$tmp/ck3.bin" --num_iteration 0 --lr_decay_iters 1 --output_checkpoint "$tmp/ck3b.bin" \
+"$build/gpt2" "${gpt2[@]}" --llmc_filepath "$tmp/ck3.bin" "${none[@]}" --output_checkpoint "$tmp/ck3b.bin" \
   >"$tmp/ck3b.out" 2>&1 || bad "loading the TP=2 checkpoint on 1 rank exited $?: $(tail -3 "$tmp/ck3b.out")"
 if [[ -s $tmp/ck3.bin ]] && cmp -s "$tmp/ck3.bin" "$tmp/ck3b.bin" && ! cmp -s "$g/tiny_gpt2.bin" "$tmp/ck3.bin"; then
   ok
@@ -168,7 +169,8 @@ expect_refuse "TP not dividing n_head" "--tensor_parallel: 2 does not divide GPT
   -np 2 "$build/gpt2" "${custom[@]}" --n_head 3 --tensor_parallel 2
 expect_refuse "TP not dividing the world" "--tensor_parallel: 2 does not divide the 3 ranks" \
   -np 3 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 2
-expect_refuse "SP with T not divisible by TP" "--sequence_parallel: --sequence_length 30 is not divisible by --tensor_parallel 4" \
+expect_refuse "SP with T not divisible by TP" \
+  "--sequence_parallel: --sequence_length 30 is not divisible by --tensor_parallel 4" \
   -np 4 "$build/gpt2" "${gpt2[@]}" --sequence_length 30 --tensor_parallel 4 --sequence_parallel
 expect_refuse "SP without TP" "--sequence_parallel: needs --tensor_parallel N > 1" \
   -np 2 "$build/gpt2" "${gpt2[@]}" --sequence_parallel
@@ -177,11 +179,23 @@ expect_refuse "TP differs between ranks" "the ranks were given different flags: 
 expect_refuse "LLaMA-3 TP=4 with 2 kv heads" "--tensor_parallel: 4 does not divide LLaMA-3's n_kv_head 2" \
   -np 4 "$build/llama3" "${llama[@]}" --tensor_parallel 4
 # n_head 6 and n_embd 48 divide by 3; the vocabulary 257 pads to 320, which does not.
-expect_refuse "TP not dividing the padded vocabulary" "--tensor_parallel: 3 does not divide GPT-2's padded vocabulary 320" \
+expect_refuse "TP not dividing the padded vocabulary" \
+  "--tensor_parallel: 3 does not divide GPT-2's padded vocabulary 320" \
   -np 3 "$build/gpt2" "${custom[@]}" --n_head 6 --tensor_parallel 3
 # The same check from an llm.c file's header (read before the model is built).
 expect_refuse "TP not dividing a checkpoint's n_head" "--tensor_parallel: 3 does not divide GPT-2's n_head 4" \
   -np 3 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 3
+
+# The same flag, different files: each rank reads ck.bin in its own working directory, rank 0
+# a model TP 2 divides, rank 1 one it does not (n_head 3). The verdicts are agreed: one line.
+mkdir -p "$tmp/a" "$tmp/b"
+cp "$g/tiny_gpt2.bin" "$tmp/a/ck.bin"
+"$build/gpt2" "${custom[@]}" --n_head 3 --output_checkpoint "$tmp/b/ck.bin" >/dev/null 2>&1 ||
+  bad "writing an n_head 3 model"
+ck=(--llmc_filepath ck.bin --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32 --tensor_parallel 2)
+expect_refuse "checkpoint header differs between ranks" \
+  "--tensor_parallel 2: 1 of 2 ranks read a model it does not divide (ck.bin differs between ranks" \
+  -np 1 -wdir "$tmp/a" "$build/gpt2" "${ck[@]}" : -np 1 -wdir "$tmp/b" "$build/gpt2" "${ck[@]}"
 
 echo "tp: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
