@@ -53,6 +53,86 @@ static it_status setup_group(it_train_ctx *ctx) {
     return IT_OK;
 }
 
+/* The dims tensor parallelism cuts, known before any model is built: the flags' GPT-2 (its
+ * preset and overrides, as setup_model builds it) or an llm.c file's header. false when they
+ * are not known here (a bad preset or an unreadable or foreign file: setup_model says why). */
+typedef struct grid_dims {
+    const char *what, *from;
+    int64_t n_head, n_kv_head, ffn, vocab;
+} grid_dims;
+
+static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
+    bool gpt2 = strcmp(c->app, "gpt2") == 0, llama = strcmp(c->app, "llama3") == 0;
+    d->what = gpt2 ? "GPT-2" : "LLaMA-3";
+    if (!c->llmc_filepath) {
+        it_gpt2_config cfg;
+        if (!gpt2 || it_gpt2_preset(c->model, &cfg)) return false;
+        if (c->n_head) cfg.n_head = c->n_head;
+        if (c->n_embd) cfg.n_embd = c->n_embd;
+        if (c->vocab_size) cfg.padded_vocab_size = (c->vocab_size + 63) / 64 * 64; /* as setup_model pads */
+        d->from = "from the flags";
+        d->n_head = d->n_kv_head = cfg.n_head;
+        d->ffn = 4 * (int64_t)cfg.n_embd;
+        d->vocab = cfg.padded_vocab_size;
+        return true;
+    }
+    int32_t h[16];
+    FILE *f = (gpt2 || llama) ? fopen(c->llmc_filepath, "rb") : NULL;
+    size_t got = f ? fread(h, sizeof h[0], 16, f) : 0;
+    if (f) fclose(f);
+    if (got != 16) return false;
+    d->from = "from the --llmc_filepath header";
+    if (gpt2 && h[0] == 20240326) { /* [5] n_head, [6] n_embd, [7] padded vocab */
+        d->n_head = d->n_kv_head = h[5];
+        d->ffn = 4 * (int64_t)h[6];
+        d->vocab = h[7];
+        return true;
+    }
+    if (llama && h[0] == 20240803) { /* [3] vocab, [5] n_head, [6] n_kv_head, [7] n_embd, [8]/[9] the FFN's */
+        float mult;
+        memcpy(&mult, &h[8], sizeof mult);
+        if (!(mult > 0 && mult < 64) || h[9] < 1 || h[9] > (1 << 20) || h[7] < 1 || h[7] > (1 << 16)) return false;
+        d->n_head = h[5];
+        d->n_kv_head = h[6];
+        d->ffn = it_llama3_ffn_hidden(h[7], mult, h[9]);
+        d->vocab = h[3];
+        return true;
+    }
+    return false;
+}
+
+/* The model's cut dims against tp, on every rank, then agreed: one rank's verdict (a file that
+ * differs between ranks) stops them all, and rank 0 alone says why. */
+static it_status grid_check_model(it_train_ctx *ctx, int tp) {
+    const it_train_config *c = ctx->cfg;
+    grid_dims d = {0};
+    double bad[2] = {0, 0}; /* [0]: this rank refuses, [1]: rank 0 does */
+    char msg[384] = "";
+    if (grid_model_dims(c, &d)) {
+        const struct {
+            const char *name;
+            int64_t n;
+        } dims[] = {
+            {"n_head", d.n_head}, {"n_kv_head", d.n_kv_head}, {"FFN width", d.ffn}, {"padded vocabulary", d.vocab}};
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0] && !*msg; i++)
+            if (dims[i].n > 0 && dims[i].n % tp)
+                snprintf(msg, sizeof msg, "--tensor_parallel: %d does not divide %s's %s %lld (%s%s)", tp, d.what,
+                         dims[i].name, (long long)dims[i].n, d.from,
+                         i == 1 ? "; kv heads are cut, not replicated, as in InfiniTrain" : "");
+    }
+    bad[0] = *msg ? 1 : 0;
+    bad[1] = ctx->rank == 0 ? bad[0] : 0;
+    it_status st = it_dist_all_reduce_host(ctx->dist, bad, 2, IT_DTYPE_FP64, IT_CCL_SUM);
+    if (st) return it_error_context("tensor parallel: ");
+    if (bad[1] > 0) return it_error(IT_ERR_INVALID_ARG, "%s", msg);
+    if (bad[0] > 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--tensor_parallel %d: %d of %d ranks read a model it does not divide (%s differs between "
+                        "ranks; rank 0's divides)",
+                        tp, (int)bad[0], ctx->gworld, c->llmc_filepath ? c->llmc_filepath : "the model");
+    return IT_OK;
+}
+
 /* --tensor_parallel: the DP x TP grid over the job (InfiniTrain's layout, rank = tp + TP*dp);
  * from here on ctx->dist/rank/world are the DP group's. Every rank has the same flags (agreed
  * before), so every rank decides alike. */
@@ -78,7 +158,9 @@ static it_status setup_grid(it_train_ctx *ctx) {
     if (refuse)
         return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d: %s is not supported with tensor parallelism yet",
                         tp, refuse);
-    it_status st = it_dist_grid_new(ctx->dist, n / tp, tp, 1, &ctx->grid);
+    it_status st = grid_check_model(ctx, tp); /* before any model is built: one line, not one per rank */
+    if (st) return st;
+    st = it_dist_grid_new(ctx->dist, n / tp, tp, 1, &ctx->grid);
     if (st) return it_error_context("tensor parallel: ");
     ctx->job = ctx->dist;
     ctx->dist = it_dist_grid_group(ctx->grid, IT_DIST_DP);

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Tensor (and sequence) parallelism under mpirun: GPT-2 with TP = 2 and 4, with and without
+# SP, and LLaMA-3 with TP = 2, each within a stated tolerance of TP = 1 over 10 AdamW steps
+# with clipping; DP2 x TP2 against one rank with accumulation 2; sim bitwise equal to cpu;
+# rank 0 alone prints, with the grid in its step lines; a checkpoint written under TP gathers
+# the slices exactly (a run without steps writes its input back byte for byte) and loads on
+# one rank. Bad grids (a TP that divides neither the heads, the world, the sequence, the kv
+# heads nor the padded vocabulary; SP without TP; TP differing between ranks) exit 2 with one
+# line on stderr naming the flag and the numbers, before any model is built.
+# Usage: tp.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); tensor-parallel tests not run"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# Every process runs one thread: the CPU's reductions are fixed per thread count, so the
+# bitwise cases (sim vs cpu) see the same kernels' summation order.
+export OMP_NUM_THREADS=1
+# OpenMPI refuses root without --allow-run-as-root, and more ranks than cores without
+# --oversubscribe (CI containers run as root on 2 cores).
+mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
+if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  # ASan's leak checker reports allocations OpenMPI's own libraries keep until exit: they
+  # are suppressed by library (lsan-mpi.supp). That needs exact stacks: OpenMPI is built
+  # without frame pointers, so the fast unwinder loses the library frames and leaves
+  # "<unknown module>" that no suppression can match; the slow unwinder finds them.
+  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
+fi
+
+g=$src/tests/fixtures/gpt2
+gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32
+  --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 --grad_clip 1.0)
+l=$src/tests/fixtures/llama3
+llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" --batch_size 4 --sequence_length 32
+  --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 --grad_clip 1.0)
+
+run1() { # app, log, args...: one process, no MPI
+  local app=$1 log=$2
+  shift 2
+  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
+}
+runn() { # n, app, log, args...
+  local n=$1 app=$2 log=$3
+  shift 3
+  timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
+    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
+}
+# what, a, b, tol: 10 steps each, every |a - b| <= tol; prints the worst.
+within() {
+  local w
+  if [[ -s $2 && -s $3 && $(wc -l <"$2") -eq 10 && $(wc -l <"$3") -eq 10 ]] &&
+    w=$(paste "$2" "$3" | awk '{d=$2-$4; if (d<0) d=-d; if (d>m) m=d} END {printf "%.3g", m}'); then
+    if awk -v w="$w" -v t="$4" 'BEGIN {exit !(w <= t)}'; then
+      echo "$1: max |diff| over 10 steps $w (tolerance $4)"
+      ok
+    else
+      bad "$1: max |diff| $w exceeds $4"
+      paste "$2" "$3"
+    fi
+  else
+    bad "$1: missing loss logs ($(wc -l <"$2" 2>/dev/null) and $(wc -l <"$3" 2>/dev/null) lines)"
+  fi
+}
+
+# 1. GPT-2 fp32: TP = 2, 4, with and without SP, against TP = 1. Tolerance 1e-5: TP changes
+#    the summation order (the row-parallel layers' partial sums are added across ranks, and
+#    the cross entropy's log-sum-exp is combined from per-rank partial ones), so the losses
+#    agree within rounding, not bitwise; fp32 at a loss of ~5.5 has an ulp of 4.8e-7, and
+#    measured differences stay within one ulp. 1e-5 (~20 ulp) leaves room for 10 steps of
+#    AdamW to amplify that drift while a wrong slice or a missing reduction (>= 1e-3) fails.
+run1 gpt2 "$tmp/tp1" "${gpt2[@]}"
+for n in 2 4; do
+  runn "$n" gpt2 "$tmp/tp$n" "${gpt2[@]}" --tensor_parallel "$n"
+  within "gpt2 TP=$n vs TP=1" "$tmp/tp1" "$tmp/tp$n" 1e-5
+  runn "$n" gpt2 "$tmp/sp$n" "${gpt2[@]}" --tensor_parallel "$n" --sequence_parallel
+  within "gpt2 TP=$n+SP vs TP=1" "$tmp/tp1" "$tmp/sp$n" 1e-5
+done
+
+# 2. Rank 0 alone prints, and the step line names the grid (SP is printed as TP when on, as
+#    InfiniTrain does).
+n=$(grep -c '^step ' "$tmp/sp2.out")
+m=$(grep -c '^step .*DP=1, TP=2, SP=2, PP=1)' "$tmp/sp2.out")
+[[ $n -eq 10 && $m -eq 10 ]] && ok || bad "TP=2+SP: expected 10 step lines with 'DP=1, TP=2, SP=2, PP=1', found $n ($m)"
+n=$(grep -c '^step ' "$tmp/tp4.out")
+[[ $n -eq 10 ]] && ok || bad "TP=4: expected 10 step lines (rank 0 only), found $n"
+[[ $(grep -c '^tensor parallel: TP=4 over 4 ranks' "$tmp/tp4.out") -eq 1 ]] && ok ||
+  bad "TP=4: expected one 'tensor parallel' header: $(grep '^tensor parallel' "$tmp/tp4.out")"
+
+# 3. bf16 autocast: TP = 2 vs TP = 1, both bf16. Tolerance 1e-2: the matmuls round their
+#    inputs to bfloat16 (8 bits of mantissa, a relative step of 2^-8 = 3.9e-3), and under TP
+#    the partial products are rounded at different points before the sum, so single steps
+#    differ by a few bf16 ulps of the logits, diluted in the mean loss.
+run1 gpt2 "$tmp/bf1" "${gpt2[@]}" --dtype bfloat16
+runn 2 gpt2 "$tmp/bf2" "${gpt2[@]}" --dtype bfloat16 --tensor_parallel 2
+within "gpt2 bf16 TP=2 vs TP=1 bf16" "$tmp/bf1" "$tmp/bf2" 1e-2
+
+# 4. DP2 x TP2 (4 ranks) vs one rank with accumulation 2 (the same global batches). Within
+#    1e-5 for TP's summation order; the DP sum of two ranks is exact (the 1/2 scale is).
+run1 gpt2 "$tmp/acc2" "${gpt2[@]}" --total_batch_size 256
+runn 4 gpt2 "$tmp/dp2tp2" "${gpt2[@]}" --tensor_parallel 2
+within "gpt2 DP2xTP2 vs 1 rank with accumulation 2" "$tmp/acc2" "$tmp/dp2tp2" 1e-5
+n=$(grep -c '^step ' "$tmp/dp2tp2.out")
+m=$(grep -c '^step .*DP=2, TP=2, SP=1, PP=1)' "$tmp/dp2tp2.out")
+[[ $n -eq 10 && $m -eq 10 ]] && ok || bad "DP2xTP2: expected 10 step lines with 'DP=2, TP=2, SP=1, PP=1', found $n ($m)"
+
+# 5. LLaMA-3 (n_head 4, n_kv_head 2): TP = 2 with and without SP vs TP = 1; 1e-5 as for GPT-2.
+run1 llama3 "$tmp/l1" "${llama[@]}"
+runn 2 llama3 "$tmp/l2" "${llama[@]}" --tensor_parallel 2
+within "llama3 TP=2 vs TP=1" "$tmp/l1" "$tmp/l2" 1e-5
+runn 2 llama3 "$tmp/ls2" "${llama[@]}" --tensor_parallel 2 --sequence_parallel
+within "llama3 TP=2+SP vs TP=1" "$tmp/l1" "$tmp/ls2" 1e-5
+
+# 6. A backend without collectives (sim: staged through host memory) runs the same kernels'
+#    arithmetic as the CPU: bitwise the same losses.
+runn 2 gpt2 "$tmp/sim2" "${gpt2[@]}" --tensor_parallel 2 --device sim
+if [[ -s $tmp/sim2 ]] && cmp -s "$tmp/tp2" "$tmp/sim2"; then ok; else
+  bad "sim TP=2 vs cpu TP=2: loss logs differ"
+  paste "$tmp/tp2" "$tmp/sim2"
+fi
+
+# 7. Checkpoints. With no steps the gathered slices are the input, byte for byte. (0 steps
+#    need an explicit --lr_decay_iters: its default is --num_iteration, which must be > 0.)
+none=(--num_iteration 0 --lr_decay_iters 1)
+runn 2 gpt2 "$tmp/ck0" "${gpt2[@]}" --tensor_parallel 2 "${none[@]}" --output_checkpoint "$tmp/ck0.bin"
+cmp -s "$g/tiny_gpt2.bin" "$tmp/ck0.bin" && ok || bad "TP=2 with 0 steps: the written checkpoint differs from its input"
+# After 3 steps under TP = 2, the file loads on one rank and writes back unchanged.
+runn 2 gpt2 "$tmp/ck3" "${gpt2[@]}" --tensor_parallel 2 --num_iteration 3 --output_checkpoint "$tmp/ck3.bin"
+"$build/gpt2" "${gpt2[@]}" --llmc_filepath "$tmp/ck3.bin" "${none[@]}" --output_checkpoint "$tmp/ck3b.bin" \
+  >"$tmp/ck3b.out" 2>&1 || bad "loading the TP=2 checkpoint on 1 rank exited $?: $(tail -3 "$tmp/ck3b.out")"
+if [[ -s $tmp/ck3.bin ]] && cmp -s "$tmp/ck3.bin" "$tmp/ck3b.bin" && ! cmp -s "$g/tiny_gpt2.bin" "$tmp/ck3.bin"; then
+  ok
+else
+  bad "TP=2 checkpoint after 3 steps: missing, unchanged from the input, or not round-tripped by 1 rank"
+fi
+
+# 8. Bad grids: exit 2, one line on stderr naming the flag and the numbers, no model built.
+expect_refuse() { # name, expected substring, mpirun args...
+  local name=$1 want=$2
+  shift 2
+  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  local rc=$?
+  # mpirun adds its own boxed notes about the job's exit; the application's lines start
+  # with its name.
+  local lines
+  lines=$(grep -cE '^(gpt2|llama3): ' "$tmp/bad.err")
+  if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2: $(tail -3 "$tmp/bad.err")"; return; fi
+  if ! grep -qF -- "$want" "$tmp/bad.err"; then bad "$name: stderr lacks '$want': $(tail -3 "$tmp/bad.err")"; return; fi
+  if [[ $(grep -cF -- "$want" "$tmp/bad.err") -ne 1 || $lines -ne 1 ]]; then
+    bad "$name: expected one line on stderr, found $lines:"
+    cat "$tmp/bad.err"
+    return
+  fi
+  if grep -q -e '^step ' -e '^tensor parallel:' "$tmp/bad.out"; then bad "$name: got past setup"; return; fi
+  echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
+  ok
+}
+custom=(--input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32 --num_iteration 1
+  --n_layer 2 --n_embd 48 --block_size 32 --vocab_size 257)
+expect_refuse "TP not dividing n_head" "--tensor_parallel: 2 does not divide GPT-2's n_head 3" \
+  -np 2 "$build/gpt2" "${custom[@]}" --n_head 3 --tensor_parallel 2
+expect_refuse "TP not dividing the world" "--tensor_parallel: 2 does not divide the 3 ranks" \
+  -np 3 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 2
+expect_refuse "SP with T not divisible by TP" \
+  "--sequence_parallel: --sequence_length 30 is not divisible by --tensor_parallel 4" \
+  -np 4 "$build/gpt2" "${gpt2[@]}" --sequence_length 30 --tensor_parallel 4 --sequence_parallel
+expect_refuse "SP without TP" "--sequence_parallel: needs --tensor_parallel N > 1" \
+  -np 2 "$build/gpt2" "${gpt2[@]}" --sequence_parallel
+expect_refuse "TP differs between ranks" "the ranks were given different flags: --tensor_parallel differs" \
+  -np 1 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 2 : -np 1 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 1
+expect_refuse "LLaMA-3 TP=4 with 2 kv heads" "--tensor_parallel: 4 does not divide LLaMA-3's n_kv_head 2" \
+  -np 4 "$build/llama3" "${llama[@]}" --tensor_parallel 4
+# n_head 6 and n_embd 48 divide by 3; the vocabulary 257 pads to 320, which does not.
+expect_refuse "TP not dividing the padded vocabulary" \
+  "--tensor_parallel: 3 does not divide GPT-2's padded vocabulary 320" \
+  -np 3 "$build/gpt2" "${custom[@]}" --n_head 6 --tensor_parallel 3
+# The same check from an llm.c file's header (read before the model is built).
+expect_refuse "TP not dividing a checkpoint's n_head" "--tensor_parallel: 3 does not divide GPT-2's n_head 4" \
+  -np 3 "$build/gpt2" "${gpt2[@]}" --tensor_parallel 3
+
+# The same flag, different files: each rank reads ck.bin in its own working directory, rank 0
+# a model TP 2 divides, rank 1 one it does not (n_head 3). The verdicts are agreed: one line.
+mkdir -p "$tmp/a" "$tmp/b"
+cp "$g/tiny_gpt2.bin" "$tmp/a/ck.bin"
+"$build/gpt2" "${custom[@]}" --n_head 3 --output_checkpoint "$tmp/b/ck.bin" >/dev/null 2>&1 ||
+  bad "writing an n_head 3 model"
+ck=(--llmc_filepath ck.bin --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32 --tensor_parallel 2)
+expect_refuse "checkpoint header differs between ranks" \
+  "--tensor_parallel 2: 1 of 2 ranks read a model it does not divide (ck.bin differs between ranks" \
+  -np 1 -wdir "$tmp/a" "$build/gpt2" "${ck[@]}" : -np 1 -wdir "$tmp/b" "$build/gpt2" "${ck[@]}"
+
+echo "tp: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
