@@ -115,10 +115,12 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp) {
         } dims[] = {
             {"n_head", d.n_head}, {"n_kv_head", d.n_kv_head}, {"FFN width", d.ffn}, {"padded vocabulary", d.vocab}};
         for (size_t i = 0; i < sizeof dims / sizeof dims[0] && !*msg; i++)
-            if (dims[i].n > 0 && dims[i].n % tp)
+            /* kv heads: cut when TP divides them, each kept whole on TP/n_kv_head ranks when TP is a
+             * multiple of them (model.c) */
+            if (dims[i].n > 0 && dims[i].n % tp && !(i == 1 && tp % dims[i].n == 0))
                 snprintf(msg, sizeof msg, "--tensor_parallel: %d does not divide %s's %s %lld (%s%s)", tp, d.what,
                          dims[i].name, (long long)dims[i].n, d.from,
-                         i == 1 ? "; kv heads are cut, not replicated, as in InfiniTrain" : "");
+                         i == 1 ? "; nor is it a multiple of it: kv heads are cut, or kept one per rank" : "");
     }
     bad[0] = *msg ? 1 : 0;
     bad[1] = ctx->rank == 0 ? bad[0] : 0;
