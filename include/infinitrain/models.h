@@ -42,6 +42,12 @@ IT_API it_status it_model_zero_grad(it_model *m);
 /* After backward: the gradients still lazily zero are filled; it_model_grads is whole again
  * (call it before reading the flat gradient: optimizer, all-reduce, norm). */
 IT_API it_status it_model_grads_final(it_model *m);
+/* ZeRO-2: give the flat gradient's memory back after backward (every gradient view stays a
+ * valid object, without bytes), and take new, lazily zero bytes before the next backward.
+ * Both no-ops when already in that state. */
+IT_API it_status it_model_grads_release(it_model *m);
+IT_API it_status it_model_grads_acquire(it_model *m);
+IT_API bool it_model_grads_held(const it_model *m);
 /* idx (B, T) int32 -> logits (B, T, padded_vocab). */
 IT_API it_tensor *it_model_forward(it_model *m, it_tensor *idx);
 /* Mean cross entropy of the forward pass over the valid vocabulary (0-D). */

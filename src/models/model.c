@@ -62,6 +62,37 @@ it_status it_model_grads_final(it_model *m) {
     return st;
 }
 
+/* ---------------------------------------------------------------- releasing the flat gradient
+ * Between steps ZeRO-2 needs only its shard of the reduced gradient: the flat gradient's bytes
+ * go back to the caching allocator after backward and are taken again before the next one.
+ * Only the bytes go: the flat tensor, every leaf's gradient view of it (the storage is shared)
+ * and any reference to it (a DDP/ZeRO reducer's) stay valid objects, and read the new bytes
+ * once acquired. Reading a gradient while released is the caller's bug: it_model_grads_held
+ * says which state the buffer is in. */
+it_status it_model_grads_release(it_model *m) {
+    it_storage *s = m && m->grads ? m->grads->storage : NULL;
+    if (!s || !s->data) return IT_OK;
+    it__free(s->dev, s->data, s->nbytes);
+    s->data = NULL;
+    s->nbytes = 0;
+    return IT_OK;
+}
+
+bool it_model_grads_held(const it_model *m) { return m && m->grads && m->grads->storage->data; }
+
+/* New bytes, lazily zero (it_model_zero_grad): the next backward writes them. */
+it_status it_model_grads_acquire(it_model *m) {
+    it_storage *s = m && m->grads ? m->grads->storage : NULL;
+    if (!s || s->data) return IT_OK;
+    it_status st = it__alloc(s->dev, it_tensor_nbytes(m->grads), &s->data, &s->nbytes);
+    if (st) {
+        s->data = NULL;
+        s->nbytes = 0;
+        return st;
+    }
+    return it_model_zero_grad(m);
+}
+
 void it_model_free(it_model *m) {
     if (!m) return;
     if (m->vt && m->vt->free_impl) m->vt->free_impl(m->impl);
