@@ -159,6 +159,9 @@ static void check_zero(it_dist *d, it_device dev, int stage, size_t bucket_bytes
         CHECK_OK(it_dist_all_reduce(d, g_ref, IT_CCL_SUM));
         CHECK_OK(it_grad_norm(g_ref, &nr));
         CHECK_NEAR(nz, nr, 1e-6 * nr); /* shard-by-shard sum of squares: fp32 order */
+        if (rank == 0 && bucket_bytes == 0)
+            printf("ZeRO-%d on %d ranks: clip norm %.17g, all-reduced gradient's %.17g (relative difference %.2e)\n",
+                   stage, N, nz, nr, fabs(nz - nr) / nr);
     }
     it_zero_free(z2);
     it_zero_free(z);
