@@ -23,8 +23,8 @@
 
 static int64_t gpt2_params(const it_gpt2_config *c) {
     int64_t C = c->n_embd;
-    return (int64_t)c->padded_vocab_size * C + (int64_t)c->block_size * C + (int64_t)c->n_layer * (12 * C * C + 13 * C) +
-           2 * C;
+    return (int64_t)c->padded_vocab_size * C + (int64_t)c->block_size * C +
+           (int64_t)c->n_layer * (12 * C * C + 13 * C) + 2 * C;
 }
 
 /* Bytes per rank (fp32) between steps, and what backward adds, for stage 0 (DDP), 1, 2. */
@@ -35,8 +35,8 @@ typedef struct zero_bytes {
 static zero_bytes bytes_of(int stage, int64_t P, int64_t N) {
     double p = 4.0 * (double)P, S = 4.0 * (double)((P + N - 1) / N);
     zero_bytes b = {p, p, 2 * p, 0, 0};
-    if (stage == 1) b.optim = 2 * S + S; /* m, v and the reduced gradient's row */
-    if (stage == 1 && P % N) b.optim += S; /* the short row's parameter copy */
+    if (stage == 1) b.optim = 2 * S + S;                          /* m, v and the reduced gradient's row */
+    if (stage == 1 && P % N) b.optim += S;                        /* the short row's parameter copy */
     if (stage == 2) b.grads = 0, b.optim = 3 * S, b.backward = p; /* released after backward */
     b.between = b.params + b.grads + b.optim;
     return b;
@@ -81,8 +81,10 @@ static it_status measure(it_dist *d, int stage, const it_gpt2_config *gc, int st
                           : it_model_loss(m, it_tensor_from_host(dev, IT_DTYPE_I32, 2, shape, x, sizeof x),
                                           it_tensor_from_host(dev, IT_DTYPE_I32, 2, shape, y, sizeof y));
         if (!st && !l) st = it_last_status();
-        if (!st) st = gs ? it_backward_hooked(l, it_grad_sync_ready, gs)
-                         : stage == 2 ? it_backward_hooked(l, it_zero_ready, z) : it_backward(l);
+        if (!st)
+            st = gs           ? it_backward_hooked(l, it_grad_sync_ready, gs)
+                 : stage == 2 ? it_backward_hooked(l, it_zero_ready, z)
+                              : it_backward(l);
         it_scope_end();
         it_tape_clear();
         if (!st) st = it_model_grads_final(m);
@@ -139,11 +141,12 @@ int main(int argc, char **argv) {
                "+ backward: the full-size gradient, which ZeRO-2 holds during backward only\n");
     }
     /* part 2: small enough for a 2-core CI machine, with the weights dominating */
-    it_gpt2_config small = {.block_size = 64, .vocab_size = 8192, .padded_vocab_size = 8192, .n_layer = 4,
-                            .n_head = 4, .n_embd = 256};
+    it_gpt2_config small = {
+        .block_size = 64, .vocab_size = 8192, .padded_vocab_size = 8192, .n_layer = 4, .n_head = 4, .n_embd = 256};
     size_t between[3] = {0}, peak[3] = {0};
     int64_t P = 0;
-    for (int stage = 0; stage <= 2 && !st; stage++) st = measure(d, stage, &small, steps, &between[stage], &peak[stage], &P);
+    for (int stage = 0; stage <= 2 && !st; stage++)
+        st = measure(d, stage, &small, steps, &between[stage], &peak[stage], &P);
     if (!st && rank == 0) {
         printf("== ZeRO memory per rank, measured (it_mem_stats, largest over %d ranks): GPT-2 L=%d C=%d V=%d "
                "(P = %lld; formula %s), B=2 T=32, %d steps ==\n",
@@ -157,8 +160,8 @@ int main(int argc, char **argv) {
         printf("  (computed from the tensors' sizes; the allocator rounds each block up, and holds small tensors)\n");
         printf("ZERO_MEM ranks=%d ddp_between_MB=%.2f zero1_between_MB=%.2f zero2_between_MB=%.2f ddp_peak_MB=%.2f "
                "zero1_peak_MB=%.2f zero2_peak_MB=%.2f\n",
-               N, (double)between[0] / 1e6, (double)between[1] / 1e6, (double)between[2] / 1e6,
-               (double)peak[0] / 1e6, (double)peak[1] / 1e6, (double)peak[2] / 1e6);
+               N, (double)between[0] / 1e6, (double)between[1] / 1e6, (double)between[2] / 1e6, (double)peak[0] / 1e6,
+               (double)peak[1] / 1e6, (double)peak[2] / 1e6);
     }
     if (st) fprintf(stderr, "bench_zero: %s\n", it_last_error());
     it_dist_free(d);
