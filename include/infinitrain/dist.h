@@ -163,7 +163,8 @@ IT_API it_status it_zero_reduce_grads(it_zero *z);
 IT_API it_status it_zero_begin(it_zero *z, it_tensor *addend);
 /* The it_grad_ready_fn for it_backward_hooked (ctx = the it_zero). */
 IT_API it_status it_zero_ready(void *z, it_tensor *leaf);
-/* After backward: reduce what has not been, *early (may be NULL) of *buckets during backward. */
+/* After backward: reduce what has not been (everything when it_zero_begin was not called this
+ * step); *early (may be NULL): how many of the *buckets buckets were reduced during backward. */
 IT_API it_status it_zero_finish(it_zero *z, int *early, int *buckets);
 /* Global L2 norm of the reduced gradient: the shards' sums of squares, all-reduced. */
 IT_API it_status it_zero_grad_norm(it_zero *z, double *norm);

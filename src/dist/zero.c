@@ -57,7 +57,7 @@ struct it_zero {
     zero_piece *head, tail;
     int64_t *ready; /* per bucket: elements whose gradient is final */
     int next, early;
-    bool in_backward;
+    bool armed, in_backward; /* it_zero_begin ran (until it_zero_finish); backward runs */
     it_tensor *addend;
 };
 
@@ -262,7 +262,7 @@ it_status it_zero_begin(it_zero *z, it_tensor *addend) {
     for (int b = 0; b < z->nb; b++) z->ready[b] = 0;
     z->next = z->nb - 1;
     z->early = 0;
-    z->in_backward = true;
+    z->armed = z->in_backward = true;
     return IT_OK;
 }
 
@@ -283,7 +283,13 @@ it_status it_zero_ready(void *ctx, it_tensor *leaf) {
 }
 
 it_status it_zero_finish(it_zero *z, int *early, int *buckets) {
-    z->in_backward = false;
+    if (z->stage != 2)
+        return it_error(IT_ERR_INVALID_ARG, "zero: it_zero_finish is stage 2's (this is stage %d)", z->stage);
+    if (!z->armed) { /* no hooked backward this step: the whole gradient, now */
+        z->next = z->nb - 1;
+        z->early = 0;
+    }
+    z->armed = z->in_backward = false;
     it_status st = IT_OK;
     while (!st && z->next >= 0) st = bucket_reduce(z, z->next--);
     z->next = -1;
@@ -325,9 +331,9 @@ static it_status buckets_gather(it_zero *z, int which, it_tensor *dst) {
 
 it_status it_zero_reduce_grads(it_zero *z) {
     if (z->stage == 1) return rows_reduce(z);
-    it_status st = it_zero_begin(z, NULL);
-    z->in_backward = false;
-    return st ? st : it_zero_finish(z, NULL, NULL);
+    z->armed = false; /* the whole gradient, now */
+    z->addend = NULL;
+    return it_zero_finish(z, NULL, NULL);
 }
 
 it_status it_zero_grad_norm(it_zero *z, double *norm) {
