@@ -5,7 +5,10 @@
 #   2 ranks x 1 thread  (DDP, 25 MiB buckets all-reduced while backward runs)
 #   2 ranks x 1 thread  (one bucket for the whole gradient: reduced after backward, no overlap)
 #   2 ranks x 1 thread  (ZeRO-1)
-# then the all-reduce alone on the model's gradient size (bench_allreduce). Prints one line per
+#   2 ranks x 1 thread  (ZeRO-2, 25 MiB buckets reduce-scattered while backward runs)
+# then the all-reduce alone on the model's gradient size (bench_allreduce), and the memory per
+# rank of DDP, ZeRO-1 and ZeRO-2 (bench_zero: computed for GPT-2 124M at 2 ranks, measured on a
+# small GPT-2 under mpirun). Prints one line per
 # configuration (median ms/step over the steps after the first two, tokens/s, the step's share
 # spent in the DDP all-reduce where known, optimizer state per rank) and a DDP summary line.
 # Figures only; nothing is asserted.
@@ -37,7 +40,8 @@ run_cfg() { # key, label, threads, ranks, extra args...
     awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}')
   local mem overlap
   mem=$(grep -o 'optimizer state per rank: [0-9.]* MB' <<<"$out" | sed 's/.*: //' || true)
-  overlap=$(grep -o '^DDP: [0-9]* of [0-9]* gradient buckets' <<<"$out" | sed 's/^DDP: //;s/ gradient buckets/ buckets early/' || true)
+  overlap=$(grep -o '^\(DDP\|ZeRO-2\): [0-9]* of [0-9]* gradient buckets' <<<"$out" |
+    sed 's/^[A-Za-z0-9-]*: //;s/ gradient buckets/ buckets early/' || true)
   tok[$key]=$(awk -v ms="$ms" 'BEGIN {printf "%.1f", 512 / (ms / 1000)}')
   printf '  %-40s %10.1f %9s  %s%s\n' "$label" "$ms" "${tok[$key]}" "${mem:-all of it}" "${overlap:+; $overlap}"
 }
@@ -45,6 +49,7 @@ run_cfg one "1 rank x 2 threads, accumulation 2" 2 1
 run_cfg dp "2 ranks x 1 thread, DDP (overlapped)" 1 2
 run_cfg dp1 "2 ranks x 1 thread, DDP, one bucket" 1 2 --ddp_bucket_kb 1048576
 run_cfg z1 "2 ranks x 1 thread, ZeRO-1" 1 2 --zero_stage 1
+run_cfg z2 "2 ranks x 1 thread, ZeRO-2" 1 2 --zero_stage 2
 ar=$(OMP_NUM_THREADS=1 "${mpi[@]}" -x OMP_NUM_THREADS -np 2 "$build/bench_allreduce" 124475904 5 2>&1 | grep '^ALLREDUCE' || true)
 echo "  all-reduce alone: ${ar:-failed}"
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
@@ -52,4 +57,7 @@ if [[ -n ${tok[one]:-} && -n ${tok[dp]:-} ]]; then
   echo "DDP one_rank_2threads_tok_s=${tok[one]} two_ranks_1thread_tok_s=${tok[dp]}" \
     "ratio=$(awk -v a="${tok[dp]}" -v b="${tok[one]}" 'BEGIN {printf "%.2f", a / b}')" \
     "no_overlap_tok_s=${tok[dp1]:-nan} allreduce_ms=$(field ms_median <<<"$ar") allreduce_algbw_GBs=$(field algbw_GBs <<<"$ar")"
+fi
+if [[ -x $build/bench_zero ]]; then
+  OMP_NUM_THREADS=1 "${mpi[@]}" -x OMP_NUM_THREADS -np 2 "$build/bench_zero" || echo "bench_zero: failed"
 fi

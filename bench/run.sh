@@ -31,7 +31,8 @@
 #                          back slower for its whole length (measured: 670 -> 770 ms)
 #   BENCH_SKIP_KERNELS=1   skip bench_kernels
 #   BENCH_SKIP_LORA=1      skip bench_lora (LoRA against full fine-tuning, step time and peak memory)
-#   BENCH_SKIP_DDP=1       skip the data-parallel line (bench/ddp_bench.sh; BENCH_DDP_STEPS, default 6)
+#   BENCH_SKIP_DDP=1       skip the data-parallel lines (bench/ddp_bench.sh, with ZeRO-1/2 and the
+#                          ZeRO memory per rank, bench_zero; BENCH_DDP_STEPS, default 6)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.

@@ -1,4 +1,4 @@
-/* Process groups over the backend's collectives: the world (data parallelism, ZeRO-1) and the
+/* Process groups over the backend's collectives: the world (data parallelism, ZeRO) and the
  * DP x TP x PP grid's groups.
  *
  * One process per rank, launched by mpirun. it_dist_new() joins the group only when the
@@ -165,29 +165,56 @@ IT_API it_tensor *it_tp_embedding(it_tensor *idx, it_tensor *w, int64_t lo);
  * ids. No rank holds more than its columns; backward communicates nothing. */
 IT_API it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *targets, int64_t lo, int64_t valid);
 
-/* ---- ZeRO-1: the optimizer's state sharded over the ranks.
- * The flat buffers (P elements) are padded to world*S, S = ceil(P/world); rank r owns
- * [r*S, (r+1)*S) and keeps Adam's m and v for that shard only. A step: reduce-scatter the
- * gradients (the sum, as DDP's all-reduce computes it), update the owned shard of the
- * parameters, all-gather the parameters. */
-typedef struct it_zero1 it_zero1;
-IT_API it_status it_zero1_new(it_dist *d, const it_optim_config *cfg, it_tensor *params, it_tensor *grads,
-                              it_zero1 **out);
-IT_API void it_zero1_free(it_zero1 *z);
-/* Reduce-scatter the flat gradients into this rank's shard. */
-IT_API it_status it_zero1_reduce_grads(it_zero1 *z);
+/* ---- ZeRO: the optimizer's state (stage 1), and the reduced gradient (stage 2), sharded over
+ * the data-parallel ranks of d. Neither keeps a full-size copy of the parameters or gradients.
+ * Stage 1: the flat buffers (P elements) are N rows of S = ceil(P/N); rank r owns row r and
+ * keeps Adam's m and v for it. After backward, it_zero_reduce_grads reduce-scatters the
+ * gradient (the sum, as DDP's all-reduce computes it) into this rank's row.
+ * Stage 2: the gradient is cut into buckets of about bucket_bytes (0: 25 MiB), each split
+ * evenly over the ranks (a last bucket's len mod N trailing elements are all-reduced and kept
+ * by every rank); during the step's last backward (it_backward_hooked with it_zero_ready) a
+ * bucket is reduce-scattered as soon as its gradients are final, in one fixed order, last
+ * first, on every rank. Afterwards only this rank's shard of the gradient is needed: the
+ * model's flat gradient may be released until the next backward (it_model_grads_release).
+ * Both: it_zero_step updates the owned parameters and all-gathers them into `params`. */
+typedef struct it_zero it_zero;
+IT_API it_status it_zero_new(it_dist *d, int stage, size_t bucket_bytes, const it_optim_config *cfg,
+                             it_tensor *params, it_tensor *grads, it_zero **out);
+IT_API void it_zero_free(it_zero *z);
+IT_API int it_zero_stage(const it_zero *z);
+/* Reduce-scatter the whole flat gradient into this rank's shard now (stage 1 after backward;
+ * stage 2 when its backward was not hooked). */
+IT_API it_status it_zero_reduce_grads(it_zero *z);
+/* Stage 2, before the step's last backward. `addend` (NULL or flat like the gradient) holds
+ * the earlier micro-steps' sum: each bucket becomes addend + gradient just before it is
+ * reduced, as DDP's do. */
+IT_API it_status it_zero_begin(it_zero *z, it_tensor *addend);
+/* The it_grad_ready_fn for it_backward_hooked (ctx = the it_zero). */
+IT_API it_status it_zero_ready(void *z, it_tensor *leaf);
+/* After backward: reduce what has not been (everything when it_zero_begin was not called this
+ * step); *early (may be NULL): how many of the *buckets buckets were reduced during backward. */
+IT_API it_status it_zero_finish(it_zero *z, int *early, int *buckets);
 /* Global L2 norm of the reduced gradient: the shards' sums of squares, all-reduced. */
-IT_API it_status it_zero1_grad_norm(it_zero1 *z, double *norm);
+IT_API it_status it_zero_grad_norm(it_zero *z, double *norm);
+/* The same when other ranks (a TP group) hold some of the same elements: from each owned part
+ * g of the gradient (its first element at `flat_lo` of the flat buffer) shared() subtracts the
+ * share of the squares other ranks count too (it_model_grad_shared_sumsq); the rest is summed
+ * over d and then over `also` (NULL: none). */
+typedef it_status (*it_zero_shared_fn)(void *ctx, it_tensor *g, int64_t flat_lo, double *over);
+IT_API it_status it_zero_grad_norm_shared(it_zero *z, it_zero_shared_fn shared, void *ctx, it_dist *also,
+                                          double *norm);
 /* Update this rank's shard and all-gather the parameters into the model's flat buffer. */
-IT_API it_status it_zero1_step(it_zero1 *z, float lr, float grad_scale);
-/* Bytes of optimizer state this rank holds. */
-IT_API size_t it_zero1_state_bytes(const it_zero1 *z);
-/* Checkpoints: Adam's moments whole (P elements each, host memory, the parameters' dtype)
- * and the step count. Gather is a collective (every rank gets the whole moments); scatter
- * takes this rank's shard, so a state saved at one world size loads at another. */
-IT_API it_status it_zero1_state_gather(it_zero1 *z, void *m, void *v, int64_t *step);
-IT_API it_status it_zero1_state_scatter(it_zero1 *z, const void *m, const void *v, int64_t step);
-IT_API it_optimizer *it_zero1_optimizer(it_zero1 *z);
+IT_API it_status it_zero_step(it_zero *z, float lr, float grad_scale);
+/* Bytes of optimizer state this rank holds, and of its own shard buffers (the reduced
+ * gradient; a parameter row copy at stage 1 when N does not divide P and the row is short). */
+IT_API size_t it_zero_state_bytes(const it_zero *z);
+IT_API size_t it_zero_shard_bytes(const it_zero *z);
+/* Checkpoints: Adam's moments whole (P elements each, host memory, the parameters' dtype,
+ * flat order whatever the stage) and the step count. Gather is a collective (every rank gets
+ * the whole moments); scatter takes this rank's shard, so a state saved at one world size or
+ * stage loads at another. */
+IT_API it_status it_zero_state_gather(it_zero *z, void *m, void *v, int64_t *step);
+IT_API it_status it_zero_state_scatter(it_zero *z, const void *m, const void *v, int64_t step);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,12 @@ IT_API it_status it_model_zero_grad(it_model *m);
 /* After backward: the gradients still lazily zero are filled; it_model_grads is whole again
  * (call it before reading the flat gradient: optimizer, all-reduce, norm). */
 IT_API it_status it_model_grads_final(it_model *m);
+/* ZeRO-2: give the flat gradient's memory back after backward (every gradient view stays a
+ * valid object, without bytes), and take new, lazily zero bytes before the next backward.
+ * Both no-ops when already in that state. */
+IT_API it_status it_model_grads_release(it_model *m);
+IT_API it_status it_model_grads_acquire(it_model *m);
+IT_API bool it_model_grads_held(const it_model *m);
 /* idx (B, T) int32 -> logits (B, T, padded_vocab). */
 IT_API it_tensor *it_model_forward(it_model *m, it_tensor *idx);
 /* Mean cross entropy of the forward pass over the valid vocabulary (0-D). */
@@ -75,10 +81,11 @@ IT_API it_status it_model_tp_sync_grads(it_model *m);
 /* The L2 norm of the whole model's gradient (it_model_grads): under tensor parallelism the cut
  * parameters' squares summed over the TP group, the replicated ones counted once. */
 IT_API it_status it_model_grad_norm(it_model *m, double *norm);
-/* The squares of the replicated parameters' gradients inside elements [lo, hi) of the flat
- * gradient `flat` (laid out as it_model_grads): for a norm over a shard of it (ZeRO). */
-IT_API it_status it_model_replicated_sumsq(it_model *m, it_tensor *flat, int64_t base, int64_t lo, int64_t hi,
-                                           double *sumsq);
+/* For a norm over part of the flat gradient (ZeRO's shard, already reduced): of g's squares
+ * (g's first element at flat_lo of it_model_grads' layout), the share other TP ranks count
+ * too: an element on c ranks of the group (replicated: all of them; a kept kv head's rows: its
+ * copies) adds (1 - 1/c) g^2. 0 without TP. */
+IT_API it_status it_model_grad_shared_sumsq(it_model *m, it_tensor *g, int64_t flat_lo, double *over);
 /* FLOPs of one training step (forward + backward) per token, for MFU: 6*N + attention. */
 IT_API double it_model_flops_per_token(const it_model *m, int64_t T);
 

@@ -63,6 +63,37 @@ it_status it_model_grads_final(it_model *m) {
     return st;
 }
 
+/* ---------------------------------------------------------------- releasing the flat gradient
+ * Between steps ZeRO-2 needs only its shard of the reduced gradient: the flat gradient's bytes
+ * go back to the caching allocator after backward and are taken again before the next one.
+ * Only the bytes go: the flat tensor, every leaf's gradient view of it (the storage is shared)
+ * and any reference to it (a DDP/ZeRO reducer's) stay valid objects, and read the new bytes
+ * once acquired. Reading a gradient while released is the caller's bug: it_model_grads_held
+ * says which state the buffer is in. */
+it_status it_model_grads_release(it_model *m) {
+    it_storage *s = m && m->grads ? m->grads->storage : NULL;
+    if (!s || !s->data) return IT_OK;
+    it__free(s->dev, s->data, s->nbytes);
+    s->data = NULL;
+    s->nbytes = 0;
+    return IT_OK;
+}
+
+bool it_model_grads_held(const it_model *m) { return m && m->grads && m->grads->storage->data; }
+
+/* New bytes, lazily zero (it_model_zero_grad): the next backward writes them. */
+it_status it_model_grads_acquire(it_model *m) {
+    it_storage *s = m && m->grads ? m->grads->storage : NULL;
+    if (!s || s->data) return IT_OK;
+    it_status st = it__alloc(s->dev, it_tensor_nbytes(m->grads), &s->data, &s->nbytes);
+    if (st) {
+        s->data = NULL;
+        s->nbytes = 0;
+        return st;
+    }
+    return it_model_zero_grad(m);
+}
+
 void it_model_free(it_model *m) {
     if (!m) return;
     if (m->vt && m->vt->free_impl) m->vt->free_impl(m->impl);
@@ -641,55 +672,56 @@ it_status it_model_tp_sync_grads(it_model *m) {
     return st;
 }
 
-it_status it_model_replicated_sumsq(it_model *m, it_tensor *flat, int64_t base, int64_t lo, int64_t hi,
-                                    double *sumsq) {
+/* Adds to *acc the squares of g's elements [a, b) (flat positions, g's first at base), weighted. */
+static it_status add_span(it_tensor *g, int64_t base, int64_t a, int64_t b, double weight, double *acc) {
+    if (a >= b || weight == 0) return IT_OK;
+    double v = 0;
+    it_tensor *view = it_tensor_slice(g, 0, a - base, b - base, 1);
+    it_status st = view ? it_grad_norm(view, &v) : it_last_status();
+    *acc += weight * v * v;
+    return st;
+}
+
+it_status it_model_grad_shared_sumsq(it_model *m, it_tensor *g, int64_t flat_lo, double *over) {
     double acc = 0;
     it_status st = IT_OK;
+    int64_t lo = flat_lo, hi = flat_lo + it_tensor_numel(g);
     int n = m->lora ? it_model_lora_count(m) : m->n_entries; /* what it_model_grads holds */
     it_scope_begin();
-    for (int i = 0; i < n && !st; i++) {
+    for (int i = 0; m->tp && i < n && !st; i++) {
         const it_lora_tensor_info *t = m->lora ? it_model_lora_at(m, i) : NULL;
         const it_model_param_info *p = t ? NULL : &m->entries[i].info;
         int64_t off = t ? t->offset : p->offset, numel = t ? t->numel : p->numel;
-        int64_t a = off > lo ? off : lo, b = off + numel < hi ? off + numel : hi;
-        if ((t ? t->split : p->split) != IT_PARAM_SPLIT_NONE || a >= b) continue;
-        double v = 0;
-        it_tensor *view = it_tensor_slice(flat, 0, a - base, b - base, 1);
-        st = view ? it_grad_norm(view, &v) : it_last_status();
-        acc += v * v;
+        if (off >= hi || off + numel <= lo) continue;
+        if ((t ? t->split : p->split) == IT_PARAM_SPLIT_NONE) { /* on every rank of the group */
+            st = add_span(g, flat_lo, off > lo ? off : lo, off + numel < hi ? off + numel : hi,
+                          1.0 - 1.0 / m->tp_size, &acc);
+            continue;
+        }
+        it_model_param_info v = kv_view(m, i);
+        int64_t copies = kv_copies(m, &v);
+        if (copies == 1) continue;
+        int64_t cols = v.ndim == 2 ? v.shape[1] : 1, a = off + v.q_rows * cols, b = a + 2 * v.kv_rows * cols;
+        st = add_span(g, flat_lo, a > lo ? a : lo, b < hi ? b : hi, 1.0 - 1.0 / (double)copies, &acc); /* kept K, V */
     }
     it_scope_end();
-    *sumsq = acc;
+    *over = acc;
     return st;
 }
 
 it_status it_model_grad_norm(it_model *m, double *norm) {
-    double total = 0;
-    it_status st = it_grad_norm(it_model_grads(m), &total);
+    double total = 0, over = 0;
+    it_tensor *g = it_model_grads(m);
+    it_status st = it_grad_norm(g, &total);
     if (st || !m->tp) {
         *norm = total;
         return st;
     }
-    double rep = 0, cut;
-    int64_t n = it_tensor_numel(m->grads);
-    if ((st = it_model_replicated_sumsq(m, m->grads, 0, 0, n, &rep))) return st;
-    cut = total * total - rep; /* the cut parameters' squares: summed over the group; the rest once */
-    int count = m->lora ? it_model_lora_count(m) : m->n_entries;
-    for (int i = 0; i < count && !st; i++) { /* a kept kv head's rows: once over its copies */
-        it_model_param_info p = kv_view(m, i);
-        int64_t copies = kv_copies(m, &p);
-        if (copies == 1) continue;
-        double kv = 0;
-        it_scope_begin();
-        it_tensor *rows = it_tensor_slice(p.grad, 0, p.q_rows, p.q_rows + 2 * p.kv_rows, 1);
-        int64_t len = 2 * p.kv_rows * (p.ndim == 2 ? p.shape[1] : 1);
-        st = rows ? it_grad_norm(it_tensor_view(rows, 1, &len), &kv) : it_last_status();
-        it_scope_end();
-        cut -= kv * kv * (1.0 - 1.0 / (double)copies);
-    }
-    if (st) return st;
-    if ((st = it_dist_all_reduce_host(m->tp, &cut, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
-    *norm = sqrt(fmax(cut + rep, 0.0));
+    /* every element's square once: this rank's, less what its TP peers count too, summed */
+    if ((st = it_model_grad_shared_sumsq(m, g, 0, &over))) return st;
+    double mine = total * total - over;
+    if ((st = it_dist_all_reduce_host(m->tp, &mine, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    *norm = sqrt(fmax(mine, 0.0));
     return IT_OK;
 }
 

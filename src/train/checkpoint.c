@@ -208,7 +208,7 @@ static it_status host_state_get(it_train_ctx *ctx, host_state *h) {
     it_status st = it_tensor_copy_to_host(params, h->params, it_tensor_nbytes(params));
     if (!st && lora) st = it_tensor_copy_to_host(trainable, h->lora, bytes);
     if (st) return st;
-    if (ctx->zero) return it_zero1_state_gather(ctx->zero, h->m, h->v, &h->step);
+    if (ctx->zero) return it_zero_state_gather(ctx->zero, h->m, h->v, &h->step);
     it_tensor *m, *v;
     int64_t *t;
     it_optimizer_state(ctx->opt, &m, &v, &t);
@@ -878,7 +878,7 @@ static it_status load_optimizer(it_train_ctx *ctx, const char *dir) {
     if (!st && !(st = it_ckpt_expect(ck, "adam.t", IT_DTYPE_I64, 0, NULL, &t)))
         st = it_ckpt_read(ck, t, &h.step, sizeof h.step);
     it_ckpt_close(ck);
-    if (!st && ctx->zero) st = it_zero1_state_scatter(ctx->zero, h.m, h.v, h.step);
+    if (!st && ctx->zero) st = it_zero_state_scatter(ctx->zero, h.m, h.v, h.step);
     if (!st && !ctx->zero) {
         it_tensor *m, *v;
         int64_t *step;

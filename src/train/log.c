@@ -48,13 +48,13 @@ void train_banner(const it_train_ctx *ctx) {
     }
     if (ctx->world > 1) {
         size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(ctx->model));
-        size_t mine = ctx->zero ? it_zero1_state_bytes(ctx->zero) : it_optimizer_state_bytes(ctx->opt);
+        size_t mine = ctx->zero ? it_zero_state_bytes(ctx->zero) : it_optimizer_state_bytes(ctx->opt);
         bool staged = it_dist_staged(ctx->dist);
         printf("data parallel: %d ranks (DP=%d), %s collectives%s; optimizer state per rank: %.3f MB "
                "(unsharded %.3f MB)%s\n",
                ctx->world, ctx->world, staged ? "CPU (MPI)" : ctx->dev.backend->name,
                staged ? ", staged through host memory" : "", (double)mine / 1e6, (double)full / 1e6,
-               ctx->zero ? ", ZeRO-1" : "");
+               ctx->zero ? it_zero_stage(ctx->zero) == 2 ? ", ZeRO-2" : ", ZeRO-1" : "");
     }
     fflush(stdout);
 }

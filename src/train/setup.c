@@ -154,7 +154,6 @@ static it_status setup_grid(it_train_ctx *ctx) {
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
     const char *refuse = c->save || c->load          ? "--save/--load (checkpoint directories)"
-                         : c->zero_stage             ? "--zero_stage"
                          : strcmp(c->app, "mixtral") == 0 ? "mixtral"
                                                      : NULL;
     if (refuse)
@@ -324,7 +323,7 @@ static it_status setup_batch(it_train_ctx *ctx) {
     ctx->total = total;
     ctx->accum = total / (B * T * world);
     if (c->zero_stage && c->optimizer == IT_OPTIM_SGD && !ctx->quiet)
-        printf("note: --zero_stage 1 with sgd: no optimizer state to shard\n");
+        printf("note: --zero_stage %d with sgd: no optimizer state to shard\n", c->zero_stage);
     return IT_OK;
 }
 
@@ -371,7 +370,8 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
     /* with LoRA, the adapters alone: optimizer state, DDP buckets and ZeRO-1 shards cover them */
     it_tensor *params = it_model_trainable(ctx->model), *grads = it_model_grads(ctx->model);
     it_optim_config ocfg = {c->optimizer, 0.9f, 0.999f, 1e-8f, c->weight_decay};
-    it_status st = c->zero_stage ? it_zero1_new(ctx->dist, &ocfg, params, grads, &ctx->zero)
+    it_status st = c->zero_stage ? it_zero_new(ctx->dist, c->zero_stage, (size_t)c->ddp_bucket_kb << 10, &ocfg,
+                                                 params, grads, &ctx->zero)
                                  : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
     if (!st && ctx->world > 1 && !ctx->zero)
         st = it_grad_sync_new(ctx->dist, grads, (size_t)c->ddp_bucket_kb << 10, &ctx->gsync);
@@ -458,7 +458,7 @@ void train_teardown(it_train_ctx *ctx) {
     free(ctx->hx);
     free(ctx->hy);
     it_grad_sync_free(ctx->gsync);
-    it_zero1_free(ctx->zero);
+    it_zero_free(ctx->zero);
     it_optimizer_free(ctx->opt);
     it_tokenizer_free(ctx->tok);
     it_loader_free(ctx->loader);

@@ -2,8 +2,12 @@
  *
  *   zero grads; for each of `accum` micro-batches: forward, loss / (accum * ranks), backward
  *   (each micro-step's gradient computed alone, then added in order); the all-rank gradient
- *   sum (DDP buckets during the last backward, or ZeRO-1's reduce-scatter); optional
- *   global-norm clipping; the optimizer's update at this step's learning rate.
+ *   sum (DDP's all-reduced buckets or ZeRO-2's reduce-scattered ones during the last
+ *   backward, or ZeRO-1's reduce-scatter after it); optional global-norm clipping; the
+ *   optimizer's update at this step's learning rate.
+ *
+ * ZeRO-2 keeps no full-size gradient between steps: the model's flat gradient and the
+ * accumulation buffer are released once reduced and taken again at the next step.
  *
  * Everything a micro-step creates lives in a scope that ends with it, so memory returns to
  * the caching allocator and the next micro-step reuses it. */
@@ -27,12 +31,24 @@ static it_status add_into(it_tensor *grads, it_tensor *acc) {
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &g, &g);
 }
 
-/* One micro-batch: forward, loss, backward. The last one under DDP hands each bucket of the
- * gradient to the all-reduce (deterministic, rank order) as soon as it is final; the bucket
- * first gets the earlier micro-steps' sum (acc) added. */
+static bool zero2(const it_train_ctx *ctx) { return ctx->zero && it_zero_stage(ctx->zero) == 2; }
+
+/* One micro-batch: forward, loss, backward. The last one under DDP (ZeRO-2) hands each bucket
+ * of the gradient to the all-reduce (reduce-scatter; deterministic, rank order) as soon as it
+ * is final; the bucket first gets the earlier micro-steps' sum (acc) added. */
 static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *loss) {
     it_model *m = ctx->model;
     it_status st;
+    /* ZeRO-2 reduces during backward unless TP must first sum some gradients over its group
+     * (tp_sync_grads): then after it, whole */
+    bool hooked = last && (ctx->gsync || (zero2(ctx) && ctx->tp_size == 1));
+    if (!first && !ctx->acc) { /* released after the last step (ZeRO-2) */
+        it_tensor *g = it_model_grads(m);
+        it_scope_begin();
+        ctx->acc = it_scope_keep(it_tensor_new(ctx->dev, it_tensor_dtype(g), 1, (int64_t[]){it_tensor_numel(g)}));
+        it_scope_end();
+        if (!ctx->acc) return it_last_status();
+    }
     if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
     if ((st = it_loader_next(ctx->loader, ctx->hx, ctx->hy))) return st;
     /* 1/(accum*world) is a power of two when both are: then the rank-ordered sums reproduce a
@@ -48,12 +64,14 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_tensor *root = l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l;
     if (!st && last && ctx->gsync && !(st = it_grad_sync_begin(ctx->gsync, first ? NULL : ctx->acc)))
         st = it_backward_hooked(root, it_grad_sync_ready, ctx->gsync);
+    else if (!st && hooked && !(st = it_zero_begin(ctx->zero, first ? NULL : ctx->acc)))
+        st = it_backward_hooked(root, it_zero_ready, ctx->zero);
     else if (!st)
         st = it_backward(root);
     it_scope_end();
     it_tape_clear();
     if (!st) st = it_model_grads_final(m); /* zeros where no node wrote */
-    if (!st && !first && !(last && ctx->gsync)) st = add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
+    if (!st && !first && !hooked) st = add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
     return st;
 }
 
@@ -68,8 +86,9 @@ it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum) {
     return IT_OK;
 }
 
-/* The all-rank sums: the gradient (DDP's buckets finish, or ZeRO-1 reduce-scatters) and the
- * logged loss, which is the mean over every rank's micro-steps. */
+/* The all-rank sums: the gradient (DDP's or ZeRO-2's buckets finish, or ZeRO-1
+ * reduce-scatters) and the logged loss, which is the mean over every rank's micro-steps.
+ * ZeRO-2 then lets the full-size gradient buffers go: its shard holds the reduced gradient. */
 static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
     it_status st;
     if (ctx->gsync) {
@@ -78,11 +97,25 @@ static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
         if (ctx->step == ctx->start_step + 1 && !ctx->quiet)
             printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
     }
-    if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
-    /* sequence parallel: the replicated parameters' partial gradients summed over TP (after
-     * DDP's DP sums: the two sums commute) */
+    /* sequence parallel, kept kv heads, LoRA under TP: partial gradients summed over TP (after
+     * DDP's DP sums: the two commute; before ZeRO's, which read the model's gradient) */
     if ((st = it_model_tp_sync_grads(ctx->model))) return st;
-    return ctx->zero ? it_zero1_reduce_grads(ctx->zero) : IT_OK;
+    if (zero2(ctx)) {
+        int early = 0, buckets = 0;
+        if ((st = it_zero_finish(ctx->zero, &early, &buckets))) return st;
+        if (ctx->step == ctx->start_step + 1 && !ctx->quiet)
+            printf("ZeRO-2: %d of %d gradient buckets reduce-scattered while backward ran\n", early, buckets);
+        if ((st = it_model_grads_release(ctx->model))) return st;
+        it_tensor_release(ctx->acc);
+        ctx->acc = NULL;
+    }
+    if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    return ctx->zero && !zero2(ctx) ? it_zero_reduce_grads(ctx->zero) : IT_OK;
+}
+
+/* it_zero_shared_fn over the model: the squares a TP peer counts too, in a part of the shard. */
+static it_status shared_sumsq(void *model, it_tensor *g, int64_t flat_lo, double *over) {
+    return it_model_grad_shared_sumsq(model, g, flat_lo, over);
 }
 
 static it_status update(it_train_ctx *ctx) {
@@ -90,12 +123,15 @@ static it_status update(it_train_ctx *ctx) {
     float scale = 1.0f;
     if (ctx->cfg->grad_clip > 0) {
         double norm = 0;
-        st = ctx->zero ? it_zero1_grad_norm(ctx->zero, &norm) : it_model_grad_norm(ctx->model, &norm);
+        if (ctx->zero && ctx->tp)
+            st = it_zero_grad_norm_shared(ctx->zero, shared_sumsq, ctx->model, ctx->tp, &norm);
+        else
+            st = ctx->zero ? it_zero_grad_norm(ctx->zero, &norm) : it_model_grad_norm(ctx->model, &norm);
         if (st) return st;
         scale = it_clip_scale(norm, ctx->cfg->grad_clip);
     }
     ctx->lr = it_lr_scheduler_lr(&ctx->sched); /* this step's, which the step line prints */
-    st = ctx->zero ? it_zero1_step(ctx->zero, ctx->lr, scale) : it_optimizer_step(ctx->opt, ctx->lr, scale);
+    st = ctx->zero ? it_zero_step(ctx->zero, ctx->lr, scale) : it_optimizer_step(ctx->opt, ctx->lr, scale);
     if (st) return st;
     it_lr_scheduler_step(&ctx->sched); /* InfiniTrain: scheduler->Step() after optimizer->Step() */
     return it_device_synchronize(ctx->dev);
@@ -108,7 +144,8 @@ it_status train_step(it_train_ctx *ctx, int step) {
     it_mem_stats_reset_peak(ctx->dev);
     it_profile_step_begin(step - 1);               /* InfiniTrain's tags count from Step_0; no-op unless profiling */
     it_precision_step_begin(step);
-    it_status st = it_model_zero_grad(ctx->model); /* lazily: the first backward writes them */
+    it_status st = it_model_grads_acquire(ctx->model); /* released by the last step (ZeRO-2) */
+    if (!st) st = it_model_zero_grad(ctx->model);   /* lazily: the first backward writes them */
     if (!st) st = ctx->forward_backward(ctx, &loss_sum);
     it_status pst = it_precision_step_end(); /* a record that failed fails the step */
     if (!st) st = pst;

@@ -53,7 +53,7 @@ struct it_train_ctx {
     double val_loss;       /* the last one */
     it_tokenizer *tok;
     it_optimizer *opt;     /* without ZeRO */
-    it_zero1 *zero;        /* --zero_stage 1 */
+    it_zero *zero;         /* --zero_stage 1 or 2 */
     it_grad_sync *gsync;   /* DDP without ZeRO: buckets reduced while backward runs */
     it_tensor *acc;        /* accumulation > 1: the earlier micro-steps' gradient sum */
     it_afile *loss_log;    /* rank 0; written under a temporary name, renamed at the end */

@@ -113,6 +113,14 @@ n=$(grep -c '^step ' "$tmp/dp2tp2.out")
 m=$(grep -c '^step .*DP=2, TP=2, SP=1, PP=1)' "$tmp/dp2tp2.out")
 [[ $n -eq 10 && $m -eq 10 ]] && ok || bad "DP2xTP2: expected 10 step lines with 'DP=2, TP=2, SP=1, PP=1', found $n ($m)"
 
+# 4b. ZeRO under TP (the optimizer state and, for stage 2, the reduced gradient sharded over
+#     the DP group of each TP rank; the clip norm from the shards, each element counted once
+#     over TP): against the same one-rank run, 1e-5 as above.
+runn 4 gpt2 "$tmp/z1" "${gpt2[@]}" --tensor_parallel 2 --zero_stage 1
+within "gpt2 DP2xTP2 ZeRO-1 vs 1 rank with accumulation 2" "$tmp/acc2" "$tmp/z1" 1e-5
+runn 4 gpt2 "$tmp/z2" "${gpt2[@]}" --tensor_parallel 2 --sequence_parallel --zero_stage 2
+within "gpt2 DP2xTP2+SP ZeRO-2 vs 1 rank with accumulation 2" "$tmp/acc2" "$tmp/z2" 1e-5
+
 # 5. LLaMA-3 (n_head 4, n_kv_head 2): TP = 2 with and without SP vs TP = 1; TP = 4 with its
 #    kv heads kept one per rank (each on 2 ranks, their K/V gradients summed over those);
 #    1e-5 as for GPT-2.
@@ -123,6 +131,11 @@ runn 2 llama3 "$tmp/ls2" "${llama[@]}" --tensor_parallel 2 --sequence_parallel
 within "llama3 TP=2+SP vs TP=1" "$tmp/l1" "$tmp/ls2" 1e-5
 runn 4 llama3 "$tmp/l4" "${llama[@]}" --tensor_parallel 4
 within "llama3 TP=4 (kv heads kept) vs TP=1" "$tmp/l1" "$tmp/l4" 1e-5
+# DP2 x TP4 + SP with ZeRO-2 and a clip that acts at every step (0.05), 8 ranks, against one
+# rank with accumulation 2.
+run1 llama3 "$tmp/lacc2" "${llama[@]}" --total_batch_size 256 --grad_clip 0.05
+runn 8 llama3 "$tmp/lz8" "${llama[@]}" --tensor_parallel 4 --sequence_parallel --zero_stage 2 --grad_clip 0.05
+within "llama3 DP2xTP4+SP ZeRO-2, clip 0.05, vs 1 rank with accumulation 2" "$tmp/lacc2" "$tmp/lz8" 1e-5
 
 # 5b. LoRA under TP: GPT-2 on c_attn, c_fc, c_proj (A whole and B cut for the column-parallel
 #     layers, A cut and B whole for the row-parallel ones) at TP = 2 + SP, LLaMA-3 with its

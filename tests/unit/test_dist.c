@@ -108,41 +108,72 @@ static void check_collectives(it_dist *d, it_device dev, const char *what) {
     it_scope_end();
 }
 
-/* ZeRO-1 against DDP's path: all-reduce the gradient, full AdamW step. Bitwise. */
-static void check_zero1(it_dist *d, it_device dev) {
+/* ZeRO stages 1 and 2 against DDP's path: all-reduce the gradient, full AdamW step. Bitwise
+ * parameters; the moments gathered for a checkpoint are DDP's, in flat order, and load into
+ * the other stage (any layout) unchanged. bucket_bytes small: many staging chunks (stage 1)
+ * or buckets with a tail (stage 2). */
+static void check_zero(it_dist *d, it_device dev, int stage, size_t bucket_bytes) {
     int rank = it_dist_rank(d);
     it_optim_config cfg = {IT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.1f};
     it_scope_begin();
     it_tensor *p_ref = make(dev, 0, LEN), *g_ref = make(dev, rank, LEN);
     it_tensor *p_z = make(dev, 0, LEN), *g_z = make(dev, rank, LEN);
     it_optimizer *opt = NULL;
-    it_zero1 *z = NULL;
+    it_zero *z = NULL, *z2 = NULL;
     CHECK_OK(it_optimizer_new(&cfg, p_ref, g_ref, &opt));
-    CHECK_OK(it_zero1_new(d, &cfg, p_z, g_z, &z));
+    CHECK_OK(it_zero_new(d, stage, bucket_bytes, &cfg, p_z, g_z, &z));
     if (opt && z) {
-        int64_t shard = (LEN + it_dist_world(d) - 1) / it_dist_world(d);
-        CHECK(it_zero1_state_bytes(z) == 2 * sizeof(float) * (size_t)shard);
+        int N = it_dist_world(d);
+        if (stage == 1) CHECK(it_zero_state_bytes(z) == 2 * sizeof(float) * (size_t)((LEN + N - 1) / N));
+        CHECK(it_zero_state_bytes(z) <= 2 * sizeof(float) * (size_t)(LEN / N + N));
         for (int step = 0; step < 3; step++) {
             CHECK_OK(it_dist_all_reduce(d, g_ref, IT_CCL_SUM));
             CHECK_OK(it_optimizer_step(opt, 1e-2f, 1.0f));
-            CHECK_OK(it_zero1_reduce_grads(z));
-            CHECK_OK(it_zero1_step(z, 1e-2f, 1.0f));
+            CHECK_OK(it_zero_reduce_grads(z));
+            CHECK_OK(it_zero_step(z, 1e-2f, 1.0f));
             CHECK_OK(it_tensor_copy_(g_ref, g_z)); /* the same raw gradients again next step */
         }
-        float a[LEN], b[LEN];
+        float a[LEN], b[LEN], m[LEN], v[LEN], m2[LEN], v2[LEN];
         CHECK_OK(it_tensor_copy_to_host(p_ref, a, sizeof a));
         CHECK_OK(it_tensor_copy_to_host(p_z, b, sizeof b));
-        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "ZeRO-1 parameters differ from all-reduce + AdamW");
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "ZeRO-%d parameters differ from all-reduce + AdamW", stage);
+        it_tensor *mr, *vr;
+        int64_t *tr, t = 0, t2 = 0;
+        it_optimizer_state(opt, &mr, &vr, &tr);
+        CHECK_OK(it_zero_state_gather(z, m, v, &t));
+        CHECK_OK(it_tensor_copy_to_host(mr, a, sizeof a));
+        CHECK_OK(it_tensor_copy_to_host(vr, b, sizeof b));
+        CHECK_MSG(memcmp(a, m, sizeof a) == 0 && memcmp(b, v, sizeof b) == 0 && t == *tr,
+                  "ZeRO-%d gathered moments differ from AdamW's (step %lld vs %lld)", stage, (long long)t,
+                  (long long)*tr);
+        CHECK_OK(it_zero_new(d, 3 - stage, 24, &cfg, p_z, g_z, &z2));
+        if (z2) {
+            CHECK_OK(it_zero_state_scatter(z2, m, v, t));
+            CHECK_OK(it_zero_state_gather(z2, m2, v2, &t2));
+            CHECK_MSG(memcmp(m, m2, sizeof m) == 0 && memcmp(v, v2, sizeof v) == 0 && t2 == t,
+                      "ZeRO-%d moments loaded into ZeRO-%d do not gather back unchanged", stage, 3 - stage);
+        }
         double nz = 0, nr = 0;
-        CHECK_OK(it_zero1_reduce_grads(z));
-        CHECK_OK(it_zero1_grad_norm(z, &nz));
+        CHECK_OK(it_zero_reduce_grads(z));
+        CHECK_OK(it_zero_grad_norm(z, &nz));
         CHECK_OK(it_dist_all_reduce(d, g_ref, IT_CCL_SUM));
         CHECK_OK(it_grad_norm(g_ref, &nr));
         CHECK_NEAR(nz, nr, 1e-6 * nr); /* shard-by-shard sum of squares: fp32 order */
+        if (rank == 0 && bucket_bytes == 0)
+            printf("ZeRO-%d on %d ranks: clip norm %.17g, all-reduced gradient's %.17g (relative difference %.2e)\n",
+                   stage, N, nz, nr, fabs(nz - nr) / nr);
     }
-    it_zero1_free(z);
+    it_zero_free(z2);
+    it_zero_free(z);
     it_optimizer_free(opt);
     it_scope_end();
+}
+
+static void check_zero_stages(it_dist *d, it_device dev) {
+    check_zero(d, dev, 1, 0);
+    check_zero(d, dev, 1, 8); /* 2 elements per chunk of every row */
+    check_zero(d, dev, 2, 0); /* one bucket */
+    check_zero(d, dev, 2, 40); /* buckets of 10 elements rounded to a multiple of N, a tail */
 }
 
 /* "avgless": the CPU's runtime and kernels with collectives that decline AVG, as CNCL has no
@@ -208,7 +239,7 @@ int main(void) {
     if (world == 1) CHECK(!it_dist_launched());
 
     check_collectives(d, it_device_cpu(), "cpu");
-    check_zero1(d, it_device_cpu());
+    check_zero_stages(d, it_device_cpu());
 
     /* hashes: equal tensors hash equal, one changed bit does not */
     it_scope_begin();
@@ -237,7 +268,7 @@ int main(void) {
         if (ds) {
             CHECK(it_dist_staged(ds));
             check_collectives(ds, sim, "sim (staged)");
-            check_zero1(ds, sim);
+            check_zero_stages(ds, sim);
             /* the second group must not finalize MPI: the first one owns it */
             it_dist_free(ds);
         }

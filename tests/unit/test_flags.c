@@ -136,7 +136,7 @@ static void test_forms(void) {
     CHECK_ERR(parse(&c, "gpt2", ARGS("--nobatch_size"), NULL), IT_ERR_INVALID_ARG, "unknown flag --nobatch_size");
     /* values */
     CHECK_ERR(parse(&c, "gpt2", ARGS("--batch_size"), NULL), IT_ERR_INVALID_ARG, "--batch_size: missing value");
-    CHECK_ERR(parse(&c, "gpt2", ARGS("--zero_stage", "2"), NULL), IT_ERR_INVALID_ARG, "out of range 0..1");
+    CHECK_ERR(parse(&c, "gpt2", ARGS("--zero_stage", "3"), NULL), IT_ERR_INVALID_ARG, "out of range 0..2");
     CHECK_ERR(parse(&c, "gpt2", ARGS("--grad_clip=inf"), NULL), IT_ERR_INVALID_ARG, "not a finite number");
     CHECK_ERR(parse(&c, "gpt2", ARGS("--optimizer", "lion"), NULL), IT_ERR_INVALID_ARG,
               "--optimizer: 'lion' is not an optimizer (sgd, adam, adamw)");
