@@ -90,7 +90,7 @@ for n in 2 4; do
 done
 
 echo "-- tokens/s, small GPT-2 (L=4, 4 heads, C=256, V=8192, block 128), B=4 T=128, AdamW, median of steps 2..$steps:" \
-  "$cores cores shared by the ranks, so not scaling claims"
+  "TP=1 runs on one of the $cores cores, TP=2/4 ranks share all $cores, so not scaling claims"
 declare -A tok
 for n in 1 2 4; do
   out=$(launch "$n" "$build/gpt2" --n_layer 4 --n_head 4 --n_embd 256 --vocab_size 8192 --block_size 128 \
