@@ -33,6 +33,9 @@
 #   BENCH_SKIP_LORA=1      skip bench_lora (LoRA against full fine-tuning, step time and peak memory)
 #   BENCH_SKIP_DDP=1       skip the data-parallel lines (bench/ddp_bench.sh, with ZeRO-1/2 and the
 #                          ZeRO memory per rank, bench_zero; BENCH_DDP_STEPS, default 6)
+#   BENCH_SKIP_TP=1        skip the tensor-parallel lines (bench/tp_bench.sh: per-rank memory and
+#                          TP traffic of GPT-2 124M at TP=1/2/4, a small model's tokens/s;
+#                          BENCH_TP_STEPS, default 5)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -182,6 +185,13 @@ if [ "${BENCH_SKIP_DDP:-0}" != 1 ]; then
     echo
     bash "$root/bench/ddp_bench.sh" "$build" "${BENCH_DDP_STEPS:-6}" | tee "$work/ddp.txt" ||
         echo "bench: ddp_bench.sh failed (see above)" >&2
+fi
+
+# ---- tensor parallelism: per-rank memory and TP collectives of GPT-2 124M at TP=1/2/4, tokens/s
+if [ "${BENCH_SKIP_TP:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/tp_bench.sh" "$build" "${BENCH_TP_STEPS:-5}" | tee "$work/tp.txt" ||
+        echo "bench: tp_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets
