@@ -353,7 +353,8 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
         json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
                   info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
                   "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
-                  (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", 1, "sp_size", 1,
+                  (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", ctx->tp_size, "sp_size",
+                  ctx->cfg->sequence_parallel ? ctx->tp_size : 1,
                   "pp_size", 1, "infinitrain_c", ours);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
@@ -461,28 +462,54 @@ static it_status prune(const it_train_ctx *ctx) {
     return st;
 }
 
+/* Under TP the ranks of the TP group (DP rank 0's: the DP replicas hold the same) save
+ * together: group rank 0 makes the temporary directory, each rank writes its shard into
+ * rank_%06d/ (its global rank, InfiniTrain's layout), group rank 0 renames it into place once
+ * every shard is complete. `phase` failures are agreed over the group, so all stop together. */
+static it_status tp_agree(it_train_ctx *ctx, it_status st, double *pid) {
+    double v[2] = {st ? 1 : 0, pid ? *pid : 0};
+    it_status cst = it_dist_all_reduce_host(ctx->tp, v, 2, IT_DTYPE_FP64, IT_CCL_SUM);
+    if (cst) return cst;
+    if (pid) *pid = v[1];
+    if (v[0] && !st) st = it_error(IT_ERR_IO, "checkpoint at step %d: another TP rank could not save", ctx->step);
+    return st;
+}
+
 static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
     const char *root = ctx->cfg->save;
-    char name[64], tmp[PATH_MAX], final[PATH_MAX];
+    bool lead = it_model_tp_rank(ctx->model) == 0; /* the one process that makes and renames the directory */
+    char name[64], tmp[PATH_MAX], final[PATH_MAX], mine[PATH_MAX];
     snprintf(name, sizeof name, STEP_PREFIX "%06d", ctx->step);
-    path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)getpid());
+    it_status st = IT_OK;
+    double pid = lead ? (double)getpid() : 0;
+    if (lead && mkdir(root, 0755) != 0 && errno != EEXIST) st = it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
+    if (lead && !st) remove_stale(root);
+    path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)pid);
+    if (lead && !st && mkdir(tmp, 0755) != 0) st = it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (ctx->tp && (st = tp_agree(ctx, st, &pid))) return st;
+    path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)pid);
     path_fmt(final, sizeof final, "%s/%s", root, name);
-    if (mkdir(root, 0755) != 0 && errno != EEXIST) return it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
-    remove_stale(root);
-    if (mkdir(tmp, 0755) != 0) return it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
-    it_status st = write_checkpoint(ctx, h, tmp);
+    snprintf(mine, sizeof mine, "%s", tmp);
+    if (ctx->tp) {
+        path_fmt(mine, sizeof mine, "%s/rank_%06d", tmp, ctx->grank);
+        if (mkdir(mine, 0755) != 0) st = it_error(IT_ERR_IO, "%s: %s", mine, strerror(errno));
+    }
+    if (!st) st = write_checkpoint(ctx, h, mine);
+    if (ctx->tp) st = tp_agree(ctx, st, NULL);
     struct stat sb;
-    if (!st && stat(final, &sb) == 0) st = remove_tree(final, root, name); /* an older run's, same step */
-    if (!st && rename(tmp, final) != 0) st = it_error(IT_ERR_IO, "%s: renaming to %s: %s", tmp, final, strerror(errno));
-    if (!st) st = fsync_path(root, true);
+    if (lead && !st && stat(final, &sb) == 0) st = remove_tree(final, root, name); /* an older run's, same step */
+    if (lead && !st && rename(tmp, final) != 0)
+        st = it_error(IT_ERR_IO, "%s: renaming to %s: %s", tmp, final, strerror(errno));
+    if (lead && !st) st = fsync_path(root, true);
+    if (ctx->tp) st = tp_agree(ctx, st, NULL);
     if (st) {
         it_status keep = st;
-        nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the earlier checkpoints stay as they were */
+        if (lead) nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the earlier checkpoints stay as they were */
         it_error_context("checkpoint at step %d not saved: ", ctx->step);
         return keep;
     }
-    if (!ctx->quiet) printf("checkpoint: saved %s\n", final);
-    return prune(ctx);
+    if (!ctx->quiet) printf("checkpoint: saved %s%s\n", final, ctx->tp ? " (one rank_%06d/ per TP rank)" : "");
+    return lead ? prune(ctx) : IT_OK;
 }
 
 it_status train_ckpt_save(it_train_ctx *ctx) {
@@ -674,6 +701,12 @@ static it_status resolve_dir(it_train_ctx *ctx, const char *dir, char *out, size
         return it_error(IT_ERR_INVALID_ARG,
                         "--load %s: an incomplete checkpoint (a save or removal that did not finish)", dir);
     snprintf(out, n, "%s", dir);
+    int tp = it_model_tp_rank(ctx->model);
+    path_fmt(path, sizeof path, "%s/rank_%06d/trainer_state.json", dir, tp);
+    if (ctx->tp_size > 1 && stat(path, &sb) == 0) { /* this TP rank's shard (DP replicas share it) */
+        snprintf(out, n, "%s/rank_%06d", dir, tp);
+        return IT_OK;
+    }
     path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
     if (stat(path, &sb) == 0) return IT_OK;
     for (int r = ctx->rank; r >= 0; r = r ? 0 : -1) {
@@ -818,8 +851,10 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
         (st = expect_int(path, j, "n_kv_head", 0, info->n_kv_head ? info->n_kv_head : info->n_head, whose)) ||
         (st = expect_int(path, j, "n_embd", 0, info->n_embd, whose)) ||
         (st = expect_int(path, j, "vocab_size", 0, info->vocab_size, whose)) ||
-        (st = expect_int(path, j, "tp_size", 1, 1, "this run: no tensor parallelism")) ||
-        (st = expect_int(path, j, "sp_size", 1, 1, "this run: no sequence parallelism")) ||
+        (st = expect_int(path, j, "tp_size", 1, ctx->tp_size,
+                         ctx->tp_size > 1 ? "this run's --tensor_parallel" : "this run: no tensor parallelism")) ||
+        (st = expect_int(path, j, "sp_size", 1, c->sequence_parallel ? ctx->tp_size : 1,
+                         c->sequence_parallel ? "this run: --sequence_parallel" : "this run: no sequence parallelism")) ||
         (st = expect_int(path, j, "pp_size", 1, 1, "this run: no pipeline parallelism")))
         return st;
     json_t *ours = json_object_get(j, "infinitrain_c");

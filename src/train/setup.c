@@ -153,9 +153,7 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG,
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
-    const char *refuse = c->save || c->load          ? "--save/--load (checkpoint directories)"
-                         : strcmp(c->app, "mixtral") == 0 ? "mixtral"
-                                                     : NULL;
+    const char *refuse = strcmp(c->app, "mixtral") == 0 ? "mixtral" : NULL;
     if (refuse)
         return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d: %s is not supported with tensor parallelism yet",
                         tp, refuse);

@@ -188,6 +188,25 @@ else
   bad "TP=2 checkpoint after 3 steps: missing, unchanged from the input, or not round-tripped by 1 rank"
 fi
 
+# 7b. Checkpoint directories under TP: each TP rank of DP replica 0 writes its shard into
+#     rank_%06d/ (InfiniTrain's layout); a run resumed from step 5 at the same grid gives the
+#     uninterrupted run's last 5 losses bitwise (DP2 x TP2 with ZeRO-1, and LoRA under TP+SP);
+#     another TP size is refused naming tp_size.
+runn 4 gpt2 "$tmp/cfull" "${gpt2[@]}" --tensor_parallel 2 --zero_stage 1 --save "$tmp/ck" --save_interval 5
+[[ -f $tmp/ck/checkpoint_step_000005/rank_000000/model.ckpt && -f $tmp/ck/checkpoint_step_000005/rank_000001/optimizer.ckpt &&
+  ! -e $tmp/ck/checkpoint_step_000005/rank_000002 ]] && ok || bad "TP=2 checkpoint: rank_000000/ and rank_000001/ expected: $(find "$tmp/ck" | head)"
+runn 4 gpt2 "$tmp/cres" "${gpt2[@]}" --tensor_parallel 2 --zero_stage 1 --load "$tmp/ck/checkpoint_step_000005"
+[[ -s $tmp/cres ]] && tail -n 5 "$tmp/cfull" | cmp -s - "$tmp/cres" && ok ||
+  bad "DP2xTP2 ZeRO-1 resumed from step 5 differs from the uninterrupted run: $(paste <(tail -n 5 "$tmp/cfull") "$tmp/cres")"
+loraopt=(--lora_rank 4 --lora_alpha 8 --tensor_parallel 2 --sequence_parallel)
+runn 2 gpt2 "$tmp/clf" "${gpt2[@]}" "${loraopt[@]}" --save "$tmp/ckl" --save_interval 5
+runn 2 gpt2 "$tmp/clr" "${gpt2[@]}" "${loraopt[@]}" --load "$tmp/ckl/checkpoint_step_000005"
+[[ -s $tmp/clr ]] && tail -n 5 "$tmp/clf" | cmp -s - "$tmp/clr" && ok || bad "LoRA TP=2+SP resumed from step 5 differs"
+"$build/gpt2" "${gpt2[@]}" --load "$tmp/ck/checkpoint_step_000005" >"$tmp/c1.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q 'tp_size: expected 1 (this run: no tensor parallelism), found 2' "$tmp/c1.out" && ok ||
+  bad "a TP=2 checkpoint loaded without TP: exit $rc: $(tail -2 "$tmp/c1.out")"
+
 # 8. Bad grids: exit 2, one line on stderr naming the flag and the numbers, no model built.
 expect_refuse() { # name, expected substring, mpirun args...
   local name=$1 want=$2
