@@ -50,6 +50,13 @@ IT_API it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *
 /* Drop every recorded node (e.g. after an evaluation pass with grad mode on). */
 IT_API void it_tape_clear(void);
 IT_API size_t it_tape_size(void);
+/* Backward of one segment of the tape: the nodes recorded at positions [lo, hi) (it_tape_size
+ * before and after a forward), with root's gradient `grad` (NULL: root must have one element,
+ * its gradient 1). Those nodes run in reverse and leave the tape; the nodes after hi move down
+ * by hi - lo, the others stay. For a pipeline schedule, where several micro-batches' graphs
+ * are recorded before their backwards run (each segment's inputs must be leaves or tensors
+ * made outside it). */
+IT_API it_status it_backward_range(it_tensor *root, it_tensor *grad, size_t lo, size_t hi);
 /* Zero the gradients of the given leaves (their buffers are kept). */
 IT_API it_status it_zero_grad(it_tensor *const *params, int n);
 

@@ -62,6 +62,13 @@ IT_API it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root);
  * reduce-scatter and all-gather (N-1)/N of the whole buffer. Host control data not counted. */
 IT_API uint64_t it_dist_bytes_sent(const it_dist *d);
 IT_API void it_dist_bytes_reset(it_dist *d);
+/* Point to point (pipeline stages): rank `peer` of the group, messages matched by tag and,
+ * between two ranks, in order. A send is staged through host memory and posted without
+ * waiting (so two ranks may send to each other at once); it_dist_send_wait completes them.
+ * A receive blocks until its tensor (contiguous, of the sent size) holds the data. */
+IT_API it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag);
+IT_API it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag);
+IT_API it_status it_dist_send_wait(it_dist *d);
 /* Host buffers, over the host communicator (control data). */
 IT_API it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op);
 

@@ -24,6 +24,11 @@ typedef struct it_dist it_dist;
 typedef struct it_model_parallel {
     it_dist *tp;
     bool sequence_parallel;
+    /* Pipeline parallelism (NULL or one rank: none): this rank's stage is its rank in `pp`, and
+     * it holds that stage's layers (GetStageInfo's split), the embedding on the first stage,
+     * the final norm and the head on the last. `mp`: the group of every rank holding part of
+     * this model (TP x PP), over which the gradient norm is summed (NULL: tp). */
+    it_dist *pp, *mp;
 } it_model_parallel;
 
 typedef struct it_model_info {
@@ -67,6 +72,13 @@ IT_API it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets)
 /* Write the model's checkpoint format (atomically). Under tensor parallelism a collective over
  * the TP group: the slices are gathered and the group's rank 0 writes the whole file. */
 IT_API it_status it_model_save(const it_model *m, const char *path);
+/* Pipeline parallelism: a non-first stage's input (the previous stage's output, B x T x C, or
+ * T/TP rows under SP) for the next it_model_forward / it_model_loss, which then ignore idx
+ * except for its shape; NULL clears it. A non-last stage's forward returns its last layer's
+ * output instead of logits. */
+IT_API void it_model_set_stage_input(it_model *m, it_tensor *act);
+IT_API int it_model_pp_size(const it_model *m);
+IT_API int it_model_pp_rank(const it_model *m);
 /* Tensor parallelism: the group size (1 without), this rank's place in it, sequence parallel. */
 IT_API int it_model_tp_size(const it_model *m);
 IT_API int it_model_tp_rank(const it_model *m);
@@ -143,6 +155,9 @@ typedef struct it_model_param_info {
      * one-rank flat buffer (= the llm.c file's order). Without it they equal shape and offset. */
     int64_t full_shape[2];
     int64_t full_offset;
+    /* GPT-2 under PP: the last stage's lm_head, a copy of the tied wte (full_offset is wte's);
+     * not part of the one-rank layout. */
+    bool pp_copy;
     /* Role ATTN_QKV only (0 otherwise): rows [0, q_rows) are Q (n_head heads), then kv_rows of K,
      * then kv_rows of V (n_kv_head heads each), head_dim rows per head, heads in order. Q head h
      * attends with KV head h / (q_rows / kv_rows); head group g is Q rows

@@ -10,6 +10,12 @@
 extern "C" {
 #endif
 
+/* The order a pipeline stage runs its micro-batches' forwards (F) and backwards (B) in. */
+typedef enum it_pp_schedule {
+    IT_PP_GPIPE, /* F0 .. F(M-1), then B(M-1) .. B0 */
+    IT_PP_1F1B,  /* P-p-1 warm-up forwards, then one forward and one backward in turn, then the rest */
+} it_pp_schedule;
+
 typedef struct it_train_config {
     const char *app;                                     /* "gpt2" */
     const char *device;                                  /* --device (cpu) */
@@ -44,6 +50,9 @@ typedef struct it_train_config {
     int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     int tensor_parallel;           /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */
     bool sequence_parallel;        /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
+    int pipeline_parallel;         /* --pipeline_parallel: pipeline stages (1) */
+    int virtual_pipeline_parallel; /* --virtual_pipeline_parallel: chunks per stage (1) */
+    it_pp_schedule pipeline_schedule; /* --pipeline_schedule: gpipe (InfiniTrain's) or 1f1b */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* --quiet: no per-step lines (tests) */
     const char *input_val_bin;     /* --input_val_bin: validation token shard */

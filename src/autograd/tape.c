@@ -291,6 +291,44 @@ it_status it_backward_hooked(it_tensor *loss, it_grad_ready_fn fn, void *ctx) {
     return st;
 }
 
+it_status it_backward_range(it_tensor *root, it_tensor *grad, size_t lo, size_t hi) {
+    if (!root) return it_last_status() ? it_last_status() : it_error(IT_ERR_INVALID_ARG, "backward: NULL root");
+    if (lo > hi || hi > tape_len)
+        return it_error(IT_ERR_INVALID_ARG, "backward: segment [%zu, %zu) outside the tape's %zu nodes", lo, hi,
+                        tape_len);
+    if (!root->requires_grad) return it_error(IT_ERR_INVALID_ARG, "backward: the root does not require grad");
+    if (grad && (!same_shape(root, grad) || grad->dtype != root->dtype))
+        return it_error(IT_ERR_INVALID_ARG, "backward: the root's gradient does not match its shape/dtype");
+    if (!grad && it_tensor_numel(root) != 1)
+        return it_error(IT_ERR_INVALID_ARG, "backward: a root of %lld elements needs its gradient",
+                        (long long)it_tensor_numel(root));
+    it_tensor_release(root->grad);
+    root->grad = grad ? it__clone_owned(grad) : it__tensor_new_owned(it_tensor_device(root), root->dtype, root->ndim,
+                                                                      root->shape);
+    it_status st = root->grad ? IT_OK : it_last_status();
+    if (!st && !grad) st = it_tensor_fill(root->grad, it_scalar_f64(1.0));
+    for (size_t k = hi; k-- > lo;) {
+        it_node *n = tape[k];
+        it_tensor *dy = n->out->grad;
+        if (dy && !st) {
+            if (n->out->is_leaf)
+                it_tensor_retain(dy);
+            else
+                n->out->grad = NULL;
+            it_scope_begin();
+            st = n->backward(n, dy);
+            it_scope_end();
+            it_tensor_release(dy);
+            if (st) it_error_context("backward of %s: ", n->name);
+        }
+        node_free(n);
+        tape[k] = NULL;
+    }
+    memmove(tape + lo, tape + hi, sizeof *tape * (tape_len - hi));
+    tape_len -= hi - lo;
+    return st;
+}
+
 it_status it_zero_grad(it_tensor *const *params, int n) {
     for (int i = 0; i < n; i++) {
         if (params[i] && params[i]->grad) {

@@ -2,6 +2,7 @@
  * collectives on tensors (native or staged through host memory), hashes for the start-up
  * checks. Every group, the world included, is built by group_init; grid.c splits the world
  * into DP, TP and PP groups. */
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@ struct it_dist {
     const it_ccl *dev_ccl; /* the device backend's, or NULL: staged through the host */
     it_comm *dev_comm;
     uint64_t bytes_sent; /* it_dist_bytes_sent */
+    /* point-to-point sends in flight (it_dist_send): MPI requests and their host buffers */
+    MPI_Request *sreq;
+    void **sbuf;
+    int nsend, capsend;
 };
 
 /* What one rank sends in a ring algorithm for a collective over `bytes` of payload on n ranks:
@@ -148,6 +153,9 @@ it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out) {
 
 void it_dist_free(it_dist *d) {
     if (!d) return;
+    it_dist_send_wait(d);
+    free(d->sreq);
+    free(d->sbuf);
     if (d->dev_comm && d->dev_comm != d->host_comm) d->dev_ccl->comm_destroy(d->dev_comm);
     if (d->host_comm) d->host_ccl->comm_destroy(d->host_comm);
     int fin = 0;
@@ -501,4 +509,67 @@ it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool
     for (size_t i = 0; i < n && !st; i++) differs[i] = buf[i] != ~buf[n + i];
     free(buf);
     return st;
+}
+
+/* ---------------------------------------------------------------- point to point */
+
+/* Sends are staged through host memory and posted non-blocking (MPI_Isend), so that two ranks
+ * sending to each other at once (a 1F1B pipeline's activations one way, gradients the other)
+ * cannot deadlock; a receive blocks until its data has arrived. Messages between two ranks
+ * with the same tag arrive in the order sent (MPI's guarantee). */
+it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
+    if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist send: needs a group of more than one rank");
+    if (peer < 0 || peer >= d->world || peer == d->rank)
+        return it_error(IT_ERR_INVALID_ARG, "dist send: peer %d outside the group of %d (or this rank)", peer, d->world);
+    it_status st = need_contiguous(t, "send");
+    if (st) return st;
+    if (d->nsend == d->capsend) {
+        int cap = d->capsend ? 2 * d->capsend : 8;
+        MPI_Request *r = realloc(d->sreq, sizeof *r * (size_t)cap);
+        if (r) d->sreq = r;
+        void **b = r ? realloc(d->sbuf, sizeof *b * (size_t)cap) : NULL;
+        if (b) d->sbuf = b;
+        if (!r || !b) return it_error(IT_ERR_OOM, "dist send: out of host memory");
+        d->capsend = cap;
+    }
+    size_t n = it_tensor_nbytes(t);
+    if (n > (size_t)INT_MAX) return it_error(IT_ERR_INVALID_ARG, "dist send: %zu bytes exceed MPI's int counts", n);
+    void *h = to_host(t);
+    if (!h) return it_last_status();
+    if (MPI_Isend(h, (int)n, MPI_BYTE, peer, tag, d->mpi, &d->sreq[d->nsend]) != MPI_SUCCESS) {
+        free(h);
+        return it_error(IT_ERR_BACKEND, "dist send: MPI_Isend of %zu bytes to rank %d failed", n, peer);
+    }
+    d->sbuf[d->nsend++] = h;
+    d->bytes_sent += n;
+    return IT_OK;
+}
+
+it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+    if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist recv: needs a group of more than one rank");
+    if (peer < 0 || peer >= d->world || peer == d->rank)
+        return it_error(IT_ERR_INVALID_ARG, "dist recv: peer %d outside the group of %d (or this rank)", peer, d->world);
+    it_status st = need_contiguous(t, "recv");
+    if (st) return st;
+    size_t n = it_tensor_nbytes(t);
+    void *h = malloc(n ? n : 1);
+    if (!h) return it_error(IT_ERR_OOM, "dist recv: %zu bytes of host memory", n);
+    MPI_Status ms;
+    int got = 0;
+    if (MPI_Recv(h, (int)n, MPI_BYTE, peer, tag, d->mpi, &ms) != MPI_SUCCESS ||
+        MPI_Get_count(&ms, MPI_BYTE, &got) != MPI_SUCCESS || (size_t)got != n) {
+        free(h);
+        return it_error(IT_ERR_BACKEND, "dist recv: expected %zu bytes from rank %d, got %d", n, peer, got);
+    }
+    st = it_tensor_copy_from_host(t, h, n);
+    free(h);
+    return st;
+}
+
+it_status it_dist_send_wait(it_dist *d) {
+    if (!d || !d->nsend) return IT_OK;
+    int rc = MPI_Waitall(d->nsend, d->sreq, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < d->nsend; i++) free(d->sbuf[i]);
+    d->nsend = 0;
+    return rc == MPI_SUCCESS ? IT_OK : it_error(IT_ERR_BACKEND, "dist: waiting for point-to-point sends failed");
 }

@@ -48,6 +48,7 @@ typedef struct gpt2 {
     it_gpt2_config cfg;
     int32_t header[256];                /* as read (or made), written back unchanged */
     it_tensor *wte, *wpe, *lnfw, *lnfb; /* borrowed from the model, as are the blocks' */
+    it_tensor *lm_head;                 /* PP's last stage: its copy of wte (NULL: wte itself) */
     gpt2_block *h;                      /* n_layer */
 } gpt2;
 
@@ -84,12 +85,18 @@ static void gpt2_walk(gpt2 *g, it__layout *lo) {
     g->lnfw = it__layout_take(lo, lnf, "transformer.ln_f.weight");
     lnf.is_bias = true;
     g->lnfb = it__layout_take(lo, lnf, "transformer.ln_f.bias");
+    const it_model *par = lo->m ? lo->m : lo->par;
+    if (par && par->pp_size > 1 && !par->first) { /* the tied head, at the far end of the pipeline */
+        wte.role = IT_PARAM_ROLE_LM_HEAD;
+        wte.tied_name = NULL;
+        g->lm_head = it__layout_tied_copy(lo, wte, "lm_head.weight", 0);
+    }
 }
 
-/* Elements of the flat buffer: the whole model's (tp 1), or one TP rank's. */
-static int64_t num_params(const it_gpt2_config *c, int tp) {
+/* Elements of the flat buffer: the whole model's (par NULL), or one rank's of par's TP/PP. */
+static int64_t num_params(const it_gpt2_config *c, const it_model *par) {
     gpt2 g = {.cfg = *c};
-    it__layout count = {.tp = tp};
+    it__layout count = {.par = par};
     gpt2_walk(&g, &count);
     return count.off;
 }
@@ -155,9 +162,15 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
      * sequence parallelism x holds this rank's T/N rows between the collectives. */
     int64_t Tl = m->sp ? T / m->tp_size : T, t0 = m->sp ? (int64_t)m->tp_rank * Tl : 0;
     int heads = g->cfg.n_head / m->tp_size;
-    it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
-    it_tensor *x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos); /* (B, Tl, C) */
-    for (int l = 0; l < g->cfg.n_layer; l++) {
+    it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output (B, Tl, C) */
+    if (m->first) {
+        it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
+        x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos); /* (B, Tl, C) */
+    } else if (!x) {
+        it_error(IT_ERR_INVALID_ARG, "gpt2: pipeline stage %d has no input activation", m->pp_rank);
+        return NULL;
+    }
+    for (int l = m->l0; l < g->cfg.n_layer && l < m->l1; l++) {
         it_tensor *const *p = g->h[l].p;
         IT_PREC_LAYER(l);
         it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
@@ -171,12 +184,13 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
         h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
         x = IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
     }
+    if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_layernorm(x, g->lnfw, g->lnfb, LN_EPS), -1, "transformer.ln_f");
     (void)B;
     (void)C;
-    /* (B, T, Vp), or this rank's Vp/N columns: tied to the embedding */
-    return IT_PREC_MODULE(it_linear(it__tp_enter(m, x), g->wte, NULL), -1, "lm_head");
+    /* (B, T, Vp), or this rank's Vp/N columns: tied to the embedding (under PP its copy) */
+    return IT_PREC_MODULE(it_linear(it__tp_enter(m, x), g->lm_head ? g->lm_head : g->wte, NULL), -1, "lm_head");
 }
 
 /* 6 FLOPs per parameter per token (forward 2, backward 4; the position table is a lookup)
@@ -217,7 +231,8 @@ static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_m
     m->impl = g;
     g->cfg = *cfg;
     it__model_set_parallel(m, par);
-    st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg, m->tp_size));
+    if (m->pp_size > 1) it__stage_layers(cfg->n_layer, m->pp_size, m->pp_rank, &m->l0, &m->l1);
+    st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg, m));
     if (st) goto fail;
     m->info = (it_model_info){.family = "gpt2",
                               .block_size = cfg->block_size,
@@ -258,12 +273,33 @@ it_status it_gpt2_new(const it_gpt2_config *cfg, it_device dev, uint64_t seed, i
     return it_gpt2_new_tp(cfg, dev, seed, NULL, out);
 }
 
+typedef struct init_ctx {
+    float *host;
+    it_rng rng;
+    double resid_std;
+} init_ctx;
+
+/* One tensor's initial values at its place in the whole model's layout. */
+static void init_draw(void *p, const it__param_spec *spec, int64_t full_off) {
+    init_ctx *c = p;
+    float *dst = c->host + full_off;
+    int64_t numel = spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
+    if (spec->is_bias || spec->role == IT_PARAM_ROLE_NORM) {
+        float v = spec->role == IT_PARAM_ROLE_NORM && !spec->is_bias ? 1.0f : 0.0f;
+        for (int64_t j = 0; j < numel; j++) dst[j] = v;
+    } else {
+        bool resid = spec->role == IT_PARAM_ROLE_ATTN_OUT || spec->role == IT_PARAM_ROLE_MLP_DOWN;
+        double std = resid ? c->resid_std : 0.02;
+        for (int64_t j = 0; j < numel; j++) dst[j] = (float)(std * it__rng_normal(&c->rng));
+    }
+}
+
 it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed, const it_model_parallel *par,
                          it_model **out) {
     it_model *m = NULL;
     it_status st = gpt2_build(cfg, dev, par, &m);
     if (st) return st;
-    int64_t n = num_params(cfg, 1); /* the whole model's draws, as one rank makes them; then this rank's slices */
+    int64_t n = num_params(cfg, NULL); /* the whole model's draws, as one rank makes them; then this rank's slices */
     float *host = malloc((size_t)n * sizeof(float));
     if (!host) {
         it_model_free(m);
@@ -271,21 +307,10 @@ it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed
     }
     /* In flat order, so the draws land where llm.c's do: norms' weights 1, biases 0, the
      * residual projections N(0, 0.02/sqrt(2L)), everything else N(0, 0.02). */
-    it_rng rng = {seed};
-    double resid_std = 0.02 / sqrt(2.0 * cfg->n_layer);
-    for (int i = 0; i < it_model_param_count(m); i++) {
-        const it_model_param_info *p = it_model_param_at(m, i);
-        float *dst = host + p->full_offset;
-        int64_t numel = p->ndim == 1 ? p->full_shape[0] : p->full_shape[0] * p->full_shape[1];
-        if (p->is_bias || p->role == IT_PARAM_ROLE_NORM) {
-            float v = p->role == IT_PARAM_ROLE_NORM && !p->is_bias ? 1.0f : 0.0f;
-            for (int64_t j = 0; j < numel; j++) dst[j] = v;
-        } else {
-            bool resid = p->role == IT_PARAM_ROLE_ATTN_OUT || p->role == IT_PARAM_ROLE_MLP_DOWN;
-            double std = resid ? resid_std : 0.02;
-            for (int64_t j = 0; j < numel; j++) dst[j] = (float)(std * it__rng_normal(&rng));
-        }
-    }
+    init_ctx ic = {host, {seed}, 0.02 / sqrt(2.0 * cfg->n_layer)};
+    gpt2 whole = {.cfg = *cfg};
+    it__layout all = {.visit = init_draw, .visit_ctx = &ic};
+    gpt2_walk(&whole, &all);
     st = it__model_from_full(m, host);
     free(host);
     if (st) {
@@ -316,7 +341,7 @@ it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parall
         snprintf(why, sizeof why, "%s", it_last_error());
         return it_error(IT_ERR_FORMAT, "%s: header fields: %s", path, why);
     }
-    int64_t n = num_params(&cfg, 1);
+    int64_t n = num_params(&cfg, NULL);
     size_t want = 1024 + (size_t)n * sizeof(float);
     if (file_bytes != want)
         return it_error(IT_ERR_FORMAT,
@@ -328,7 +353,7 @@ it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parall
     st = gpt2_build(&cfg, dev, par, &m);
     if (st) return st;
     memcpy(((gpt2 *)m->impl)->header, h, sizeof h);
-    st = m->tp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
+    st = m->tp || m->pp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
         return st;

@@ -141,9 +141,15 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
     it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
-    it_tensor *x = IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
+    it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output */
+    if (m->first) {
+        x = IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
+    } else if (!x) {
+        it_error(IT_ERR_INVALID_ARG, "%s: pipeline stage %d has no input activation", m->info.family, m->pp_rank);
+        return NULL;
+    }
     it_tensor *aux_total = NULL;
-    for (int l = 0; l < g->L; l++) {
+    for (int l = m->l0; l < g->L && l < m->l1; l++) {
         IT_PREC_LAYER(l);
         it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
         it_tensor *q, *k, *v;
@@ -192,6 +198,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         }
         x = IT_PREC_MODULE(x, l, "");
     }
+    if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
     it_tensor *logits = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, x), g->lm_head, NULL), -1, "lm_head");
@@ -426,6 +433,9 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
                       "--tensor_parallel: %d: Mixtral is not supported under tensor parallelism (its experts and "
                       "router are not cut); use 1",
                       it_dist_world(par->tp));
+    if (!st && moe && par && par->pp && it_dist_world(par->pp) > 1)
+        st = it_error(IT_ERR_INVALID_ARG, "--pipeline_parallel: %d: Mixtral is not supported under pipeline parallelism; use 1",
+                      it_dist_world(par->pp));
     if (!st && !moe) st = it__tp_check(par, "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);
@@ -450,7 +460,8 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
     }
     m->impl = g;
     it__model_set_parallel(m, par);
-    it__layout mine = {.tp = m->tp_size}; /* this rank's elements */
+    if (m->pp_size > 1) it__stage_layers(g->L, m->pp_size, m->pp_rank, &m->l0, &m->l1);
+    it__layout mine = {.par = m}; /* this rank's elements */
     llama_walk(g, &mine);
     st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);
     m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
@@ -473,7 +484,7 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
         g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
         if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
-    if (!st) st = m->tp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
+    if (!st) st = m->tp || m->pp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
         return st;

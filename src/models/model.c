@@ -239,11 +239,32 @@ static int64_t spec_numel(const it__param_spec *spec) {
     return spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
 }
 
+void it__stage_layers(int n_layer, int P, int p, int *l0, int *l1) {
+    int q = n_layer / P, rem = n_layer % P;
+    *l0 = p < rem ? p * (q + 1) : rem * (q + 1) + (p - rem) * q;
+    *l1 = *l0 + q + (p < rem ? 1 : 0);
+}
+
+bool it__layout_owns(const it__layout *lo, const it__param_spec *spec) {
+    const it_model *m = lo->m ? lo->m : lo->par;
+    if (!m || m->pp_size <= 1) return true;
+    if (spec->layer >= 0) return spec->layer >= m->l0 && spec->layer < m->l1;
+    if (spec->role == IT_PARAM_ROLE_TOKEN_EMBEDDING || spec->role == IT_PARAM_ROLE_POSITION_EMBEDDING) return m->first;
+    return m->last; /* ln_f, lm_head */
+}
+
+static int layout_tp(const it__layout *lo) {
+    const it_model *m = lo->m ? lo->m : lo->par;
+    return m ? m->tp_size : 1;
+}
+
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
     int64_t at = lo->off, full_at = lo->full_off;
     it__param_spec full = spec;
+    if (lo->visit) lo->visit(lo->visit_ctx, &spec, full_at);
     lo->full_off += spec_numel(&spec);
-    if (!cut_spec(&spec, lo->m ? lo->m->tp_size : lo->tp, &lo->st)) return NULL;
+    if (!it__layout_owns(lo, &spec)) return NULL; /* another pipeline stage's */
+    if (!cut_spec(&spec, layout_tp(lo), &lo->st)) return NULL;
     lo->off += spec_numel(&spec);
     if (!lo->m || lo->st) return NULL;
     it_tensor *t = it__model_param(lo->m, at, spec.ndim, spec.shape);
@@ -261,6 +282,21 @@ it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt,
     e->info.full_shape[0] = full.shape[0];
     e->info.full_shape[1] = full.ndim == 1 ? 0 : full.shape[1];
     e->info.full_offset = full_at;
+    return t;
+}
+
+it_tensor *it__layout_tied_copy(it__layout *lo, it__param_spec spec, const char *name, int64_t full_offset) {
+    int64_t full_off = lo->full_off;
+    void (*visit)(void *, const it__param_spec *, int64_t) = lo->visit;
+    lo->visit = NULL; /* not in the one-rank layout: the file's rows are the tied tensor's */
+    it_tensor *t = it__layout_take(lo, spec, "%s", name);
+    lo->visit = visit;
+    lo->full_off = full_off;
+    if (t && lo->m) {
+        it_model_param_info *p = &lo->m->entries[lo->m->n_entries - 1].info;
+        p->full_offset = full_offset;
+        p->pp_copy = true;
+    }
     return t;
 }
 
@@ -435,7 +471,19 @@ void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
     m->tp_size = m->tp ? it_dist_world(m->tp) : 1;
     m->tp_rank = m->tp ? it_dist_rank(m->tp) : 0;
     m->sp = m->tp && par->sequence_parallel;
+    m->pp = par && par->pp && it_dist_world(par->pp) > 1 ? par->pp : NULL;
+    m->pp_size = m->pp ? it_dist_world(m->pp) : 1;
+    m->pp_rank = m->pp ? it_dist_rank(m->pp) : 0;
+    m->first = m->pp_rank == 0;
+    m->last = m->pp_rank == m->pp_size - 1;
+    m->mp = par && par->mp && it_dist_world(par->mp) > 1 ? par->mp : m->tp;
+    m->l0 = 0;
+    m->l1 = 1 << 30; /* set by the model once it knows n_layer (it__stage_layers) */
 }
+
+void it_model_set_stage_input(it_model *m, it_tensor *act) { m->stage_in = act; }
+int it_model_pp_size(const it_model *m) { return m && m->pp_size > 1 ? m->pp_size : 1; }
+int it_model_pp_rank(const it_model *m) { return m ? m->pp_rank : 0; }
 
 int it_model_tp_size(const it_model *m) { return m && m->tp_size > 1 ? m->tp_size : 1; }
 int it_model_tp_rank(const it_model *m) { return m ? m->tp_rank : 0; }
@@ -502,10 +550,17 @@ void it__param_runs(const it_model_param_info *p, int tp, int r, it__run_fn fn, 
     }
 }
 
+/* The one-rank layout's length: the end of its last tensor (under PP the last stage holds it;
+ * the others learn it from the group). */
 static int64_t full_numel(const it_model *m) {
-    const it_model_param_info *last = m->n_entries ? &m->entries[m->n_entries - 1].info : NULL;
-    if (!last) return 0;
-    return last->full_offset + (last->ndim == 1 ? last->full_shape[0] : last->full_shape[0] * last->full_shape[1]);
+    int64_t end = 0;
+    for (int i = 0; i < m->n_entries; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        int64_t e = p->full_offset + (p->ndim == 1 ? p->full_shape[0] : p->full_shape[0] * p->full_shape[1]);
+        if (!p->pp_copy && e > end) end = e;
+    }
+    if (m->pp) it_dist_all_reduce_host(m->pp, &end, 1, IT_DTYPE_I64, IT_CCL_MAX);
+    return end;
 }
 
 typedef struct copy_ctx {
@@ -585,11 +640,19 @@ it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_n
     it_status st = tp > 1 ? (dev_all ? it_dist_all_gather(m->tp, m->params, dev_all) : it_last_status()) : IT_OK;
     if (!st) st = it_tensor_copy_to_host(tp > 1 ? dev_all : m->params, all, sizeof(float) * (size_t)(P * tp));
     it_scope_end();
+    if (m->pp) memset(*full, 0, sizeof(float) * (size_t)F); /* each stage fills its own tensors */
     for (int r = 0; r < tp && !st; r++) {
         copy_ctx c = {.local = all + r * P, .full_out = *full};
-        for (int i = 0; i < m->n_entries; i++) it__param_runs(&m->entries[i].info, (int)tp, r, run_to_full, &c);
+        for (int i = 0; i < m->n_entries; i++)
+            if (!m->entries[i].info.pp_copy) it__param_runs(&m->entries[i].info, (int)tp, r, run_to_full, &c);
     }
     free(all);
+    if (!st && m->pp) { /* the stages' disjoint tensors: a sum over PP (x + 0 = x) is their union */
+        for (int64_t at = 0; at < F && !st; at += 1 << 26) { /* within MPI's int counts */
+            int64_t n = F - at < (1 << 26) ? F - at : 1 << 26;
+            st = it_dist_all_reduce_host(m->pp, *full + at, (size_t)n, IT_DTYPE_FP32, IT_CCL_SUM);
+        }
+    }
     if (st) {
         free(*full);
         *full = NULL;
@@ -651,9 +714,35 @@ static it_status sync_kept_kv(it_model *m, const it_model_param_info *p) {
     return st;
 }
 
+/* GPT-2 under PP: wte's gradient (first stage) and its lm_head copy's (last stage) summed, as
+ * Megatron's embedding group does: one all-reduce over the PP group, the middle stages adding
+ * zeros (x + 0 = x: the first and last stage end with the same bits). */
+static it_status sync_tied_copy(it_model *m) {
+    const it_model_param_info *mine = NULL;
+    int64_t shape[2] = {0, 0};
+    bool tied = false;
+    for (int i = 0; i < m->n_entries; i++) {
+        const it_model_param_info *p = &m->entries[i].info;
+        if (p->pp_copy || (p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING && p->tied_name)) tied = true;
+        if (p->pp_copy || (m->first && p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING)) mine = p;
+    }
+    /* every stage learns the shape (it_model_info) and whether the model is tied */
+    double flag = tied ? 1 : 0;
+    it_status st = it_dist_all_reduce_host(m->pp, &flag, 1, IT_DTYPE_FP64, IT_CCL_MAX);
+    if (st || flag == 0) return st;
+    shape[0] = m->info.padded_vocab / m->tp_size;
+    shape[1] = m->info.n_embd;
+    it_scope_begin();
+    it_tensor *buf = mine ? it_tensor_contiguous(mine->grad) : it_tensor_zeros(m->dev, IT_DTYPE_FP32, 2, shape);
+    st = buf ? it_dist_all_reduce(m->pp, buf, IT_CCL_SUM) : it_last_status();
+    it_scope_end();
+    return st;
+}
+
 it_status it_model_tp_sync_grads(it_model *m) {
-    if (!m->tp) return IT_OK;
     it_status st = IT_OK;
+    if (m->pp && !m->lora && (st = sync_tied_copy(m))) return st;
+    if (!m->tp) return IT_OK;
     if (m->lora) { /* the adapters' whole factors saw this rank's part of the layer: summed */
         for (int i = 0; i < it_model_lora_count(m) && !st; i++) {
             it_model_param_info p = kv_view(m, i);
@@ -688,11 +777,16 @@ it_status it_model_grad_shared_sumsq(it_model *m, it_tensor *g, int64_t flat_lo,
     int64_t lo = flat_lo, hi = flat_lo + it_tensor_numel(g);
     int n = m->lora ? it_model_lora_count(m) : m->n_entries; /* what it_model_grads holds */
     it_scope_begin();
-    for (int i = 0; m->tp && i < n && !st; i++) {
+    for (int i = 0; (m->tp || m->pp) && i < n && !st; i++) {
         const it_lora_tensor_info *t = m->lora ? it_model_lora_at(m, i) : NULL;
         const it_model_param_info *p = t ? NULL : &m->entries[i].info;
         int64_t off = t ? t->offset : p->offset, numel = t ? t->numel : p->numel;
         if (off >= hi || off + numel <= lo) continue;
+        if (p && p->pp_copy) { /* the first stage counts the tied embedding's gradient */
+            st = add_span(g, flat_lo, off > lo ? off : lo, off + numel < hi ? off + numel : hi, 1.0, &acc);
+            continue;
+        }
+        if (!m->tp) continue;
         if ((t ? t->split : p->split) == IT_PARAM_SPLIT_NONE) { /* on every rank of the group */
             st = add_span(g, flat_lo, off > lo ? off : lo, off + numel < hi ? off + numel : hi,
                           1.0 - 1.0 / m->tp_size, &acc);
@@ -713,24 +807,25 @@ it_status it_model_grad_norm(it_model *m, double *norm) {
     double total = 0, over = 0;
     it_tensor *g = it_model_grads(m);
     it_status st = it_grad_norm(g, &total);
-    if (st || !m->tp) {
+    if (st || !m->mp) {
         *norm = total;
         return st;
     }
-    /* every element's square once: this rank's, less what its TP peers count too, summed */
+    /* every element's square once: this rank's, less what its TP peers (or, for GPT-2's tied
+     * head, the first stage) count too, summed over the model-parallel group */
     if ((st = it_model_grad_shared_sumsq(m, g, 0, &over))) return st;
     double mine = total * total - over;
-    if ((st = it_dist_all_reduce_host(m->tp, &mine, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
+    if ((st = it_dist_all_reduce_host(m->mp, &mine, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
     *norm = sqrt(fmax(mine, 0.0));
     return IT_OK;
 }
 
 it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t header[256]) {
-    if (!m->tp) return it__write_checkpoint(path, header, m->params);
+    if (!m->tp && !m->pp) return it__write_checkpoint(path, header, m->params);
     float *full = NULL;
     int64_t n = 0;
     it_status st = it__model_gather_full(m, &full, &n);
-    if (st || m->tp_rank != 0) {
+    if (st || m->tp_rank != 0 || m->pp_rank != 0) { /* the group's first rank writes */
         free(full);
         return st;
     }

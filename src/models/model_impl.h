@@ -42,8 +42,21 @@ struct it_model {
     it_dist *tp;
     int tp_size, tp_rank;
     bool sp;
+    /* Pipeline parallelism: this rank's stage of pp_size (1: none), the layers [l0, l1) it
+     * holds, whether it is the first (embedding) or last (final norm, head, loss) stage; the PP
+     * group; mp: the model-parallel group (TP x PP: every rank holding part of one model), over
+     * which the gradient norm is summed; stage_in: a non-first stage's input activation for the
+     * next forward (it_model_set_stage_input). */
+    it_dist *pp, *mp;
+    int pp_size, pp_rank, l0, l1;
+    bool first, last;
+    it_tensor *stage_in;
     void *impl;
 };
+
+/* GetStageInfo with one chunk per stage: layers [l0, l1) of n_layer for stage p of P (the first
+ * n_layer % P stages get one layer more). */
+void it__stage_layers(int n_layer, int P, int p, int *l0, int *l1);
 
 /* Set m's tensor parallelism from par (NULL: none). */
 void it__model_set_parallel(it_model *m, const it_model_parallel *par);
@@ -79,17 +92,6 @@ it_status it__model_init(it_model *m, const it_model_vtable *vt, it_device dev, 
  * view at the same offset into the flat grads. Owned by the model (freed with it). */
 it_tensor *it__model_param(it_model *m, int64_t offset, int ndim, const int64_t *shape);
 
-/* The layout walk. A model lists each parameter once, in flat order, through it__layout_take;
- * the same walk counts (m NULL: only `off` advances) and builds (views and named entries).
- * Building needs m->info's n_head, n_kv_head and n_embd set (c_attn's Q/K/V rows). */
-typedef struct it__layout {
-    it_model *m;      /* NULL: count only */
-    int64_t off;      /* elements walked so far (this rank's, under TP) */
-    it_status st;     /* the first failure while building */
-    int tp;           /* counting only: the TP size to cut by (0 or 1: none); building uses m's */
-    int64_t full_off; /* elements of the whole (uncut) tensors walked so far */
-} it__layout;
-
 /* What the walk says of one parameter; the name is printf(fmt, ...). */
 typedef struct it__param_spec {
     it_param_role role;
@@ -102,6 +104,28 @@ typedef struct it__param_spec {
      * divides them, else each rank keeps the one its query heads use; model.c) */
     int64_t kv_rows, head_dim;
 } it__param_spec;
+
+/* The layout walk. A model lists each parameter once, in flat order, through it__layout_take;
+ * the same walk counts (m NULL: only `off` advances) and builds (views and named entries).
+ * Building needs m->info's n_head, n_kv_head and n_embd set (c_attn's Q/K/V rows). */
+typedef struct it__layout {
+    it_model *m;          /* NULL: count only */
+    int64_t off;          /* elements walked so far (this rank's, under TP/PP) */
+    it_status st;         /* the first failure while building */
+    const it_model *par;  /* counting only: whose TP cut and PP stage to count (NULL: the whole
+                             model); building uses m's */
+    int64_t full_off;     /* elements of the whole (uncut) tensors walked so far */
+    /* Called for every tensor of the whole model, held here or not, with its place in the
+     * one-rank layout (a new model's initialization draws the whole model's values). */
+    void (*visit)(void *ctx, const struct it__param_spec *spec, int64_t full_off);
+    void *visit_ctx;
+} it__layout;
+/* Under PP: whether lo's stage holds a parameter of this spec (its layer, or the embedding on
+ * the first stage and the final norm and head on the last). */
+bool it__layout_owns(const it__layout *lo, const it__param_spec *spec);
+/* GPT-2 under PP: the last stage's copy of the tied wte as its lm_head ("lm_head.weight", the
+ * file's wte rows), whose gradient is summed with the first stage's (it_model_tp_sync_grads). */
+it_tensor *it__layout_tied_copy(it__layout *lo, it__param_spec spec, const char *name, int64_t full_offset);
 
 /* The next parameter: a leaf view at lo->off (NULL when counting or after a failure), named. */
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);

@@ -355,7 +355,7 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
                   "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
                   (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", ctx->tp_size, "sp_size",
                   ctx->cfg->sequence_parallel ? ctx->tp_size : 1,
-                  "pp_size", 1, "infinitrain_c", ours);
+                  "pp_size", ctx->pp_size, "infinitrain_c", ours);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -466,9 +466,12 @@ static it_status prune(const it_train_ctx *ctx) {
  * together: group rank 0 makes the temporary directory, each rank writes its shard into
  * rank_%06d/ (its global rank, InfiniTrain's layout), group rank 0 renames it into place once
  * every shard is complete. `phase` failures are agreed over the group, so all stop together. */
+/* The ranks of one model replica: TP x PP (NULL: neither). */
+static it_dist *model_group(const it_train_ctx *ctx) { return ctx->mp ? ctx->mp : ctx->tp ? ctx->tp : ctx->pp; }
+
 static it_status tp_agree(it_train_ctx *ctx, it_status st, double *pid) {
     double v[2] = {st ? 1 : 0, pid ? *pid : 0};
-    it_status cst = it_dist_all_reduce_host(ctx->tp, v, 2, IT_DTYPE_FP64, IT_CCL_SUM);
+    it_status cst = it_dist_all_reduce_host(model_group(ctx), v, 2, IT_DTYPE_FP64, IT_CCL_SUM);
     if (cst) return cst;
     if (pid) *pid = v[1];
     if (v[0] && !st) st = it_error(IT_ERR_IO, "checkpoint at step %d: another TP rank could not save", ctx->step);
@@ -477,7 +480,8 @@ static it_status tp_agree(it_train_ctx *ctx, it_status st, double *pid) {
 
 static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
     const char *root = ctx->cfg->save;
-    bool lead = it_model_tp_rank(ctx->model) == 0; /* the one process that makes and renames the directory */
+    it_dist *mg = model_group(ctx);
+    bool lead = it_dist_rank(mg) == 0; /* the one process that makes and renames the directory */
     char name[64], tmp[PATH_MAX], final[PATH_MAX], mine[PATH_MAX];
     snprintf(name, sizeof name, STEP_PREFIX "%06d", ctx->step);
     it_status st = IT_OK;
@@ -486,29 +490,29 @@ static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
     if (lead && !st) remove_stale(root);
     path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)pid);
     if (lead && !st && mkdir(tmp, 0755) != 0) st = it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
-    if (ctx->tp && (st = tp_agree(ctx, st, &pid))) return st;
+    if (mg && (st = tp_agree(ctx, st, &pid))) return st;
     path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)pid);
     path_fmt(final, sizeof final, "%s/%s", root, name);
     snprintf(mine, sizeof mine, "%s", tmp);
-    if (ctx->tp) {
+    if (mg) {
         path_fmt(mine, sizeof mine, "%s/rank_%06d", tmp, ctx->grank);
         if (mkdir(mine, 0755) != 0) st = it_error(IT_ERR_IO, "%s: %s", mine, strerror(errno));
     }
     if (!st) st = write_checkpoint(ctx, h, mine);
-    if (ctx->tp) st = tp_agree(ctx, st, NULL);
+    if (mg) st = tp_agree(ctx, st, NULL);
     struct stat sb;
     if (lead && !st && stat(final, &sb) == 0) st = remove_tree(final, root, name); /* an older run's, same step */
     if (lead && !st && rename(tmp, final) != 0)
         st = it_error(IT_ERR_IO, "%s: renaming to %s: %s", tmp, final, strerror(errno));
     if (lead && !st) st = fsync_path(root, true);
-    if (ctx->tp) st = tp_agree(ctx, st, NULL);
+    if (mg) st = tp_agree(ctx, st, NULL);
     if (st) {
         it_status keep = st;
         if (lead) nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the earlier checkpoints stay as they were */
         it_error_context("checkpoint at step %d not saved: ", ctx->step);
         return keep;
     }
-    if (!ctx->quiet) printf("checkpoint: saved %s%s\n", final, ctx->tp ? " (one rank_%06d/ per TP rank)" : "");
+    if (!ctx->quiet) printf("checkpoint: saved %s%s\n", final, mg ? " (one rank_%06d/ per TP and PP rank)" : "");
     return lead ? prune(ctx) : IT_OK;
 }
 
@@ -701,10 +705,12 @@ static it_status resolve_dir(it_train_ctx *ctx, const char *dir, char *out, size
         return it_error(IT_ERR_INVALID_ARG,
                         "--load %s: an incomplete checkpoint (a save or removal that did not finish)", dir);
     snprintf(out, n, "%s", dir);
-    int tp = it_model_tp_rank(ctx->model);
-    path_fmt(path, sizeof path, "%s/rank_%06d/trainer_state.json", dir, tp);
-    if (ctx->tp_size > 1 && stat(path, &sb) == 0) { /* this TP rank's shard (DP replicas share it) */
-        snprintf(out, n, "%s/rank_%06d", dir, tp);
+    /* this TP and PP rank's shard, saved by DP replica 0's rank of the same tp and pp (the
+     * replicas share it): global rank tp + TP*DP*pp */
+    int shard = it_model_tp_rank(ctx->model) + ctx->tp_size * ctx->world * it_model_pp_rank(ctx->model);
+    path_fmt(path, sizeof path, "%s/rank_%06d/trainer_state.json", dir, shard);
+    if ((ctx->tp_size > 1 || ctx->pp_size > 1) && stat(path, &sb) == 0) {
+        snprintf(out, n, "%s/rank_%06d", dir, shard);
         return IT_OK;
     }
     path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
@@ -855,7 +861,8 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
                          ctx->tp_size > 1 ? "this run's --tensor_parallel" : "this run: no tensor parallelism")) ||
         (st = expect_int(path, j, "sp_size", 1, c->sequence_parallel ? ctx->tp_size : 1,
                          c->sequence_parallel ? "this run: --sequence_parallel" : "this run: no sequence parallelism")) ||
-        (st = expect_int(path, j, "pp_size", 1, 1, "this run: no pipeline parallelism")))
+        (st = expect_int(path, j, "pp_size", 1, ctx->pp_size,
+                         ctx->pp_size > 1 ? "this run's --pipeline_parallel" : "this run: no pipeline parallelism")))
         return st;
     json_t *ours = json_object_get(j, "infinitrain_c");
     if (ours) {

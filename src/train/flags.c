@@ -21,6 +21,8 @@ static const it_flag_choice lr_decay_choices[] = {{"none", IT_LR_NONE, NULL},
                                                   {"cosine", IT_LR_COSINE, NULL},
                                                   {"inverse-square-root", IT_LR_INVERSE_SQRT, NULL},
                                                   {NULL, 0, NULL}};
+static const it_flag_choice schedule_choices[] = {
+    {"gpipe", IT_PP_GPIPE, NULL}, {"1f1b", IT_PP_1F1B, NULL}, {NULL, 0, NULL}};
 static const it_flag_choice dtype_choices[] = {
     {"float32", IT_DTYPE_FP32, NULL},
     {"fp32", IT_DTYPE_FP32, NULL},
@@ -109,6 +111,13 @@ static const it_train_flag FLAGS[] = {
         "DP = ranks / N"),
     BOOL("sequence_parallel", sequence_parallel, G_PAR, true,
          "with --tensor_parallel: norms and residuals on T/N rows of the sequence each"),
+    INT("pipeline_parallel", pipeline_parallel, "1", 1, 1 << 16, "P", G_PAR, true,
+        "pipeline stages: the layers split over P ranks (embedding on the first, head and loss on the last); "
+        "DP = ranks / (TP*P)"),
+    INT("virtual_pipeline_parallel", virtual_pipeline_parallel, "1", 1, 1 << 16, "V", G_PAR, true,
+        "chunks per pipeline stage (only 1 is supported yet)"),
+    CHOICE("pipeline_schedule", pipeline_schedule, "gpipe", schedule_choices, "a pipeline schedule", G_PAR, true,
+           "gpipe (all forwards, then all backwards: InfiniTrain's) or 1f1b; micro-batches = the accumulation"),
     INT("lora_rank", lora_rank, "0", 0, 1 << 16, "R", "lora", true, "LoRA rank r, 0 = off (full fine-tuning)"),
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,

@@ -35,6 +35,10 @@ void train_banner(const it_train_ctx *ctx) {
            (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),
            c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
+    if (ctx->pp_size > 1)
+        printf("pipeline parallel: PP=%d stages, %s schedule, %lld micro-batches per step; layers split as "
+               "InfiniTrain's GetStageInfo\n",
+               ctx->pp_size, c->pipeline_schedule == IT_PP_1F1B ? "1F1B" : "GPipe", (long long)ctx->accum);
     if (ctx->tp_size > 1) {
         int64_t whole = 0;
         for (int i = 0; i < it_model_param_count(ctx->model); i++) {
@@ -187,10 +191,10 @@ it_status train_log(it_train_ctx *ctx) {
     }
     if (!ctx->quiet) {
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=1)\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=%d)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world, ctx->tp_size,
-               c->sequence_parallel ? ctx->tp_size : 1); /* InfiniTrain: SP is printed as TP when on */
+               c->sequence_parallel ? ctx->tp_size : 1, ctx->pp_size); /* InfiniTrain: SP printed as TP when on */
         if (step % c->log_interval == 0) print_expert_counts(ctx);
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
         fflush(stdout);

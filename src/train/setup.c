@@ -48,7 +48,7 @@ static it_status setup_group(it_train_ctx *ctx) {
     if ((st = it_dist_new(ctx->dev, &ctx->dist))) return it_error_context("data parallel: ");
     ctx->grank = ctx->rank = it_dist_rank(ctx->dist);
     ctx->gworld = ctx->world = it_dist_world(ctx->dist);
-    ctx->tp_size = 1;
+    ctx->tp_size = ctx->pp_size = 1;
     ctx->quiet = c->quiet || ctx->rank != 0;
     return IT_OK;
 }
@@ -58,7 +58,7 @@ static it_status setup_group(it_train_ctx *ctx) {
  * are not known here (a bad preset or an unreadable or foreign file: setup_model says why). */
 typedef struct grid_dims {
     const char *what, *from;
-    int64_t n_head, n_kv_head, ffn, vocab;
+    int64_t n_head, n_kv_head, ffn, vocab, n_layer;
 } grid_dims;
 
 static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
@@ -69,6 +69,8 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         if (!gpt2 || it_gpt2_preset(c->model, &cfg)) return false;
         if (c->n_head) cfg.n_head = c->n_head;
         if (c->n_embd) cfg.n_embd = c->n_embd;
+        if (c->n_layer) cfg.n_layer = c->n_layer;
+        d->n_layer = cfg.n_layer;
         if (c->vocab_size) cfg.padded_vocab_size = (c->vocab_size + 63) / 64 * 64; /* as setup_model pads */
         d->from = "from the flags";
         d->n_head = d->n_kv_head = cfg.n_head;
@@ -82,7 +84,8 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
     if (f) fclose(f);
     if (got != 16) return false;
     d->from = "from the --llmc_filepath header";
-    if (gpt2 && h[0] == 20240326) { /* [5] n_head, [6] n_embd, [7] padded vocab */
+    if (gpt2 && h[0] == 20240326) { /* [4] n_layer, [5] n_head, [6] n_embd, [7] padded vocab */
+        d->n_layer = h[4];
         d->n_head = d->n_kv_head = h[5];
         d->ffn = 4 * (int64_t)h[6];
         d->vocab = h[7];
@@ -92,6 +95,7 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         float mult;
         memcpy(&mult, &h[8], sizeof mult);
         if (!(mult > 0 && mult < 64) || h[9] < 1 || h[9] > (1 << 20) || h[7] < 1 || h[7] > (1 << 16)) return false;
+        d->n_layer = h[4];
         d->n_head = h[5];
         d->n_kv_head = h[6];
         d->ffn = it_llama3_ffn_hidden(h[7], mult, h[9]);
@@ -103,12 +107,15 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
 
 /* The model's cut dims against tp, on every rank, then agreed: one rank's verdict (a file that
  * differs between ranks) stops them all, and rank 0 alone says why. */
-static it_status grid_check_model(it_train_ctx *ctx, int tp) {
+static it_status grid_check_model(it_train_ctx *ctx, int tp, int pp) {
     const it_train_config *c = ctx->cfg;
     grid_dims d = {0};
     double bad[2] = {0, 0}; /* [0]: this rank refuses, [1]: rank 0 does */
     char msg[384] = "";
-    if (grid_model_dims(c, &d)) {
+    if (grid_model_dims(c, &d) && d.n_layer > 0 && pp > d.n_layer)
+        snprintf(msg, sizeof msg, "--pipeline_parallel: %d stages for %s's %lld layers (%s): at most one stage per layer",
+                 pp, d.what, (long long)d.n_layer, d.from);
+    if (tp > 1 && !*msg && grid_model_dims(c, &d)) {
         const struct {
             const char *name;
             int64_t n;
@@ -129,9 +136,9 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp) {
     if (bad[1] > 0) return it_error(IT_ERR_INVALID_ARG, "%s", msg);
     if (bad[0] > 0)
         return it_error(IT_ERR_INVALID_ARG,
-                        "--tensor_parallel %d: %d of %d ranks read a model it does not divide (%s differs between "
-                        "ranks; rank 0's divides)",
-                        tp, (int)bad[0], ctx->gworld, c->llmc_filepath ? c->llmc_filepath : "the model");
+                        "--tensor_parallel %d --pipeline_parallel %d: %d of %d ranks read a model they do not divide "
+                        "(%s differs between ranks; rank 0's divides)",
+                        tp, pp, (int)bad[0], ctx->gworld, c->llmc_filepath ? c->llmc_filepath : "the model");
     return IT_OK;
 }
 
@@ -141,34 +148,59 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp) {
 static it_status setup_grid(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     int tp = c->tensor_parallel > 0 ? c->tensor_parallel : 1, n = ctx->gworld;
+    int pp = c->pipeline_parallel > 0 ? c->pipeline_parallel : 1;
     if (c->sequence_parallel && tp == 1)
         return it_error(IT_ERR_INVALID_ARG, "--sequence_parallel: needs --tensor_parallel N > 1 (it splits the "
                                             "sequence over the TP group)");
-    if (tp == 1) return IT_OK;
-    if (n % tp)
+    if (c->virtual_pipeline_parallel > 1)
         return it_error(IT_ERR_INVALID_ARG,
-                        "--tensor_parallel: %d does not divide the %d ranks (world = DP x TP x PP = DP x %d x 1)", tp,
-                        n, tp);
+                        "--virtual_pipeline_parallel %d: more than one chunk per stage is not supported yet (use 1)",
+                        c->virtual_pipeline_parallel);
+    if (tp == 1 && pp == 1) return IT_OK;
+    if (n % (tp * pp))
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--tensor_parallel %d x --pipeline_parallel %d: %d does not divide the %d ranks (world = DP x "
+                        "TP x PP = DP x %d x %d)",
+                        tp, pp, tp * pp, n, tp, pp);
     if (c->sequence_parallel && c->sequence_length % tp)
         return it_error(IT_ERR_INVALID_ARG,
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
-    const char *refuse = strcmp(c->app, "mixtral") == 0 ? "mixtral" : NULL;
+    if (strcmp(c->app, "mixtral") == 0)
+        return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d --pipeline_parallel %d: mixtral is not supported "
+                                            "with model parallelism yet", tp, pp);
+    const char *refuse = pp == 1 ? NULL
+                         : c->freq_generate_txt > 0 ? "--freq_generate_txt (sampling; InfiniTrain refuses it too)"
+                         : c->val_loss_every > 0   ? "--val_loss_every (validation)"
+                         : c->precision_check      ? "--precision_check"
+                         : c->lora_rank > 0        ? "--lora_rank (LoRA)"
+                                                   : NULL;
     if (refuse)
-        return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d: %s is not supported with tensor parallelism yet",
-                        tp, refuse);
-    it_status st = grid_check_model(ctx, tp); /* before any model is built: one line, not one per rank */
+        return it_error(IT_ERR_INVALID_ARG, "--pipeline_parallel %d: %s is not supported with pipeline parallelism yet",
+                        pp, refuse);
+    it_status st = grid_check_model(ctx, tp, pp); /* before any model is built: one line, not one per rank */
     if (st) return st;
-    st = it_dist_grid_new(ctx->dist, n / tp, tp, 1, &ctx->grid);
-    if (st) return it_error_context("tensor parallel: ");
+    st = it_dist_grid_new(ctx->dist, n / (tp * pp), tp, pp, &ctx->grid);
+    if (st) return it_error_context("model parallel: ");
     ctx->job = ctx->dist;
     ctx->dist = it_dist_grid_group(ctx->grid, IT_DIST_DP);
-    ctx->tp = it_dist_grid_group(ctx->grid, IT_DIST_TP);
+    ctx->tp = tp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_TP) : NULL;
+    ctx->pp = pp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_PP) : NULL;
     ctx->tp_size = tp;
+    ctx->pp_size = pp;
     ctx->rank = it_dist_rank(ctx->dist);
     ctx->world = it_dist_world(ctx->dist);
+    /* every rank holding part of one model replica (the same dp): the norm's and the
+     * checkpoint's group */
+    if (tp > 1 && pp > 1) {
+        st = it_dist_split(ctx->job, it_dist_grid_coord(ctx->grid, IT_DIST_DP), ctx->grank, &ctx->mp);
+        if (st) return it_error_context("model parallel: ");
+    }
     return IT_OK;
 }
+
+/* The model-parallel group: TP x PP, or whichever of the two there is. */
+static it_dist *model_group(const it_train_ctx *ctx) { return ctx->mp ? ctx->mp : ctx->tp ? ctx->tp : ctx->pp; }
 
 /* All ranks must train the same model on the same data with the same flags. The device may
  * differ (each rank drives its own), so only its backend name takes part. */
@@ -199,7 +231,7 @@ static it_status setup_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     bool gpt2 = strcmp(c->app, "gpt2") == 0;
     it_status st;
-    it_model_parallel par = {ctx->tp, c->sequence_parallel};
+    it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx)};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
     if (c->llmc_filepath) {
         if (gpt2)
@@ -398,7 +430,7 @@ static it_status setup_buffers(it_train_ctx *ctx) {
     ctx->hy = malloc(sizeof(int32_t) * n);
     if (!ctx->hx || !ctx->hy) return it_error(IT_ERR_OOM, "input buffers: out of host memory");
     ctx->rng = c->seed ^ 0x5DEECE66Dull;
-    ctx->forward_backward = train_micro_steps;
+    ctx->forward_backward = ctx->pp ? train_pipeline_steps : train_micro_steps;
     return IT_OK;
 }
 
@@ -462,6 +494,7 @@ void train_teardown(it_train_ctx *ctx) {
     it_loader_free(ctx->loader);
     it_loader_free(ctx->val_loader);
     it_model_free(ctx->model);
+    it_dist_free(ctx->mp);
     it_dist_grid_free(ctx->grid); /* its groups before the job's (which finalizes MPI) */
     it_dist_free(ctx->job ? ctx->job : ctx->dist);
     memset(ctx, 0, sizeof *ctx);

@@ -41,7 +41,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_status st;
     /* ZeRO-2 reduces during backward unless TP must first sum some gradients over its group
      * (tp_sync_grads): then after it, whole */
-    bool hooked = last && (ctx->gsync || (zero2(ctx) && ctx->tp_size == 1));
+    bool hooked = last && (ctx->gsync || (zero2(ctx) && ctx->tp_size == 1));  /* (no pipeline here: pipeline.c) */
     if (!first && !ctx->acc) { /* released after the last step (ZeRO-2) */
         it_tensor *g = it_model_grads(m);
         it_scope_begin();
@@ -93,6 +93,8 @@ static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
     it_status st;
     if (ctx->gsync) {
         int early = 0, buckets = 0;
+        /* a pipeline's backwards are not hooked: every bucket is reduced here */
+        if (ctx->pp && (st = it_grad_sync_begin(ctx->gsync, NULL))) return st;
         if ((st = it_grad_sync_finish(ctx->gsync, &early, &buckets))) return st;
         if (ctx->step == ctx->start_step + 1 && !ctx->quiet)
             printf("DDP: %d of %d gradient buckets all-reduced while backward ran\n", early, buckets);
@@ -109,6 +111,8 @@ static it_status reduce(it_train_ctx *ctx, double *loss_sum) {
         it_tensor_release(ctx->acc);
         ctx->acc = NULL;
     }
+    /* the loss: the last pipeline stage's (the others add 0), then the mean over DP */
+    if (ctx->pp && (st = it_dist_all_reduce_host(ctx->pp, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
     if (ctx->world > 1 && (st = it_dist_all_reduce_host(ctx->dist, loss_sum, 1, IT_DTYPE_FP64, IT_CCL_SUM))) return st;
     return ctx->zero && !zero2(ctx) ? it_zero_reduce_grads(ctx->zero) : IT_OK;
 }
@@ -123,8 +127,9 @@ static it_status update(it_train_ctx *ctx) {
     float scale = 1.0f;
     if (ctx->cfg->grad_clip > 0) {
         double norm = 0;
-        if (ctx->zero && ctx->tp)
-            st = it_zero_grad_norm_shared(ctx->zero, shared_sumsq, ctx->model, ctx->tp, &norm);
+        it_dist *mp = ctx->mp ? ctx->mp : ctx->tp ? ctx->tp : ctx->pp; /* the model's other ranks */
+        if (ctx->zero && mp)
+            st = it_zero_grad_norm_shared(ctx->zero, shared_sumsq, ctx->model, mp, &norm);
         else
             st = ctx->zero ? it_zero_grad_norm(ctx->zero, &norm) : it_model_grad_norm(ctx->model, &norm);
         if (st) return st;

@@ -42,6 +42,9 @@ struct it_train_ctx {
     it_dist_grid *grid; /* --tensor_parallel > 1: DP x TP (x PP) groups; dist and tp are its */
     it_dist *tp;        /* the TP group (NULL: no tensor parallelism) */
     int tp_size;        /* 1 without */
+    it_dist *pp;        /* the PP group (NULL: no pipeline parallelism) */
+    int pp_size;        /* 1 without */
+    it_dist *mp;        /* TP x PP: the ranks holding one model replica (NULL: neither); owned */
     bool quiet; /* no banner, step lines or samples: --quiet or a rank other than 0 */
     train_fail_scope fail_scope;
 
@@ -83,6 +86,8 @@ struct it_train_ctx {
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result);
 void train_teardown(it_train_ctx *ctx);
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
+/* pipeline.c: the micro-steps as a pipeline schedule (--pipeline_parallel > 1) */
+it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum);
 it_status train_step(it_train_ctx *ctx, int step);
 void train_banner(const it_train_ctx *ctx);
 it_status train_log(it_train_ctx *ctx);
