@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Pipeline parallelism under mpirun: LLaMA-3 with 2 stages (GPipe and 1F1B) bitwise equal to
+# one rank with the same accumulation; GPT-2 (tied embedding: the last stage's copy of wte and
+# the first stage's summed) with 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D
+# (DP2 x TP2 + SP x PP2, ZeRO-1, 8 ranks) within 1e-5; a 3-D checkpoint resumed bitwise; the
+# gathered llm.c file exact; bad grids refused in one line; a stage killed mid-schedule stops
+# the job instead of hanging it.
+# Usage: pp.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); pipeline-parallel tests not run"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# One thread per process: the CPU's reductions are fixed per thread count (bitwise cases).
+export OMP_NUM_THREADS=1
+mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
+if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  # as tests/e2e/ddp.sh: OpenMPI's own allocations are suppressed by library, with exact stacks
+  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
+fi
+
+g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3
+common=(--batch_size 4 --sequence_length 32 --num_iteration 10 --optimizer adamw --learning_rate 0.001
+  --weight_decay 0.1 --grad_clip 1.0)
+gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" "${common[@]}")
+llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}")
+deep=(--input_bin "$g/tiny_shard.bin" --n_layer 4 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 257 "${common[@]}")
+
+run1() { # app, log, args...
+  local app=$1 log=$2
+  shift 2
+  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
+}
+runn() { # n, app, log, args...
+  local n=$1 app=$2 log=$3
+  shift 3
+  timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
+    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
+}
+within() { # what, a, b, tol: 10 steps each, every |a - b| <= tol
+  local w
+  if [[ -s $2 && -s $3 && $(wc -l <"$2") -eq 10 && $(wc -l <"$3") -eq 10 ]] &&
+    w=$(paste "$2" "$3" | awk '{d=$2-$4; if (d<0) d=-d; if (d>m) m=d} END {printf "%.3g", m}'); then
+    if awk -v w="$w" -v t="$4" 'BEGIN {exit !(w <= t)}'; then echo "$1: max |diff| over 10 steps $w (tolerance $4)"; ok
+    else bad "$1: max |diff| $w exceeds $4"; paste "$2" "$3"; fi
+  else
+    bad "$1: missing loss logs"
+  fi
+}
+same() { # what, a, b: bitwise
+  if [[ -s $2 ]] && cmp -s "$2" "$3"; then echo "$1: bitwise"; ok; else bad "$1: losses differ"; paste "$2" "$3"; fi
+}
+
+# 1. LLaMA-3 (no tied weights), 2 stages, 4 micro-batches: each micro-batch's gradient is
+#    computed alone and added in order, so the sums are one rank's with accumulation 4.
+run1 llama3 "$tmp/l1" "${llama[@]}" --total_batch_size 512
+for s in gpipe 1f1b; do
+  runn 2 llama3 "$tmp/l_$s" "${llama[@]}" --total_batch_size 512 --pipeline_parallel 2 --pipeline_schedule "$s"
+  same "llama3 PP=2 $s vs 1 rank" "$tmp/l1" "$tmp/l_$s"
+done
+grep -q 'DP=1, TP=1, SP=1, PP=2)$' "$tmp/l_1f1b.out" && ok || bad "PP=2: the step line lacks PP=2"
+
+# 2. GPT-2: the first stage's wte and the last stage's copy sum their gradients (a different
+#    order than one rank's single tensor): within 1e-6 (a few fp32 ulp at loss 5.5).
+run1 gpt2 "$tmp/g1" "${gpt2[@]}" --total_batch_size 512
+runn 2 gpt2 "$tmp/g2" "${gpt2[@]}" --total_batch_size 512 --pipeline_parallel 2
+within "gpt2 PP=2 (tied) vs 1 rank" "$tmp/g1" "$tmp/g2" 1e-6
+run1 gpt2 "$tmp/d1" "${deep[@]}" --total_batch_size 512
+for s in gpipe 1f1b; do
+  runn 4 gpt2 "$tmp/d4_$s" "${deep[@]}" --total_batch_size 512 --pipeline_parallel 4 --pipeline_schedule "$s"
+  within "4-layer gpt2 PP=4 $s vs 1 rank" "$tmp/d1" "$tmp/d4_$s" 1e-6
+done
+
+# 3. 3-D: DP2 x TP2 + SP x PP2 with ZeRO-1 on 8 ranks, 1F1B, against one rank with the same
+#    global batch; 1e-5 for TP's summation order (tests/e2e/tp.sh).
+run1 gpt2 "$tmp/d2" "${deep[@]}" --total_batch_size 1024
+three=(--total_batch_size 1024 --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 --pipeline_schedule 1f1b
+  --zero_stage 1)
+runn 8 gpt2 "$tmp/d8" "${deep[@]}" "${three[@]}" --save "$tmp/ck" --save_interval 5
+within "gpt2 DP2xTP2+SPxPP2 ZeRO-1 vs 1 rank" "$tmp/d2" "$tmp/d8" 1e-5
+[[ $(ls "$tmp/ck/checkpoint_step_000005" 2>/dev/null | tr '\n' ' ') == "rank_000000 rank_000001 rank_000004 rank_000005 " ]] &&
+  ok || bad "3-D checkpoint: expected rank_000000 1 4 5: $(ls "$tmp/ck/checkpoint_step_000005" 2>&1)"
+runn 8 gpt2 "$tmp/d8r" "${deep[@]}" "${three[@]}" --load "$tmp/ck/checkpoint_step_000005"
+[[ -s $tmp/d8r ]] && tail -n 5 "$tmp/d8" | cmp -s - "$tmp/d8r" && ok || bad "3-D run resumed from step 5 differs"
+
+# 4. --output_checkpoint gathers every stage's (and TP rank's) tensors: with no steps the
+#    file is the input, byte for byte.
+none=(--num_iteration 0 --lr_decay_iters 1)
+runn 4 gpt2 "$tmp/ck0" "${gpt2[@]}" "${none[@]}" --pipeline_parallel 2 --tensor_parallel 2 --output_checkpoint "$tmp/ck0.bin"
+cmp -s "$g/tiny_gpt2.bin" "$tmp/ck0.bin" && ok || bad "PP=2 x TP=2 with 0 steps: the written checkpoint differs from its input"
+
+# 5. Bad grids: exit 2, one line naming the flag and the numbers.
+expect_refuse() { # name, expected substring, mpirun args...
+  local name=$1 want=$2
+  shift 2
+  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  local rc=$? lines
+  lines=$(grep -cE '^(gpt2|llama3): ' "$tmp/bad.err")
+  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qF -- "$want" "$tmp/bad.err"; then
+    echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
+    ok
+  else
+    bad "$name: exit $rc, $lines lines: $(cat "$tmp/bad.err" | head -3)"
+  fi
+}
+expect_refuse "more stages than layers" "--pipeline_parallel: 4 stages for GPT-2's 2 layers" \
+  -np 4 "$build/gpt2" "${gpt2[@]}" --pipeline_parallel 4
+expect_refuse "TP x PP not dividing the world" "--tensor_parallel 2 x --pipeline_parallel 2: 4 does not divide the 6 ranks" \
+  -np 6 "$build/gpt2" "${deep[@]}" --tensor_parallel 2 --pipeline_parallel 2
+expect_refuse "virtual stages" "--virtual_pipeline_parallel 2: more than one chunk per stage is not supported yet" \
+  -np 2 "$build/gpt2" "${deep[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2
+
+# 6. A stage that dies mid-schedule (killed with SIGKILL after a second) stops the job: mpirun
+#    exits non-zero well before the timeout instead of leaving the other stage waiting.
+start=$(date +%s)
+timeout 60 "${mpi[@]}" -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 1; kill -9 $$) & fi; exec "$0" "$@"' \
+  "$build/gpt2" "${deep[@]}" --num_iteration 100000 --pipeline_parallel 2 >"$tmp/kill.out" 2>&1
+rc=$? took=$(($(date +%s) - start))
+if [[ $rc -ne 0 && $rc -ne 124 && $took -lt 50 ]]; then echo "killed stage: the job stopped (exit $rc) in $took s"; ok
+else bad "killed stage: exit $rc after $took s (124: hung until the timeout)"; fi
+
+echo "pp: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
