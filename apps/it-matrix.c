@@ -540,7 +540,7 @@ static int contains_ci(const char *s, const char *needle) {
 /* The app's last line that mentions an error, else its last non-empty line. */
 static char *last_error_line(const char *log, long from, int *unknown_flag) {
     FILE *f = fopen(log, "r");
-    char line[1024], err[1024] = "", last[1024] = "";
+    char line[1024], err[1024] = "", last[1024] = "", refused[1024] = "";
     *unknown_flag = 0;
     if (f && fseek(f, from, SEEK_SET) == 0) {
         while (fgets(line, sizeof line, f)) {
@@ -548,12 +548,16 @@ static char *last_error_line(const char *log, long from, int *unknown_flag) {
             if (!line[0]) continue;
             snprintf(last, sizeof last, "%s", line);
             if (contains_ci(line, "error") || contains_ci(line, "unknown flag")) snprintf(err, sizeof err, "%s", line);
-            /* a flag the app does not know, or a combination it refuses as not supported yet */
-            if (strstr(line, "unknown flag") || strstr(line, "not supported")) *unknown_flag = 1;
+            /* a flag the app does not know, or a combination it refuses as not supported yet:
+             * that line, whatever mpirun prints after it */
+            if (!refused[0] && (strstr(line, "unknown flag") || strstr(line, "not supported"))) {
+                *unknown_flag = 1;
+                snprintf(refused, sizeof refused, "%s", line);
+            }
         }
     }
     if (f) fclose(f);
-    return xstrdup(err[0] ? err : last);
+    return xstrdup(refused[0] ? refused : err[0] ? err : last);
 }
 
 typedef struct {
@@ -595,8 +599,11 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     char *line = last_error_line(log, header_end, &unknown_flag);
     sbuf d = {0};
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2 && unknown_flag) {
-        /* The app refused a flag its --help lists: still a capability gap, not a wrong result. */
+        /* The app refused a flag its --help lists, or a combination: still a capability gap, not
+         * a wrong result. Like a case refused before it runs, it leaves no log (no steps to
+         * compare); the table keeps the app's line. */
         c->status = ST_UNSUPPORTED;
+        unlink(log);
         sb_printf(&d, "%s", line);
         c->unsupported = sb_take(&d);
         free(line);
