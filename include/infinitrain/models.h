@@ -29,6 +29,9 @@ typedef struct it_model_parallel {
      * the final norm and the head on the last. `mp`: the group of every rank holding part of
      * this model (TP x PP), over which the gradient norm is summed (NULL: tp). */
     it_dist *pp, *mp;
+    /* Virtual pipeline stages: chunks per stage (0 or 1: one); stage p holds global chunks
+     * v*P + p, v < virtual_stages, of P*virtual_stages (InfiniTrain's GetStageInfo). */
+    int virtual_stages;
 } it_model_parallel;
 
 typedef struct it_model_info {
@@ -77,6 +80,9 @@ IT_API it_status it_model_save(const it_model *m, const char *path);
  * except for its shape; NULL clears it. A non-last stage's forward returns its last layer's
  * output instead of logits. */
 IT_API void it_model_set_stage_input(it_model *m, it_tensor *act);
+/* Virtual stages: the chunk (0 .. virtual_stages-1) the next forward runs; it embeds on the
+ * first stage's chunk 0 and ends in the head on the last stage's last chunk. */
+IT_API void it_model_set_chunk(it_model *m, int v);
 IT_API int it_model_pp_size(const it_model *m);
 IT_API int it_model_pp_rank(const it_model *m);
 /* Tensor parallelism: the group size (1 without), this rank's place in it, sequence parallel. */

@@ -86,7 +86,7 @@ static void gpt2_walk(gpt2 *g, it__layout *lo) {
     lnf.is_bias = true;
     g->lnfb = it__layout_take(lo, lnf, "transformer.ln_f.bias");
     const it_model *par = lo->m ? lo->m : lo->par;
-    if (par && par->pp_size > 1 && !par->first) { /* the tied head, at the far end of the pipeline */
+    if (par && par->pp_size > 1 && !par->stage_first) { /* the tied head, at the far end of the pipeline */
         wte.role = IT_PARAM_ROLE_LM_HEAD;
         wte.tied_name = NULL;
         g->lm_head = it__layout_tied_copy(lo, wte, "lm_head.weight", 0);
@@ -231,7 +231,7 @@ static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_m
     m->impl = g;
     g->cfg = *cfg;
     it__model_set_parallel(m, par);
-    if (m->pp_size > 1) it__stage_layers(cfg->n_layer, m->pp_size, m->pp_rank, &m->l0, &m->l1);
+    if (m->pp_size > 1) it__model_set_stages(m, cfg->n_layer);
     st = it__model_init(m, &gpt2_vtable, dev, num_params(cfg, m));
     if (st) goto fail;
     m->info = (it_model_info){.family = "gpt2",

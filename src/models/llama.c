@@ -460,7 +460,7 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
     }
     m->impl = g;
     it__model_set_parallel(m, par);
-    if (m->pp_size > 1) it__stage_layers(g->L, m->pp_size, m->pp_rank, &m->l0, &m->l1);
+    if (m->pp_size > 1) it__model_set_stages(m, g->L);
     it__layout mine = {.par = m}; /* this rank's elements */
     llama_walk(g, &mine);
     st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);

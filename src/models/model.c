@@ -239,18 +239,35 @@ static int64_t spec_numel(const it__param_spec *spec) {
     return spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
 }
 
-void it__stage_layers(int n_layer, int P, int p, int *l0, int *l1) {
-    int q = n_layer / P, rem = n_layer % P;
-    *l0 = p < rem ? p * (q + 1) : rem * (q + 1) + (p - rem) * q;
-    *l1 = *l0 + q + (p < rem ? 1 : 0);
+void it__model_set_stages(it_model *m, int n_layer) {
+    int P = m->pp_size, V = m->nchunk, q = n_layer / (P * V), rem = n_layer % (P * V);
+    for (int v = 0; v < V; v++) {
+        int g = v * P + m->pp_rank;
+        m->chunk_l0[v] = g < rem ? g * (q + 1) : rem * (q + 1) + (g - rem) * q;
+        m->chunk_l1[v] = m->chunk_l0[v] + q + (g < rem ? 1 : 0);
+    }
+    it_model_set_chunk(m, 0);
+}
+
+void it_model_set_chunk(it_model *m, int v) {
+    if (m->pp_size <= 1) return;
+    m->l0 = m->chunk_l0[v];
+    m->l1 = m->chunk_l1[v];
+    m->first = m->stage_first && v == 0;
+    m->last = m->stage_last && v == m->nchunk - 1;
 }
 
 bool it__layout_owns(const it__layout *lo, const it__param_spec *spec) {
     const it_model *m = lo->m ? lo->m : lo->par;
     if (!m || m->pp_size <= 1) return true;
-    if (spec->layer >= 0) return spec->layer >= m->l0 && spec->layer < m->l1;
-    if (spec->role == IT_PARAM_ROLE_TOKEN_EMBEDDING || spec->role == IT_PARAM_ROLE_POSITION_EMBEDDING) return m->first;
-    return m->last; /* ln_f, lm_head */
+    if (spec->layer >= 0) {
+        for (int v = 0; v < m->nchunk; v++)
+            if (spec->layer >= m->chunk_l0[v] && spec->layer < m->chunk_l1[v]) return true;
+        return false;
+    }
+    if (spec->role == IT_PARAM_ROLE_TOKEN_EMBEDDING || spec->role == IT_PARAM_ROLE_POSITION_EMBEDDING)
+        return m->stage_first;
+    return m->stage_last; /* ln_f, lm_head */
 }
 
 static int layout_tp(const it__layout *lo) {
@@ -474,11 +491,12 @@ void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
     m->pp = par && par->pp && it_dist_world(par->pp) > 1 ? par->pp : NULL;
     m->pp_size = m->pp ? it_dist_world(m->pp) : 1;
     m->pp_rank = m->pp ? it_dist_rank(m->pp) : 0;
-    m->first = m->pp_rank == 0;
-    m->last = m->pp_rank == m->pp_size - 1;
+    m->first = m->stage_first = m->pp_rank == 0;
+    m->last = m->stage_last = m->pp_rank == m->pp_size - 1;
+    m->nchunk = m->pp && par->virtual_stages > 1 ? par->virtual_stages : 1;
     m->mp = par && par->mp && it_dist_world(par->mp) > 1 ? par->mp : m->tp;
     m->l0 = 0;
-    m->l1 = 1 << 30; /* set by the model once it knows n_layer (it__stage_layers) */
+    m->l1 = 1 << 30; /* set by the model once it knows n_layer (it__model_set_stages) */
 }
 
 void it_model_set_stage_input(it_model *m, it_tensor *act) { m->stage_in = act; }
@@ -724,7 +742,7 @@ static it_status sync_tied_copy(it_model *m) {
     for (int i = 0; i < m->n_entries; i++) {
         const it_model_param_info *p = &m->entries[i].info;
         if (p->pp_copy || (p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING && p->tied_name)) tied = true;
-        if (p->pp_copy || (m->first && p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING)) mine = p;
+        if (p->pp_copy || (m->stage_first && p->role == IT_PARAM_ROLE_TOKEN_EMBEDDING)) mine = p;
     }
     /* every stage learns the shape (it_model_info) and whether the model is tied */
     double flag = tied ? 1 : 0;

@@ -5,6 +5,8 @@
 #include "core/internal.h"
 #include "infinitrain/models.h"
 
+#define IT_MAX_CHUNKS 64
+
 typedef struct it_model_vtable {
     it_tensor *(*forward)(it_model *m, it_tensor *idx);
     it_status (*save)(const it_model *m, const char *path);
@@ -51,12 +53,18 @@ struct it_model {
     int pp_size, pp_rank, l0, l1;
     bool first, last;
     it_tensor *stage_in;
+    /* Virtual stages: the stage's nchunk chunks of layers [chunk_l0[v], chunk_l1[v]) (global
+     * chunk v*P + p); l0, l1, first and last above are the current chunk's (it_model_set_chunk);
+     * stage_first/stage_last: the stage holds the embedding / the final norm and head. */
+    int nchunk, chunk_l0[IT_MAX_CHUNKS], chunk_l1[IT_MAX_CHUNKS];
+    bool stage_first, stage_last;
     void *impl;
 };
 
-/* GetStageInfo with one chunk per stage: layers [l0, l1) of n_layer for stage p of P (the first
- * n_layer % P stages get one layer more). */
-void it__stage_layers(int n_layer, int P, int p, int *l0, int *l1);
+/* GetStageInfo: stage p's chunks of n_layer layers over P stages with V chunks each; there are
+ * P*V chunks, chunk g = v*P + p is stage p's v-th, and chunk g holds layers
+ * [g*(q+1), ...) with q+1 layers when g < n_layer % (P*V), else q, q = n_layer / (P*V). */
+void it__model_set_stages(it_model *m, int n_layer);
 
 /* Set m's tensor parallelism from par (NULL: none). */
 void it__model_set_parallel(it_model *m, const it_model_parallel *par);

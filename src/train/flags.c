@@ -115,9 +115,10 @@ static const it_train_flag FLAGS[] = {
         "pipeline stages: the layers split over P ranks (embedding on the first, head and loss on the last); "
         "DP = ranks / (TP*P)"),
     INT("virtual_pipeline_parallel", virtual_pipeline_parallel, "1", 1, 1 << 16, "V", G_PAR, true,
-        "chunks per pipeline stage (only 1 is supported yet)"),
+        "chunks per pipeline stage: stage p holds chunks v*P + p of P*V (interleaved with --pipeline_schedule 1f1b)"),
     CHOICE("pipeline_schedule", pipeline_schedule, "gpipe", schedule_choices, "a pipeline schedule", G_PAR, true,
-           "gpipe (all forwards, then all backwards: InfiniTrain's) or 1f1b; micro-batches = the accumulation"),
+           "gpipe (all forwards, then all backwards: InfiniTrain's) or 1f1b (interleaved with V > 1); micro-batches = "
+           "the accumulation"),
     INT("lora_rank", lora_rank, "0", 0, 1 << 16, "R", "lora", true, "LoRA rank r, 0 = off (full fine-tuning)"),
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,

@@ -36,9 +36,12 @@ void train_banner(const it_train_ctx *ctx) {
            c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
     if (ctx->pp_size > 1)
-        printf("pipeline parallel: PP=%d stages, %s schedule, %lld micro-batches per step; layers split as "
-               "InfiniTrain's GetStageInfo\n",
-               ctx->pp_size, c->pipeline_schedule == IT_PP_1F1B ? "1F1B" : "GPipe", (long long)ctx->accum);
+        printf("pipeline parallel: PP=%d stages x %d chunks, %s schedule, %lld micro-batches per step; layers split "
+               "as InfiniTrain's GetStageInfo\n",
+               ctx->pp_size, c->virtual_pipeline_parallel > 1 ? c->virtual_pipeline_parallel : 1,
+               c->pipeline_schedule == IT_PP_1F1B ? (c->virtual_pipeline_parallel > 1 ? "interleaved 1F1B" : "1F1B")
+                                                  : "GPipe",
+               (long long)ctx->accum);
     if (ctx->tp_size > 1) {
         int64_t whole = 0;
         for (int i = 0; i < it_model_param_count(ctx->model); i++) {

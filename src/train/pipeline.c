@@ -8,7 +8,14 @@
  * input's gradient back. The schedules (InfiniTrain's pipeline_schedule.cc):
  *   gpipe  F0 .. F(M-1), then B(M-1) .. B0 (InfiniTrain's active schedule)
  *   1f1b   min(P-p-1, M) warm-up forwards, then F and B in turn, then the remaining B
- * with M = the accumulation steps. Sends are staged through host memory and never wait
+ * with M = the accumulation steps. With V virtual stages (--virtual_pipeline_parallel), stage p
+ * holds chunks g = v*P + p of P*V; F(i, g) runs at step g + i and, GPipe, B(i, g) at
+ * S + (S - 1 - g - i) with S = M + P*V - 1 (each rank's tasks by step, then chunk), or,
+ * interleaved 1F1B (--pipeline_schedule 1f1b), B(i, g) at 2(P*V - 1) - g + i (by step, then
+ * micro-batch, F before B): InfiniTrain's two rules. Every task's input comes from a task of an
+ * earlier step, so each rank running its own tasks in order cannot wait in a cycle. A chunk's
+ * output goes to the next stage, from the last stage to stage 0's next chunk; messages are
+ * tagged by micro-batch and chunk. Sends are staged through host memory and never wait
  * (it_dist_send), so a stage sending to its neighbour while the neighbour sends back cannot
  * deadlock; every receive matches a send of the same tag in order.
  *
@@ -21,12 +28,20 @@
 #include "infinitrain/precision.h"
 #include "train/train_internal.h"
 
-enum { TAG_ACT = 11, TAG_GRAD = 12 };
+/* Tags: the receiving task's (micro-batch, global chunk), activations even, gradients odd. */
+static int tag_of(int mb, int g, int chunks, bool grad) { return 2 * (mb * chunks + g) + (grad ? 1 : 0); }
 
 typedef struct pp_mb {
     size_t lo, hi;         /* its forward's segment of the tape */
-    it_tensor *root, *in;  /* the stage's output (or the scaled loss); its input leaf (NULL: first stage) */
+    it_tensor *root, *in;  /* the chunk's output (or the scaled loss); its input leaf (NULL: first chunk) */
 } pp_mb;
+
+typedef struct pp_run {
+    it_train_ctx *ctx;
+    int M, V, P, p;
+    pp_mb *mbs; /* [mb * V + v] */
+    int done;   /* backwards run */
+} pp_run;
 
 /* grads = acc + grads, elementwise (in place), as step.c's add_into. */
 static it_status add_into(it_tensor *grads, it_tensor *acc) {
@@ -35,26 +50,40 @@ static it_status add_into(it_tensor *grads, it_tensor *acc) {
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &g, &g);
 }
 
-static it_status pp_forward(it_train_ctx *ctx, pp_mb *mb, double *loss_sum) {
+/* Where chunk v of this stage gets its input from (prev) and sends its output to (next), as
+ * PP group ranks; -1: none (the first chunk of all, the last). */
+static int prev_stage(const pp_run *r, int v) { return r->p > 0 ? r->p - 1 : v > 0 ? r->P - 1 : -1; }
+static int next_stage(const pp_run *r, int v) { return r->p < r->P - 1 ? r->p + 1 : v < r->V - 1 ? 0 : -1; }
+
+static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
+    it_train_ctx *ctx = r->ctx;
     it_model *m = ctx->model;
-    int p = it_model_pp_rank(m), P = it_model_pp_size(m);
-    it_status st = it_loader_next(ctx->loader, ctx->hx, ctx->hy);
-    if (st) return st;
+    pp_mb *mb = &r->mbs[i * r->V + v];
+    int g = v * r->P + r->p, chunks = r->P * r->V, from = prev_stage(r, v), to = next_stage(r, v);
+    /* every chunk's forward of micro-batch i reads its batch (the loader's position is the
+     * micro-batch's: it_loader_next for chunk 0, the same batch again for the later chunks) */
+    it_status st = IT_OK;
+    if (v == 0) {
+        if ((st = it_loader_next(ctx->loader, ctx->hx + (size_t)i * ctx->B * ctx->T, ctx->hy + (size_t)i * ctx->B * ctx->T)))
+            return st;
+    }
+    const int32_t *hx = ctx->hx + (size_t)i * ctx->B * ctx->T, *hy = ctx->hy + (size_t)i * ctx->B * ctx->T;
     int64_t parts = ctx->accum * ctx->world, shape[2] = {ctx->B, ctx->T};
     size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
+    it_model_set_chunk(m, v);
     it_scope_begin();
-    it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hx, bytes);
-    it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);
+    it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hx, bytes);
+    it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hy, bytes);
     st = x && y ? IT_OK : it_last_status();
-    if (!st && p > 0) { /* the previous stage's output, a leaf whose gradient goes back */
+    if (!st && from >= 0) { /* the previous chunk's output, a leaf whose gradient goes back */
         int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
         mb->in = it_scope_keep(it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a));
-        st = mb->in ? it_dist_recv(ctx->pp, mb->in, p - 1, TAG_ACT) : it_last_status();
+        st = mb->in ? it_dist_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
         if (!st) st = it_tensor_set_requires_grad(mb->in, true);
         it_model_set_stage_input(m, mb->in);
     }
     mb->lo = it_tape_size();
-    if (!st && p == P - 1) {
+    if (!st && to < 0) {
         double loss = 0;
         it_tensor *l = it_model_loss(m, x, y);
         st = l ? it_tensor_item(l, NULL, &loss) : it_last_status();
@@ -62,7 +91,7 @@ static it_status pp_forward(it_train_ctx *ctx, pp_mb *mb, double *loss_sum) {
         mb->root = it_scope_keep(l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l);
     } else if (!st) {
         mb->root = it_scope_keep(it_model_forward(m, x));
-        st = mb->root ? it_dist_send(ctx->pp, mb->root, p + 1, TAG_ACT) : it_last_status();
+        st = mb->root ? it_dist_send(ctx->pp, mb->root, to, tag_of(i, g + 1, chunks, false)) : it_last_status();
     }
     mb->hi = it_tape_size();
     it_model_set_stage_input(m, NULL);
@@ -70,28 +99,30 @@ static it_status pp_forward(it_train_ctx *ctx, pp_mb *mb, double *loss_sum) {
     return st;
 }
 
-/* B(i) of the n micro-batches: the earlier backwards' sum is in ctx->acc (first: none). */
-static it_status pp_backward(it_train_ctx *ctx, pp_mb *all, int n, int i, bool first) {
+/* B(i, v): the earlier backwards' sum is in ctx->acc (the first: none). */
+static it_status pp_backward(pp_run *r, int i, int v) {
+    it_train_ctx *ctx = r->ctx;
     it_model *m = ctx->model;
-    pp_mb *mb = &all[i];
-    int p = it_model_pp_rank(m), P = it_model_pp_size(m);
+    pp_mb *mb = &r->mbs[i * r->V + v];
+    int g = v * r->P + r->p, chunks = r->P * r->V, from = prev_stage(r, v), to = next_stage(r, v), n = r->M * r->V;
+    bool first = r->done++ == 0;
     it_status st = IT_OK;
     if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
     it_scope_begin();
     it_tensor *dy = NULL;
-    if (p < P - 1) {
+    if (to >= 0) {
         dy = it_tensor_new(ctx->dev, it_tensor_dtype(mb->root), it_tensor_ndim(mb->root), it_tensor_shape(mb->root));
-        st = dy ? it_dist_recv(ctx->pp, dy, p + 1, TAG_GRAD) : it_last_status();
+        st = dy ? it_dist_recv(ctx->pp, dy, to, tag_of(i, g, chunks, true)) : it_last_status();
     }
     if (!st) st = it_backward_range(mb->root, dy, mb->lo, mb->hi);
     it_scope_end();
     size_t len = mb->hi - mb->lo;
     for (int k = 0; k < n; k++) /* the segments recorded after this one moved down */
-        if (k != i && all[k].root && all[k].lo >= mb->hi) all[k].lo -= len, all[k].hi -= len;
+        if (&r->mbs[k] != mb && r->mbs[k].root && r->mbs[k].lo >= mb->hi) r->mbs[k].lo -= len, r->mbs[k].hi -= len;
     if (!st && mb->in) {
-        it_tensor *g = it_tensor_grad(mb->in);
-        st = g ? it_dist_send(ctx->pp, g, p - 1, TAG_GRAD)
-               : it_error(IT_ERR_INTERNAL, "pipeline: stage %d's input got no gradient", p);
+        it_tensor *gi = it_tensor_grad(mb->in);
+        st = gi ? it_dist_send(ctx->pp, gi, from, tag_of(i, g - 1, chunks, true))
+                : it_error(IT_ERR_INTERNAL, "pipeline: stage %d chunk %d's input got no gradient", r->p, v);
     }
     it_tensor_release(mb->root);
     it_tensor_release(mb->in);
@@ -101,37 +132,77 @@ static it_status pp_backward(it_train_ctx *ctx, pp_mb *all, int n, int i, bool f
     return st;
 }
 
-it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
-    int M = (int)ctx->accum, p = it_model_pp_rank(ctx->model), P = it_model_pp_size(ctx->model);
-    pp_mb *mbs = calloc((size_t)M, sizeof *mbs);
-    if (!mbs) return it_error(IT_ERR_OOM, "pipeline: out of host memory");
+typedef struct pp_task {
+    long step;
+    int mb, v;
+    bool bwd;
+} pp_task;
+
+static int gpipe_order(const void *a, const void *b) { /* by step, then chunk */
+    const pp_task *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->v - y->v;
+}
+
+static int interleaved_order(const void *a, const void *b) { /* by step, micro-batch, F before B */
+    const pp_task *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    if (x->mb != y->mb) return x->mb - y->mb;
+    return (int)x->bwd - (int)y->bwd;
+}
+
+/* InfiniTrain's rules over this stage's 2*M*V tasks, run in order. */
+static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
+    int M = r->M, V = r->V, T = r->P * r->V;
+    long S = M + T - 1;
+    pp_task *t = calloc((size_t)(2 * M * V), sizeof *t);
+    if (!t) return it_error(IT_ERR_OOM, "pipeline: out of host memory");
+    int n = 0;
+    for (int i = 0; i < M; i++)
+        for (int v = 0; v < V; v++) {
+            long g = (long)v * r->P + r->p;
+            t[n++] = (pp_task){g + i, i, v, false};
+            t[n++] = (pp_task){interleaved ? 2 * (T - 1) - g + i : S + (S - 1 - g - i), i, v, true};
+        }
+    qsort(t, (size_t)n, sizeof *t, interleaved ? interleaved_order : gpipe_order);
     it_status st = IT_OK;
-    if (M > 1 && !ctx->acc) { /* ZeRO-2 let it go after the last step */
+    for (int k = 0; k < n && !st; k++) st = t[k].bwd ? pp_backward(r, t[k].mb, t[k].v) : pp_forward(r, t[k].mb, t[k].v, loss_sum);
+    free(t);
+    return st;
+}
+
+it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
+    pp_run r = {.ctx = ctx, .M = (int)ctx->accum, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
+                .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
+    int M = r.M, V = r.V, P = r.P, p = r.p;
+    r.mbs = calloc((size_t)(M * V), sizeof *r.mbs);
+    if (!r.mbs) return it_error(IT_ERR_OOM, "pipeline: out of host memory");
+    it_status st = IT_OK;
+    if (M * V > 1 && !ctx->acc) { /* ZeRO-2 let it go after the last step; V > 1 needs it too */
         it_tensor *g = it_model_grads(ctx->model);
         it_scope_begin();
         ctx->acc = it_scope_keep(it_tensor_new(ctx->dev, it_tensor_dtype(g), 1, (int64_t[]){it_tensor_numel(g)}));
         it_scope_end();
         if (!ctx->acc) st = it_last_status();
     }
-    int done = 0; /* backwards run */
-    if (ctx->cfg->pipeline_schedule == IT_PP_1F1B) {
+    if (!st && V == 1 && ctx->cfg->pipeline_schedule == IT_PP_1F1B) { /* Megatron's 1F1B */
         int warm = P - p - 1 < M ? P - p - 1 : M;
-        for (int i = 0; i < warm && !st; i++) st = pp_forward(ctx, &mbs[i], loss_sum);
+        for (int i = 0; i < warm && !st; i++) st = pp_forward(&r, i, 0, loss_sum);
         for (int i = 0; i < M && !st; i++) {
-            if (warm + i < M) st = pp_forward(ctx, &mbs[warm + i], loss_sum);
-            if (!st) st = pp_backward(ctx, mbs, M, i, done++ == 0);
+            if (warm + i < M) st = pp_forward(&r, warm + i, 0, loss_sum);
+            if (!st) st = pp_backward(&r, i, 0);
         }
-    } else {
-        for (int i = 0; i < M && !st; i++) st = pp_forward(ctx, &mbs[i], loss_sum);
-        for (int i = M - 1; i >= 0 && !st; i--) st = pp_backward(ctx, mbs, M, i, done++ == 0);
+    } else if (!st) {
+        st = run_rules(&r, ctx->cfg->pipeline_schedule == IT_PP_1F1B, loss_sum);
     }
     it_status ws = it_dist_send_wait(ctx->pp);
     if (!st) st = ws;
-    for (int i = 0; i < M; i++) {
-        it_tensor_release(mbs[i].root);
-        it_tensor_release(mbs[i].in);
+    for (int i = 0; i < M * V; i++) {
+        it_tensor_release(r.mbs[i].root);
+        it_tensor_release(r.mbs[i].in);
     }
-    free(mbs);
+    free(r.mbs);
+    it_model_set_chunk(ctx->model, 0);
     if (st) it_tape_clear();
     return st;
 }

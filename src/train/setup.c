@@ -112,9 +112,18 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp, int pp) {
     grid_dims d = {0};
     double bad[2] = {0, 0}; /* [0]: this rank refuses, [1]: rank 0 does */
     char msg[384] = "";
-    if (grid_model_dims(c, &d) && d.n_layer > 0 && pp > d.n_layer)
-        snprintf(msg, sizeof msg, "--pipeline_parallel: %d stages for %s's %lld layers (%s): at most one stage per layer",
-                 pp, d.what, (long long)d.n_layer, d.from);
+    int vpp = c->virtual_pipeline_parallel > 1 ? c->virtual_pipeline_parallel : 1;
+    if (grid_model_dims(c, &d) && d.n_layer > 0 && pp * vpp > d.n_layer) {
+        if (vpp > 1)
+            snprintf(msg, sizeof msg,
+                     "--pipeline_parallel %d x --virtual_pipeline_parallel %d: %d chunks for %s's %lld layers (%s): at "
+                     "most one chunk per layer",
+                     pp, vpp, pp * vpp, d.what, (long long)d.n_layer, d.from);
+        else
+            snprintf(msg, sizeof msg,
+                     "--pipeline_parallel: %d stages for %s's %lld layers (%s): at most one stage per layer", pp, d.what,
+                     (long long)d.n_layer, d.from);
+    }
     if (tp > 1 && !*msg && grid_model_dims(c, &d)) {
         const struct {
             const char *name;
@@ -152,9 +161,11 @@ static it_status setup_grid(it_train_ctx *ctx) {
     if (c->sequence_parallel && tp == 1)
         return it_error(IT_ERR_INVALID_ARG, "--sequence_parallel: needs --tensor_parallel N > 1 (it splits the "
                                             "sequence over the TP group)");
-    if (c->virtual_pipeline_parallel > 1)
-        return it_error(IT_ERR_INVALID_ARG,
-                        "--virtual_pipeline_parallel %d: more than one chunk per stage is not supported yet (use 1)",
+    if (c->virtual_pipeline_parallel > 1 && pp == 1)
+        return it_error(IT_ERR_INVALID_ARG, "--virtual_pipeline_parallel %d: needs --pipeline_parallel P > 1",
+                        c->virtual_pipeline_parallel);
+    if (c->virtual_pipeline_parallel > 64)
+        return it_error(IT_ERR_INVALID_ARG, "--virtual_pipeline_parallel %d: at most 64 chunks per stage",
                         c->virtual_pipeline_parallel);
     if (tp == 1 && pp == 1) return IT_OK;
     if (n % (tp * pp))
@@ -231,7 +242,7 @@ static it_status setup_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     bool gpt2 = strcmp(c->app, "gpt2") == 0;
     it_status st;
-    it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx)};
+    it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx), c->virtual_pipeline_parallel};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
     if (c->llmc_filepath) {
         if (gpt2)
@@ -425,7 +436,8 @@ static it_status setup_buffers(it_train_ctx *ctx) {
     }
     if (c->loss_log && ctx->rank == 0 && it_afile_open(c->loss_log, &ctx->loss_log))
         return it_error_context("--loss_log: ");
-    size_t n = (size_t)(ctx->B * ctx->T);
+    /* a pipeline keeps each micro-batch's tokens until its later chunks have run */
+    size_t n = (size_t)(ctx->B * ctx->T) * (size_t)(ctx->pp ? ctx->accum : 1);
     ctx->hx = malloc(sizeof(int32_t) * n);
     ctx->hy = malloc(sizeof(int32_t) * n);
     if (!ctx->hx || !ctx->hy) return it_error(IT_ERR_OOM, "input buffers: out of host memory");
