@@ -80,13 +80,21 @@ for s in gpipe 1f1b; do
   within "4-layer gpt2 PP=4 $s vs 1 rank" "$tmp/d1" "$tmp/d4_$s" 1e-6
 done
 
-# 3. 3-D: DP2 x TP2 + SP x PP2 with ZeRO-1 on 8 ranks, 1F1B, against one rank with the same
-#    global batch; 1e-5 for TP's summation order (tests/e2e/tp.sh).
+# 2b. Virtual stages: the 4-layer GPT-2 on 2 stages x 2 chunks (stage 0 holds layers 0 and 2),
+#     GPipe's and the interleaved 1F1B's task orders; 1e-6 as above.
+for s in gpipe 1f1b; do
+  runn 2 gpt2 "$tmp/v2_$s" "${deep[@]}" --total_batch_size 512 --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
+    --pipeline_schedule "$s"
+  within "4-layer gpt2 PP=2 x VPP=2 $s vs 1 rank" "$tmp/d1" "$tmp/v2_$s" 1e-6
+done
+
+# 3. 3-D, InfiniTrain's case 8: DP2 x TP2 + SP x PP2 x VPP2 with ZeRO-1 on 8 ranks, interleaved
+#    1F1B, against one rank with the same global batch; 1e-5 for TP's summation order.
 run1 gpt2 "$tmp/d2" "${deep[@]}" --total_batch_size 1024
-three=(--total_batch_size 1024 --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 --pipeline_schedule 1f1b
-  --zero_stage 1)
+three=(--total_batch_size 1024 --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 --virtual_pipeline_parallel 2
+  --pipeline_schedule 1f1b --zero_stage 1)
 runn 8 gpt2 "$tmp/d8" "${deep[@]}" "${three[@]}" --save "$tmp/ck" --save_interval 5
-within "gpt2 DP2xTP2+SPxPP2 ZeRO-1 vs 1 rank" "$tmp/d2" "$tmp/d8" 1e-5
+within "gpt2 DP2xTP2+SPxPP2xVPP2 ZeRO-1 (InfiniTrain's case 8) vs 1 rank" "$tmp/d2" "$tmp/d8" 1e-5
 [[ $(ls "$tmp/ck/checkpoint_step_000005" 2>/dev/null | tr '\n' ' ') == "rank_000000 rank_000001 rank_000004 rank_000005 " ]] &&
   ok || bad "3-D checkpoint: expected rank_000000 1 4 5: $(ls "$tmp/ck/checkpoint_step_000005" 2>&1)"
 runn 8 gpt2 "$tmp/d8r" "${deep[@]}" "${three[@]}" --load "$tmp/ck/checkpoint_step_000005"
@@ -116,8 +124,11 @@ expect_refuse "more stages than layers" "--pipeline_parallel: 4 stages for GPT-2
   -np 4 "$build/gpt2" "${gpt2[@]}" --pipeline_parallel 4
 expect_refuse "TP x PP not dividing the world" "--tensor_parallel 2 x --pipeline_parallel 2: 4 does not divide the 6 ranks" \
   -np 6 "$build/gpt2" "${deep[@]}" --tensor_parallel 2 --pipeline_parallel 2
-expect_refuse "virtual stages" "--virtual_pipeline_parallel 2: more than one chunk per stage is not supported yet" \
-  -np 2 "$build/gpt2" "${deep[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2
+expect_refuse "more chunks than layers" \
+  "--pipeline_parallel 2 x --virtual_pipeline_parallel 2: 4 chunks for GPT-2's 2 layers" \
+  -np 2 "$build/gpt2" "${gpt2[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2
+expect_refuse "virtual stages without stages" "--virtual_pipeline_parallel 2: needs --pipeline_parallel P > 1" \
+  -np 2 "$build/gpt2" "${deep[@]}" --virtual_pipeline_parallel 2
 
 # 6. A stage that dies mid-schedule (killed with SIGKILL after a second) stops the job: mpirun
 #    exits non-zero well before the timeout instead of leaving the other stage waiting.
