@@ -57,6 +57,14 @@ IT_API size_t it_tape_size(void);
  * are recorded before their backwards run (each segment's inputs must be leaves or tensors
  * made outside it). */
 IT_API it_status it_backward_range(it_tensor *root, it_tensor *grad, size_t lo, size_t hi);
+/* Activation recomputation (a non-reentrant checkpoint): y = fn(ctx, x) computed without
+ * recording its graph; backward runs fn again on x with the graph recorded, backpropagates y's
+ * gradient through it and hands on x's (fn's other inputs, parameters, get theirs too). fn must
+ * compute the same on both calls (no randomness; collectives in the same order on every
+ * rank). ctx (ctx_bytes of it) is copied and kept for the backward. y's graph costs only x
+ * and y until then. */
+typedef it_tensor *(*it_checkpoint_fn)(void *ctx, it_tensor *x);
+IT_API it_tensor *it_checkpoint(it_checkpoint_fn fn, const void *ctx, size_t ctx_bytes, it_tensor *x);
 /* Zero the gradients of the given leaves (their buffers are kept). */
 IT_API it_status it_zero_grad(it_tensor *const *params, int n);
 

@@ -339,3 +339,44 @@ it_status it_zero_grad(it_tensor *const *params, int n) {
     }
     return IT_OK;
 }
+
+/* ---------------------------------------------------------------- activation recomputation */
+
+/* The checkpoint node keeps fn in n->ctx and its context in n->blob. Its backward records fn's
+ * graph again (appended after the nodes the engine has yet to run) over a fresh leaf sharing
+ * x's data, runs that segment's backward with dy and removes it, then passes the leaf's
+ * gradient to x. */
+static it_status checkpoint_backward(it_node *n, it_tensor *dy) {
+    it_checkpoint_fn fn = (it_checkpoint_fn)n->ctx;
+    it_tensor *x = n->in[0];
+    it_tensor *leaf = it_tensor_view(x, x->ndim, x->shape); /* no node: a leaf over x's data */
+    if (!leaf) return it_last_status();
+    it_status st = it_tensor_set_requires_grad(leaf, x->requires_grad);
+    if (st) return st;
+    bool was = it_grad_enabled();
+    it_grad_set_enabled(true);
+    size_t lo = tape_len;
+    it_tensor *y = fn(n->blob, leaf);
+    size_t hi = tape_len;
+    it_grad_set_enabled(was);
+    if (!y) return it_last_status();
+    if (!y->requires_grad) return IT_OK; /* nothing in the region needs a gradient */
+    st = it_backward_range(y, dy, lo, hi);
+    if (!st && x->requires_grad && leaf->grad) st = it__accum_grad(x, leaf->grad);
+    return st;
+}
+
+it_tensor *it_checkpoint(it_checkpoint_fn fn, const void *ctx, size_t ctx_bytes, it_tensor *x) {
+    if (!x) return NULL;
+    if (!it_grad_enabled()) return fn((void *)ctx, x);
+    it_grad_set_enabled(false);
+    it_tensor *y = fn((void *)ctx, x);
+    it_grad_set_enabled(true);
+    if (!y) return NULL;
+    /* recorded whatever x needs: the region's parameters may want gradients when x does not */
+    it_tensor *in[1] = {x};
+    it_node *n = it__node_record("checkpoint", checkpoint_backward, y, 1, in);
+    if (!n || it__node_set_blob(n, ctx, ctx_bytes)) return NULL;
+    n->ctx = (void *)fn;
+    return y;
+}

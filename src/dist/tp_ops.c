@@ -240,16 +240,17 @@ static it_status vce_kernel_fwd(it_tensor *l2, it_tensor *tcl, int64_t valid, it
     return KCALL(it_tensor_device(l2), cross_entropy_fwd, &dl, &dt, valid, &ds);
 }
 
-/* flat (rows) int32 = n*Vl + t_local: each row's target column in the logits seen as (rows*Vl, 1) */
+/* flat (rows) int64 = n*Vl + t_local: each row's target column in the logits seen as (rows*Vl, 1)
+ * (int64: rows*Vl passes 2^31 at B*T*Vp/TP sizes a large batch reaches) */
 static it_tensor *flat_targets(it_device dev, const int32_t *tcl, int64_t rows, int64_t vl) {
-    int32_t *f = malloc(sizeof(int32_t) * (size_t)rows + 1);
+    int64_t *f = malloc(sizeof(int64_t) * (size_t)rows + 1);
     if (!f) {
         it_error(IT_ERR_OOM, "tp_cross_entropy: out of host memory");
         return NULL;
     }
-    for (int64_t i = 0; i < rows; i++) f[i] = (int32_t)(i * vl + tcl[i]);
+    for (int64_t i = 0; i < rows; i++) f[i] = i * vl + tcl[i];
     int64_t s[1] = {rows};
-    it_tensor *t = it_tensor_from_host(dev, IT_DTYPE_I32, 1, s, f, sizeof(int32_t) * (size_t)rows);
+    it_tensor *t = it_tensor_from_host(dev, IT_DTYPE_I64, 1, s, f, sizeof(int64_t) * (size_t)rows);
     free(f);
     return t;
 }

@@ -143,11 +143,15 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp, int pp) {
     it_status st = it_dist_all_reduce_host(ctx->dist, bad, 2, IT_DTYPE_FP64, IT_CCL_SUM);
     if (st) return it_error_context("tensor parallel: ");
     if (bad[1] > 0) return it_error(IT_ERR_INVALID_ARG, "%s", msg);
-    if (bad[0] > 0)
+    if (bad[0] > 0) {
+        char grid[64];
+        snprintf(grid, sizeof grid, pp > 1 ? "--tensor_parallel %d --pipeline_parallel %d" : "--tensor_parallel %d", tp,
+                 pp);
         return it_error(IT_ERR_INVALID_ARG,
-                        "--tensor_parallel %d --pipeline_parallel %d: %d of %d ranks read a model they do not divide "
-                        "(%s differs between ranks; rank 0's divides)",
-                        tp, pp, (int)bad[0], ctx->gworld, c->llmc_filepath ? c->llmc_filepath : "the model");
+                        "%s: %d of %d ranks read a model it does not divide (%s differs between ranks; rank 0's "
+                        "divides)",
+                        grid, (int)bad[0], ctx->gworld, c->llmc_filepath ? c->llmc_filepath : "the model");
+    }
     return IT_OK;
 }
 
@@ -168,6 +172,10 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG, "--virtual_pipeline_parallel %d: at most 64 chunks per stage",
                         c->virtual_pipeline_parallel);
     if (tp == 1 && pp == 1) return IT_OK;
+    if (n % (tp * pp) && pp == 1)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--tensor_parallel: %d does not divide the %d ranks (world = DP x TP x PP = DP x %d x 1)", tp,
+                        n, tp);
     if (n % (tp * pp))
         return it_error(IT_ERR_INVALID_ARG,
                         "--tensor_parallel %d x --pipeline_parallel %d: %d does not divide the %d ranks (world = DP x "
