@@ -15,6 +15,16 @@ extern "C" {
 typedef struct it_model it_model;
 typedef struct it_dist it_dist;
 
+/* Activation recomputation (Megatron's full granularity, InfiniTrain's --recompute_method):
+ * which transformer blocks run their forward again at backward instead of keeping their
+ * activations. Counted per pipeline chunk; the embedding, the final norm and the head never. */
+typedef enum it_recompute {
+    IT_RECOMPUTE_OFF,     /* keep every activation */
+    IT_RECOMPUTE_EACH,    /* full, method none: every block its own region */
+    IT_RECOMPUTE_UNIFORM, /* full, uniform k: consecutive groups of k blocks (the last may be shorter) */
+    IT_RECOMPUTE_BLOCK,   /* full, block k: the first k blocks of each chunk, one region each; the rest kept */
+} it_recompute;
+
 /* Megatron-style tensor parallelism for a model being built (InfiniTrain's layout, see
  * it_param_split): each rank of group `tp` holds its slices of the cut parameters and
  * computes its heads, FFN columns and vocabulary columns; the forward's collectives run over
@@ -85,6 +95,10 @@ IT_API void it_model_set_stage_input(it_model *m, it_tensor *act);
 IT_API void it_model_set_chunk(it_model *m, int v);
 IT_API int it_model_pp_size(const it_model *m);
 IT_API int it_model_pp_rank(const it_model *m);
+/* Recompute as `how` says (layers: uniform's and block's k, >= 1); the losses and gradients
+ * are bitwise those without, the activations kept fewer. Mixtral is refused (its routing
+ * statistics and auxiliary loss are gathered during the forward). */
+IT_API it_status it_model_set_recompute(it_model *m, it_recompute how, int layers);
 /* Tensor parallelism: the group size (1 without), this rank's place in it, sequence parallel. */
 IT_API int it_model_tp_size(const it_model *m);
 IT_API int it_model_tp_rank(const it_model *m);

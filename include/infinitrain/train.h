@@ -16,6 +16,10 @@ typedef enum it_pp_schedule {
     IT_PP_1F1B,  /* P-p-1 warm-up forwards, then one forward and one backward in turn, then the rest */
 } it_pp_schedule;
 
+/* --recompute_granularity: InfiniTrain's (selective is refused there at the first forward, here
+ * at start-up). */
+typedef enum it_recompute_granularity { IT_GRAN_NONE, IT_GRAN_FULL, IT_GRAN_SELECTIVE } it_recompute_granularity;
+
 typedef struct it_train_config {
     const char *app;                                     /* "gpt2" */
     const char *device;                                  /* --device (cpu) */
@@ -53,6 +57,11 @@ typedef struct it_train_config {
     int pipeline_parallel;         /* --pipeline_parallel: pipeline stages (1) */
     int virtual_pipeline_parallel; /* --virtual_pipeline_parallel: chunks per stage (1) */
     it_pp_schedule pipeline_schedule; /* --pipeline_schedule: gpipe (InfiniTrain's) or 1f1b */
+    bool use_distributed_optimizer;   /* --use_distributed_optimizer: ZeRO (stage 1 unless --zero_stage) */
+    bool activation_recompute;        /* --activation_recompute */
+    it_recompute_granularity recompute_granularity; /* --recompute_granularity (full) */
+    it_recompute recompute_method;    /* --recompute_method: none (each block), uniform, block */
+    int recompute_num_layers;         /* --recompute_num_layers */
     const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
     bool quiet;                    /* --quiet: no per-step lines (tests) */
     const char *input_val_bin;     /* --input_val_bin: validation token shard */

@@ -369,10 +369,14 @@ static it_status checkpoint_backward(it_node *n, it_tensor *dy) {
 it_tensor *it_checkpoint(it_checkpoint_fn fn, const void *ctx, size_t ctx_bytes, it_tensor *x) {
     if (!x) return NULL;
     if (!it_grad_enabled()) return fn((void *)ctx, x);
+    /* the region's intermediates go with its own scope: only y outlives it */
     it_grad_set_enabled(false);
+    it_scope_begin();
     it_tensor *y = fn((void *)ctx, x);
+    if (y) it_scope_keep(y);
+    it_scope_end();
     it_grad_set_enabled(true);
-    if (!y) return NULL;
+    if (!y || !it__scope_add(y)) return NULL;
     /* recorded whatever x needs: the region's parameters may want gradients when x does not */
     it_tensor *in[1] = {x};
     it_node *n = it__node_record("checkpoint", checkpoint_backward, y, 1, in);

@@ -139,6 +139,24 @@ it_status it_gpt2_config_check(const it_gpt2_config *c) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* Block l: x += attn(ln_1(x)); x += mlp(ln_2(x)) (under TP this rank's heads and columns). */
+static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
+    gpt2 *g = m->impl;
+    it_tensor *const *p = g->h[l].p;
+    int heads = g->cfg.n_head / m->tp_size;
+    IT_PREC_LAYER(l);
+    it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
+    h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
+    h = it_causal_self_attention(h, heads);                                                    /* (B, T, C) */
+    h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
+    x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
+    h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
+    h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[FCW], p[FCB]), l, "mlp.c_fc");
+    h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
+    h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
+    return IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
+}
+
 static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     gpt2 *g = m->impl;
     if (!idx) return NULL;
@@ -161,7 +179,6 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
      * c_fc its heads and FFN columns, the c_proj weights the matching input columns; with
      * sequence parallelism x holds this rank's T/N rows between the collectives. */
     int64_t Tl = m->sp ? T / m->tp_size : T, t0 = m->sp ? (int64_t)m->tp_rank * Tl : 0;
-    int heads = g->cfg.n_head / m->tp_size;
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output (B, Tl, C) */
     if (m->first) {
         it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
@@ -170,20 +187,7 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
         it_error(IT_ERR_INVALID_ARG, "gpt2: pipeline stage %d has no input activation", m->pp_rank);
         return NULL;
     }
-    for (int l = m->l0; l < g->cfg.n_layer && l < m->l1; l++) {
-        it_tensor *const *p = g->h[l].p;
-        IT_PREC_LAYER(l);
-        it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
-        h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
-        h = it_causal_self_attention(h, heads);                                                    /* (B, T, C) */
-        h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
-        x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
-        h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
-        h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[FCW], p[FCB]), l, "mlp.c_fc");
-        h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
-        h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
-        x = IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
-    }
+    x = it__run_layers(m, x, m->l0, m->l1 < g->cfg.n_layer ? m->l1 : g->cfg.n_layer, gpt2_layer);
     if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_layernorm(x, g->lnfw, g->lnfb, LN_EPS), -1, "transformer.ln_f");

@@ -36,6 +36,8 @@ typedef struct llama {
     it_tensor **gate, **up, **down; /* [l * E + e] */
     float aux_coeff;
     int64_t *expert_tokens; /* L * E routed assignments since the last read */
+    it_tensor *aux_total;   /* during a forward: the experts' auxiliary losses so far */
+    int64_t B, Tcur;        /* the forward's batch and (whole) sequence length */
 } llama;
 
 static float f32(int32_t bits) {
@@ -115,6 +117,63 @@ static it_status rope_tables(llama *g, it_device dev, int T) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* Block l on x (the residual stream, B x T x C or T/TP rows under SP): attention, then the
+ * SwiGLU MLP or the experts, each added to x. The batch shape and the RoPE tables are the
+ * forward's (g->B, g->Tcur; recomputation at backward finds them unchanged). */
+static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
+    llama *g = m->impl;
+    int nh = g->nh / m->tp_size, nkv = g->nkv % m->tp_size ? 1 : g->nkv / m->tp_size; /* 1: kept, not cut */
+    int64_t B = g->B, T = g->Tcur, C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
+    it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
+    IT_PREC_LAYER(l);
+    it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
+    it_tensor *q, *k, *v;
+    if (g->moe) {
+        q = it_linear(h, g->q[l], NULL);
+        k = it_linear(h, g->k[l], NULL);
+        v = it_linear(h, g->v[l], NULL);
+        bool none; /* an adapter on the packed c_attn: its rows Q|K|V added to each */
+        it_tensor *d = it__lora_delta(m, h, g->qkv[l], &none);
+        if (!none) {
+            q = it_add(q, it_slice(d, 2, 0, C, 1));
+            k = it_add(k, it_slice(d, 2, C, C + kvd, 1));
+            v = it_add(v, it_slice(d, 2, C + kvd, C + 2 * kvd, 1));
+        }
+    } else { /* fused c_attn, rows Q|K|V */
+        it_tensor *qkv = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), g->qkv[l], NULL), l, "attn.c_attn");
+        q = it_slice(qkv, 2, 0, C, 1);
+        k = it_slice(qkv, 2, C, C + kvd, 1);
+        v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
+    }
+    q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
+    k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
+    v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
+    it_tensor *att =
+        IT_PREC_MODULE(it__tp_row_linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
+    x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
+    h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
+    if (g->moe) {
+        int64_t counts[256];
+        it_tensor *aux = NULL;
+        it_tensor *y = it_moe(h, g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
+                              g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
+        /* training tokens only: validation and sampling run without autograd */
+        if (y && g->expert_tokens && it_grad_enabled())
+            for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
+        if (aux) g->aux_total = g->aux_total ? it_add(g->aux_total, aux) : aux;
+        x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
+    } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
+        h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
+        it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
+        it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
+        fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
+        it_tensor *y =
+            IT_PREC_MODULE(it__tp_row_linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
+        x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
+    }
+    return IT_PREC_MODULE(x, l, "");
+}
+
 static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
     llama *g = m->impl;
     if (!idx) return NULL;
@@ -123,9 +182,9 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         return NULL;
     }
     /* Under tensor parallelism this rank's heads (nh/N of Q, nkv/N of K and V), FFN columns and
-     * vocabulary rows; with sequence parallelism x holds T/N rows between the collectives. */
-    int nh = g->nh / m->tp_size, nkv = g->nkv % m->tp_size ? 1 : g->nkv / m->tp_size; /* 1: kept, not cut */
-    int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1), C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
+     * vocabulary rows (llama_layer); with sequence parallelism x holds T/N rows between the
+     * collectives. */
+    int64_t B = it_tensor_dim(idx, 0), T = it_tensor_dim(idx, 1);
     if (T < 1 || T > g->T) {
         it_error(IT_ERR_INVALID_ARG, "%s: sequence length %lld outside 1..block_size %d", m->info.family, (long long)T,
                  g->T);
@@ -140,7 +199,6 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         int64_t want = T > 2 * (int64_t)g->rope_T ? T : 2 * (int64_t)g->rope_T;
         if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
-    it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output */
     if (m->first) {
         x = IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"); /* (B, T, C) */
@@ -148,56 +206,12 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         it_error(IT_ERR_INVALID_ARG, "%s: pipeline stage %d has no input activation", m->info.family, m->pp_rank);
         return NULL;
     }
-    it_tensor *aux_total = NULL;
-    for (int l = m->l0; l < g->L && l < m->l1; l++) {
-        IT_PREC_LAYER(l);
-        it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
-        it_tensor *q, *k, *v;
-        if (g->moe) {
-            q = it_linear(h, g->q[l], NULL);
-            k = it_linear(h, g->k[l], NULL);
-            v = it_linear(h, g->v[l], NULL);
-            bool none; /* an adapter on the packed c_attn: its rows Q|K|V added to each */
-            it_tensor *d = it__lora_delta(m, h, g->qkv[l], &none);
-            if (!none) {
-                q = it_add(q, it_slice(d, 2, 0, C, 1));
-                k = it_add(k, it_slice(d, 2, C, C + kvd, 1));
-                v = it_add(v, it_slice(d, 2, C + kvd, C + 2 * kvd, 1));
-            }
-        } else { /* fused c_attn, rows Q|K|V */
-            it_tensor *qkv = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), g->qkv[l], NULL), l, "attn.c_attn");
-            q = it_slice(qkv, 2, 0, C, 1);
-            k = it_slice(qkv, 2, C, C + kvd, 1);
-            v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
-        }
-        q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
-        k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
-        v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
-        it_tensor *att =
-            IT_PREC_MODULE(it__tp_row_linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
-        x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
-        h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
-        if (g->moe) {
-            int64_t counts[256];
-            it_tensor *aux = NULL;
-            it_tensor *y = it_moe(h, g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
-                                  g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
-            /* training tokens only: validation and sampling run without autograd */
-            if (y && g->expert_tokens && it_grad_enabled())
-                for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
-            if (aux) aux_total = aux_total ? it_add(aux_total, aux) : aux;
-            x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
-        } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
-            h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
-            it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
-            it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
-            fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
-            it_tensor *y =
-                IT_PREC_MODULE(it__tp_row_linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
-            x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
-        }
-        x = IT_PREC_MODULE(x, l, "");
-    }
+    g->aux_total = NULL;
+    g->B = B;
+    g->Tcur = T;
+    x = it__run_layers(m, x, m->l0, m->l1 < g->L ? m->l1 : g->L, llama_layer);
+    it_tensor *aux_total = g->aux_total;
+    g->aux_total = NULL;
     if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");

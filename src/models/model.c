@@ -855,3 +855,47 @@ it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t
     free(full);
     return st;
 }
+
+/* ---------------------------------------------------------------- activation recomputation */
+
+it_status it_model_set_recompute(it_model *m, it_recompute how, int layers) {
+    if (how != IT_RECOMPUTE_OFF && m->vt->expert_tokens)
+        return it_error(IT_ERR_INVALID_ARG, "--activation_recompute: not supported for %s (its routing statistics and "
+                                            "auxiliary loss are gathered while the forward runs)",
+                        m->info.family);
+    if ((how == IT_RECOMPUTE_UNIFORM || how == IT_RECOMPUTE_BLOCK) && layers < 1)
+        return it_error(IT_ERR_INVALID_ARG, "--recompute_num_layers: %d; methods uniform and block need >= 1", layers);
+    m->recompute = how;
+    m->recompute_layers = layers;
+    return IT_OK;
+}
+
+typedef struct region {
+    it_model *m;
+    it__layer_fn fn;
+    int a, b;
+} region;
+
+static it_tensor *region_run(void *ctx, it_tensor *x) {
+    const region *r = ctx;
+    for (int l = r->a; l < r->b && x; l++) x = r->fn(r->m, l, x);
+    return x;
+}
+
+it_tensor *it__run_layers(it_model *m, it_tensor *x, int l0, int l1, it__layer_fn fn) {
+    int k = m->recompute_layers;
+    for (int a = l0; a < l1 && x;) {
+        int b = a + 1; /* this region's end, or a kept block's */
+        bool ckpt = m->recompute != IT_RECOMPUTE_OFF && it_grad_enabled();
+        if (m->recompute == IT_RECOMPUTE_UNIFORM) b = a + k < l1 ? a + k : l1;
+        if (m->recompute == IT_RECOMPUTE_BLOCK) ckpt = ckpt && a - l0 < k;
+        if (ckpt) {
+            region r = {m, fn, a, b};
+            x = it_checkpoint(region_run, &r, sizeof r, x);
+        } else {
+            x = fn(m, a, x);
+        }
+        a = b;
+    }
+    return x;
+}

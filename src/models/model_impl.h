@@ -58,8 +58,18 @@ struct it_model {
      * stage_first/stage_last: the stage holds the embedding / the final norm and head. */
     int nchunk, chunk_l0[IT_MAX_CHUNKS], chunk_l1[IT_MAX_CHUNKS];
     bool stage_first, stage_last;
+    /* Activation recomputation (it_model_set_recompute): the method and its layer count. */
+    it_recompute recompute;
+    int recompute_layers;
     void *impl;
 };
+
+/* A model's block l on x (the residual stream), for it__run_layers. */
+typedef it_tensor *(*it__layer_fn)(it_model *m, int l, it_tensor *x);
+/* Blocks l0 .. l1-1 on x in turn, as m's recomputation setting places its checkpoints: each
+ * checkpointed region's graph is recorded again only at its backward (it_checkpoint). The
+ * layers are counted within [l0, l1) (a pipeline chunk's own, as InfiniTrain counts them). */
+it_tensor *it__run_layers(it_model *m, it_tensor *x, int l0, int l1, it__layer_fn fn);
 
 /* GetStageInfo: stage p's chunks of n_layer layers over P stages with V chunks each; there are
  * P*V chunks, chunk g = v*P + p is stage p's v-th, and chunk g holds layers

@@ -23,6 +23,12 @@ static const it_flag_choice lr_decay_choices[] = {{"none", IT_LR_NONE, NULL},
                                                   {NULL, 0, NULL}};
 static const it_flag_choice schedule_choices[] = {
     {"gpipe", IT_PP_GPIPE, NULL}, {"1f1b", IT_PP_1F1B, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice granularity_choices[] = {
+    {"none", IT_GRAN_NONE, NULL}, {"full", IT_GRAN_FULL, NULL}, {"selective", IT_GRAN_SELECTIVE, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice method_choices[] = {{"none", IT_RECOMPUTE_EACH, NULL},
+                                                {"uniform", IT_RECOMPUTE_UNIFORM, NULL},
+                                                {"block", IT_RECOMPUTE_BLOCK, NULL},
+                                                {NULL, 0, NULL}};
 static const it_flag_choice dtype_choices[] = {
     {"float32", IT_DTYPE_FP32, NULL},
     {"fp32", IT_DTYPE_FP32, NULL},
@@ -33,7 +39,8 @@ static const it_flag_choice dtype_choices[] = {
     {NULL, 0, NULL}};
 
 _Static_assert(sizeof(it_optim_kind) == sizeof(int) && sizeof(it_lr_decay) == sizeof(int) &&
-                   sizeof(it_dtype) == sizeof(int),
+                   sizeof(it_dtype) == sizeof(int) && sizeof(it_pp_schedule) == sizeof(int) &&
+                   sizeof(it_recompute) == sizeof(int) && sizeof(it_recompute_granularity) == sizeof(int),
                "IT_FLAG_CHOICE stores enums as int");
 
 /* Each macro is one kind of entry; what follows `help` are further designators
@@ -119,6 +126,16 @@ static const it_train_flag FLAGS[] = {
     CHOICE("pipeline_schedule", pipeline_schedule, "gpipe", schedule_choices, "a pipeline schedule", G_PAR, true,
            "gpipe (all forwards, then all backwards: InfiniTrain's) or 1f1b (interleaved with V > 1); micro-batches = "
            "the accumulation"),
+    BOOL("use_distributed_optimizer", use_distributed_optimizer, G_PAR, true,
+         "InfiniTrain's older switch for ZeRO: --zero_stage's stage, 1 when it is 0"),
+    BOOL("activation_recompute", activation_recompute, G_PAR, true,
+         "recompute transformer blocks' activations at backward (Megatron's full recomputation)"),
+    CHOICE("recompute_granularity", recompute_granularity, "full", granularity_choices, "a granularity", G_PAR, true,
+           "none, full or selective (not implemented, as in InfiniTrain)"),
+    CHOICE("recompute_method", recompute_method, "none", method_choices, "a recompute method", G_PAR, true,
+           "none (every block), uniform (groups of N blocks) or block (the first N blocks of each pipeline chunk)"),
+    INT("recompute_num_layers", recompute_num_layers, "0", 0, 1 << 20, "N", G_PAR, true,
+        "N for --recompute_method uniform or block"),
     INT("lora_rank", lora_rank, "0", 0, 1 << 16, "R", "lora", true, "LoRA rank r, 0 = off (full fine-tuning)"),
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,

@@ -245,6 +245,31 @@ static it_status setup_agree(it_train_ctx *ctx) {
     return IT_OK;
 }
 
+/* --use_distributed_optimizer: InfiniTrain's older switch (before its --zero_stage alone
+ * decided): with it a stage of 0 means 1. */
+int train_zero_stage(const it_train_config *c) { return c->zero_stage ? c->zero_stage : c->use_distributed_optimizer ? 1 : 0; }
+
+/* --activation_recompute and its --recompute_* flags, InfiniTrain's rules: without it nothing
+ * is recomputed; granularity none means none; selective is not implemented (InfiniTrain stops
+ * at its first forward, we before any work). */
+static it_status setup_recompute(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    if (!c->activation_recompute || c->recompute_granularity == IT_GRAN_NONE) return IT_OK;
+    if (c->recompute_granularity == IT_GRAN_SELECTIVE)
+        return it_error(IT_ERR_INVALID_ARG, "--recompute_granularity selective: not implemented (as in InfiniTrain); "
+                                            "use full");
+    it_status st = it_model_set_recompute(ctx->model, c->recompute_method, c->recompute_num_layers);
+    if (!st && !ctx->quiet) {
+        if (c->recompute_method == IT_RECOMPUTE_EACH)
+            printf("activation recompute: full, every transformer block\n");
+        else
+            printf("activation recompute: full, %s %d blocks\n",
+                   c->recompute_method == IT_RECOMPUTE_UNIFORM ? "uniform groups of" : "per chunk, its first",
+                   c->recompute_num_layers);
+    }
+    return st;
+}
+
 /* Build or load the model the flags describe. */
 static it_status setup_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
@@ -285,7 +310,7 @@ static it_status setup_model(it_train_ctx *ctx) {
     }
     it_model_set_aux_loss_coeff(ctx->model, c->moe_aux_loss_coeff);
     ctx->info = it_model_get_info(ctx->model);
-    return IT_OK;
+    return setup_recompute(ctx);
 }
 
 /* InfiniTrain's per-model defaults for --lora_target_modules (example/gpt2, example/llama3). */
@@ -371,8 +396,8 @@ static it_status setup_batch(it_train_ctx *ctx) {
     ctx->T = T;
     ctx->total = total;
     ctx->accum = total / (B * T * world);
-    if (c->zero_stage && c->optimizer == IT_OPTIM_SGD && !ctx->quiet)
-        printf("note: --zero_stage %d with sgd: no optimizer state to shard\n", c->zero_stage);
+    if (train_zero_stage(c) && c->optimizer == IT_OPTIM_SGD && !ctx->quiet)
+        printf("note: --zero_stage %d with sgd: no optimizer state to shard\n", train_zero_stage(c));
     return IT_OK;
 }
 
@@ -419,7 +444,7 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
     /* with LoRA, the adapters alone: optimizer state, DDP buckets and ZeRO-1 shards cover them */
     it_tensor *params = it_model_trainable(ctx->model), *grads = it_model_grads(ctx->model);
     it_optim_config ocfg = {c->optimizer, 0.9f, 0.999f, 1e-8f, c->weight_decay};
-    it_status st = c->zero_stage ? it_zero_new(ctx->dist, c->zero_stage, (size_t)c->ddp_bucket_kb << 10, &ocfg,
+    it_status st = train_zero_stage(c) ? it_zero_new(ctx->dist, train_zero_stage(c), (size_t)c->ddp_bucket_kb << 10, &ocfg,
                                                  params, grads, &ctx->zero)
                                  : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
     if (!st && ctx->world > 1 && !ctx->zero)

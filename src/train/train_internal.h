@@ -84,6 +84,8 @@ struct it_train_ctx {
 };
 
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result);
+/* The ZeRO stage the flags ask for (--zero_stage, or 1 with --use_distributed_optimizer). */
+int train_zero_stage(const it_train_config *c);
 void train_teardown(it_train_ctx *ctx);
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
 /* pipeline.c: the micro-steps as a pipeline schedule (--pipeline_parallel > 1) */
