@@ -24,6 +24,7 @@ int it_train_exit_code(it_status st) {
 static it_status train_finish(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st = IT_OK;
+    train_pipeline_report(ctx);
     if (ctx->rank != 0) return IT_OK; /* DP rank 0: under TP its group saves together */
     if (c->backend_report && ctx->grank == 0 && (st = it_backend_report(ctx->dev.backend, stdout))) return st;
     if (c->output_checkpoint) {

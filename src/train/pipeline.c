@@ -23,6 +23,7 @@
  * order the backwards run, as the ordinary micro-step loop does: 1F1B's backwards run
  * B0 .. B(M-1), the order of one rank with accumulation M, so its sums are that run's;
  * GPipe's run B(M-1) .. B0, the same sums in the other order (equal within rounding). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "infinitrain/precision.h"
@@ -35,6 +36,21 @@ typedef struct pp_mb {
     size_t lo, hi;         /* its forward's segment of the tape */
     it_tensor *root, *in;  /* the chunk's output (or the scaled loss); its input leaf (NULL: first chunk) */
 } pp_mb;
+
+/* IT_PP_STATS=1: each stage's time blocked in receives (its share of the bubble) over the
+ * run, printed by every stage after the last step (train_pipeline_report). */
+static struct {
+    double wait_ms, total_ms;
+    int steps;
+    size_t peak; /* the largest step's peak of used device memory */
+} g_stats;
+
+static it_status timed_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+    double t0 = train_now_ms();
+    it_status st = it_dist_recv(d, t, peer, tag);
+    g_stats.wait_ms += train_now_ms() - t0;
+    return st;
+}
 
 typedef struct pp_run {
     it_train_ctx *ctx;
@@ -78,7 +94,7 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     if (!st && from >= 0) { /* the previous chunk's output, a leaf whose gradient goes back */
         int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
         mb->in = it_scope_keep(it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a));
-        st = mb->in ? it_dist_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
+        st = mb->in ? timed_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
         if (!st) st = it_tensor_set_requires_grad(mb->in, true);
         it_model_set_stage_input(m, mb->in);
     }
@@ -112,7 +128,7 @@ static it_status pp_backward(pp_run *r, int i, int v) {
     it_tensor *dy = NULL;
     if (to >= 0) {
         dy = it_tensor_new(ctx->dev, it_tensor_dtype(mb->root), it_tensor_ndim(mb->root), it_tensor_shape(mb->root));
-        st = dy ? it_dist_recv(ctx->pp, dy, to, tag_of(i, g, chunks, true)) : it_last_status();
+        st = dy ? timed_recv(ctx->pp, dy, to, tag_of(i, g, chunks, true)) : it_last_status();
     }
     if (!st) st = it_backward_range(mb->root, dy, mb->lo, mb->hi);
     it_scope_end();
@@ -171,13 +187,39 @@ static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
     return st;
 }
 
+static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum);
+
+void train_pipeline_report(const it_train_ctx *ctx) {
+    const char *v = getenv("IT_PP_STATS");
+    if (!ctx->pp || !v || !*v || *v == '0' || g_stats.steps < 2) return;
+    int P = ctx->pp_size, M = (int)ctx->accum, V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1;
+    /* GPipe's and 1F1B's bubble: (P-1)/(M+P-1) of a step; interleaved: (P-1)/(V*M+P-1) */
+    double theory = (double)(P - 1) / (double)(V * M + P - 1);
+    fprintf(stderr, "pipeline stats: stage %d of %d: blocked in receives %.1f%% of %d steps' time (%.1f of %.1f ms); "
+                    "the schedule's bubble (P-1)/(%sM+P-1) = %.1f%%; peak used %.1f MB\n",
+            it_model_pp_rank(ctx->model), P, 100.0 * g_stats.wait_ms / g_stats.total_ms, g_stats.steps - 1,
+            g_stats.wait_ms, g_stats.total_ms, V > 1 ? "V*" : "", 100.0 * theory, (double)g_stats.peak / 1048576.0);
+}
+
 it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
+    /* the first step (start-up, allocation) is left out of the figures */
+    double t0 = train_now_ms(), w0 = g_stats.wait_ms;
+    if (g_stats.steps++ == 0) w0 = -1;
+    it_status st = pipeline_steps(ctx, loss_sum);
+    if (w0 < 0) g_stats.wait_ms = 0;
+    else g_stats.total_ms += train_now_ms() - t0;
+    it_mem_stats mem;
+    if (!it_mem_stats_get(ctx->dev, &mem) && mem.peak_used > g_stats.peak) g_stats.peak = mem.peak_used;
+    return st;
+}
+
+static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
     pp_run r = {.ctx = ctx, .M = (int)ctx->accum, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
                 .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
     int M = r.M, V = r.V, P = r.P, p = r.p;
+    it_status st = IT_OK;
     r.mbs = calloc((size_t)(M * V), sizeof *r.mbs);
     if (!r.mbs) return it_error(IT_ERR_OOM, "pipeline: out of host memory");
-    it_status st = IT_OK;
     if (M * V > 1 && !ctx->acc) { /* ZeRO-2 let it go after the last step; V > 1 needs it too */
         it_tensor *g = it_model_grads(ctx->model);
         it_scope_begin();
