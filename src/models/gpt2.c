@@ -218,7 +218,12 @@ static void gpt2_free(void *impl) {
     free(g);
 }
 
-static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free, NULL, NULL};
+static void gpt2_walk_all(const it_model *m, it__layout *lo) {
+    gpt2 whole = {.cfg = ((const gpt2 *)m->impl)->cfg};
+    gpt2_walk(&whole, lo);
+}
+
+static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free, NULL, NULL, gpt2_walk_all};
 
 /* Build the model object and the parameter views over freshly allocated buffers. */
 static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out) {
@@ -284,8 +289,9 @@ typedef struct init_ctx {
 } init_ctx;
 
 /* One tensor's initial values at its place in the whole model's layout. */
-static void init_draw(void *p, const it__param_spec *spec, int64_t full_off) {
+static void init_draw(void *p, const it__param_spec *spec, int64_t full_off, const char *name) {
     init_ctx *c = p;
+    (void)name;
     float *dst = c->host + full_off;
     int64_t numel = spec->ndim == 1 ? spec->shape[0] : spec->shape[0] * spec->shape[1];
     if (spec->is_bias || spec->role == IT_PARAM_ROLE_NORM) {

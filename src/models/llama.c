@@ -258,9 +258,19 @@ static int mixtral_expert_tokens(it_model *m, int64_t *counts, int max, bool res
     return n;
 }
 
-static const it_model_vtable llama3_vtable = {llama_forward, llama_save, llama_flops, llama_free, NULL, NULL};
-static const it_model_vtable mixtral_vtable = {
-    llama_forward, llama_save, llama_flops, llama_free, mixtral_set_aux_loss_coeff, mixtral_expert_tokens};
+static it_status llama_walk(llama *g, it__layout *lo);
+
+static void llama_walk_all(const it_model *m, it__layout *lo) {
+    llama whole = *(const llama *)m->impl; /* a copy: the counting walk sets its arrays to NULL */
+    llama_walk(&whole, lo);
+}
+
+static const it_model_vtable llama3_vtable = {llama_forward, llama_save, llama_flops, llama_free, NULL, NULL,
+                                              llama_walk_all};
+static const it_model_vtable mixtral_vtable = {llama_forward,      llama_save,
+                                               llama_flops,        llama_free,
+                                               mixtral_set_aux_loss_coeff, mixtral_expert_tokens,
+                                               llama_walk_all};
 
 /* ---------------------------------------------------------------- layout */
 

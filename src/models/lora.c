@@ -34,7 +34,15 @@ struct it__lora {
     it_lora_tensor_info *t;    /* 2 per adapted layer: A at 2k, B at 2k+1 (names and views owned) */
     int n;
     int64_t numel;
-    int64_t full_numel; /* the one-rank adapter buffer's (= numel without TP) */
+    int64_t full_numel; /* the one-rank adapter buffer's (= numel without TP or PP) */
+    /* The whole model's adapter tensors in layout order (under PP the other stages' too; else
+     * this rank's, whole): what the draws, the file and a load go by. */
+    struct lora_whole {
+        char *name;
+        int64_t shape[2], offset; /* in the one-rank adapter buffer */
+        bool is_b;
+    } *w;
+    int nw;
 };
 
 /* ---------------------------------------------------------------- tensor parallel slices */
@@ -140,21 +148,56 @@ static it_status init_values(const it_model *m, struct it__lora *l, uint64_t see
     }
     it_rng rng = {seed ^ LORA_SEED_STREAM};
     const float a = sqrtf(5.0f);
-    for (int i = 0; i < l->n; i += 2) {
-        const it_lora_tensor_info *A = &l->t[i];
+    for (int i = 0; i < l->nw; i++) {
+        const struct lora_whole *A = &l->w[i];
+        if (A->is_b) continue; /* B stays zero */
         float gain = sqrtf(2.0f / (1 + a * a));
-        float std = (float)(gain / sqrt((double)A->full_shape[1]));
+        float std = (float)(gain / sqrt((double)A->shape[1]));
         float bound = sqrtf(3.0f) * std;
-        float *dst = full + A->full_offset;
-        for (int64_t j = 0; j < A->full_shape[0] * A->full_shape[1]; j++)
-            dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
-        /* B (at l->t[i + 1]) stays zero */
+        float *dst = full + A->offset;
+        for (int64_t j = 0; j < A->shape[0] * A->shape[1]; j++) dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
     }
     slices(l, m->tp_size, m->tp_rank, host, full, false);
     it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
     free(full);
     free(host);
     return st;
+}
+
+/* One whole-list entry: name (owned) and shape; its offset follows the ones before. */
+static bool whole_add(struct it__lora *l, const char *module, bool is_b, int64_t rows, int64_t cols) {
+    struct lora_whole *w = realloc(l->w, sizeof *w * (size_t)(l->nw + 1));
+    if (!w) return false;
+    l->w = w;
+    size_t len = strlen(module) + sizeof ".lora_A";
+    char *name = malloc(len);
+    if (!name) return false;
+    snprintf(name, len, "%s.lora_%c", module, is_b ? 'B' : 'A');
+    l->w[l->nw++] = (struct lora_whole){name, {rows, cols}, l->full_numel, is_b};
+    l->full_numel += rows * cols;
+    return true;
+}
+
+typedef struct whole_ctx {
+    struct it__lora *l;
+    const char *targets;
+    bool failed;
+} whole_ctx;
+
+/* walk_all's visit: every adapted linear weight of the whole model, held here or not. */
+static void whole_visit(void *p, const it__param_spec *spec, int64_t full_off, const char *name) {
+    whole_ctx *c = p;
+    (void)full_off;
+    bool linear = spec->role != IT_PARAM_ROLE_TOKEN_EMBEDDING && spec->role != IT_PARAM_ROLE_POSITION_EMBEDDING &&
+                  spec->role != IT_PARAM_ROLE_NORM && spec->role != IT_PARAM_ROLE_ROUTER;
+    if (!linear || spec->is_bias || spec->ndim != 2 || spec->expert >= 0) return;
+    char module[256];
+    const char *dot = strrchr(name, '.');
+    snprintf(module, sizeof module, "%.*s", dot ? (int)(dot - name) : 0, name);
+    if (!is_target(module, c->targets)) return;
+    int64_t r = c->l->rank;
+    if (!whole_add(c->l, module, false, r, spec->shape[1]) || !whole_add(c->l, module, true, spec->shape[0], r))
+        c->failed = true;
 }
 
 it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
@@ -212,13 +255,26 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
                                        .shape = {k ? p->shape[0] : r, k ? r : p->shape[1]},
                                        .offset = l->numel,
                                        .split = cut ? p->split : IT_PARAM_SPLIT_NONE,
-                                       .full_shape = {k ? p->full_shape[0] : r, k ? r : p->full_shape[1]},
-                                       .full_offset = l->full_numel};
+                                       .full_shape = {k ? p->full_shape[0] : r, k ? r : p->full_shape[1]}};
             t->numel = t->shape[0] * t->shape[1];
             l->numel += t->numel;
-            l->full_numel += t->full_shape[0] * t->full_shape[1];
+            if (!m->pp && !whole_add(l, p->module, k == 1, t->full_shape[0], t->full_shape[1]))
+                st = it_error(IT_ERR_OOM, "lora: out of host memory");
             l->n++;
         }
+    }
+    if (!st && m->pp) { /* the other stages' adapters too: this stage's find their place among them */
+        whole_ctx wc = {l, targets, false};
+        it__layout all = {.visit = whole_visit, .visit_ctx = &wc};
+        m->vt->walk_all(m, &all);
+        if (wc.failed) st = it_error(IT_ERR_OOM, "lora: out of host memory");
+    }
+    for (int i = 0; i < l->n && !st; i++) {
+        const struct lora_whole *w = NULL;
+        for (int j = 0; j < l->nw && !w; j++)
+            if (strcmp(l->w[j].name, l->t[i].name) == 0) w = &l->w[j];
+        if (!w) st = it_error(IT_ERR_INTERNAL, "lora: %s is not in the whole model's adapter list", l->t[i].name);
+        else l->t[i].full_offset = w->offset;
     }
     int64_t shape[1] = {l->numel};
     if (!st) {
@@ -249,6 +305,8 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
 
 void it__lora_free(struct it__lora *l) {
     if (!l) return;
+    for (int i = 0; i < l->nw; i++) free(l->w[i].name);
+    free(l->w);
     for (int i = 0; i < l->n; i++) {
         free((char *)l->t[i].name);
         it_tensor_release(l->t[i].param);
@@ -319,9 +377,32 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
 
 /* The whole adapter buffer (full_numel floats) on the host: under TP the group's slices
  * gathered (a collective over it). */
+static it_status gather_tp(const it_model *m, float *full);
+
+/* Under PP every stage's adapters: each fills its own (zeros elsewhere), and a sum over the
+ * PP group is their union (x + 0 = x). */
 static it_status gather_full(const it_model *m, float *full) {
     const struct it__lora *l = m->lora;
-    if (!m->tp) return it_tensor_copy_to_host(l->params, full, sizeof(float) * (size_t)l->numel);
+    if (m->pp) memset(full, 0, sizeof(float) * (size_t)l->full_numel);
+    it_status st = gather_tp(m, full);
+    for (int64_t at = 0; !st && m->pp && at < l->full_numel; at += 1 << 26) {
+        int64_t n = l->full_numel - at < (1 << 26) ? l->full_numel - at : 1 << 26;
+        st = it_dist_all_reduce_host(m->pp, full + at, (size_t)n, IT_DTYPE_FP32, IT_CCL_SUM);
+    }
+    return st;
+}
+
+static it_status gather_tp(const it_model *m, float *full) {
+    const struct it__lora *l = m->lora;
+    if (!m->tp) {
+        if (!m->pp) return it_tensor_copy_to_host(l->params, full, sizeof(float) * (size_t)l->numel);
+        float *mine = malloc(sizeof(float) * (size_t)l->numel + 1);
+        if (!mine) return it_error(IT_ERR_OOM, "lora: out of host memory to gather the adapters");
+        it_status st = it_tensor_copy_to_host(l->params, mine, sizeof(float) * (size_t)l->numel);
+        if (!st) slices(l, 1, 0, mine, full, true);
+        free(mine);
+        return st;
+    }
     int tp = m->tp_size;
     float *all = malloc(sizeof(float) * (size_t)(l->numel * tp) + 1);
     if (!all) return it_error(IT_ERR_OOM, "lora: out of host memory to gather the adapters");
@@ -335,41 +416,41 @@ static it_status gather_full(const it_model *m, float *full) {
     return st;
 }
 
-static int by_name(const void *a, const void *b) {
-    return strcmp((*(const it_lora_tensor_info *const *)a)->name, (*(const it_lora_tensor_info *const *)b)->name);
+static int by_whole_name(const void *a, const void *b) {
+    return strcmp((*(const struct lora_whole *const *)a)->name, (*(const struct lora_whole *const *)b)->name);
 }
 
 it_status it_model_lora_save(const it_model *m, const char *path) {
     if (!m || !m->lora) return it_error(IT_ERR_INVALID_ARG, "%s: the model has no LoRA adapters to save", path);
     const struct it__lora *l = m->lora;
     float *host = malloc(sizeof(float) * (size_t)l->full_numel + 1);
-    const it_lora_tensor_info **order = malloc(sizeof *order * (size_t)l->n);
+    const struct lora_whole **order = malloc(sizeof *order * (size_t)l->nw + 1);
     if (!host || !order) {
         free(host);
         free(order);
         return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     }
-    for (int i = 0; i < l->n; i++) order[i] = &l->t[i];
-    qsort(order, (size_t)l->n, sizeof *order, by_name); /* SaveLoRAWeights writes sorted names */
+    for (int i = 0; i < l->nw; i++) order[i] = &l->w[i];
+    qsort(order, (size_t)l->nw, sizeof *order, by_whole_name); /* SaveLoRAWeights writes sorted names */
     it_status st = gather_full(m, host);
-    if (st || m->tp_rank != 0) { /* under TP the group's rank 0 writes */
+    if (st || m->tp_rank != 0 || m->pp_rank != 0) { /* under TP/PP the group's first rank writes */
         free(host);
         free(order);
         return st;
     }
     it_afile *f = NULL;
     if (!st) st = it_afile_open(path, &f);
-    uint32_t head[3] = {LORA_MAGIC, LORA_VERSION, (uint32_t)l->n};
+    uint32_t head[3] = {LORA_MAGIC, LORA_VERSION, (uint32_t)l->nw};
     if (!st) st = it_afile_write(f, head, sizeof head);
-    for (int i = 0; i < l->n && !st; i++) {
-        const it_lora_tensor_info *t = order[i];
+    for (int i = 0; i < l->nw && !st; i++) {
+        const struct lora_whole *t = order[i];
         uint32_t len = (uint32_t)strlen(t->name), nd = 2;
-        int64_t dims[2] = {t->full_shape[0], t->full_shape[1]};
+        int64_t dims[2] = {t->shape[0], t->shape[1]};
         if (!st) st = it_afile_write(f, &len, sizeof len);
         if (!st) st = it_afile_write(f, t->name, len);
         if (!st) st = it_afile_write(f, &nd, sizeof nd);
         if (!st) st = it_afile_write(f, dims, sizeof dims);
-        if (!st) st = it_afile_write(f, host + t->full_offset, sizeof(float) * (size_t)(dims[0] * dims[1]));
+        if (!st) st = it_afile_write(f, host + t->offset, sizeof(float) * (size_t)(dims[0] * dims[1]));
     }
     if (f) {
         if (st)
@@ -446,12 +527,12 @@ static it_status parse(const it_model *m, const char *path, const unsigned char 
                         LORA_MAGIC, head[0]);
     if (head[1] != LORA_VERSION)
         return it_error(IT_ERR_FORMAT, "%s: version: expected %u, found %u", path, LORA_VERSION, head[1]);
-    if (head[2] != (uint32_t)l->n)
+    if (head[2] != (uint32_t)l->nw)
         return it_error(IT_ERR_FORMAT,
                         "%s: holds %u tensors, the model has %d adapter tensors (%d adapted layers; same "
                         "--lora_target_modules as when it was saved?)",
-                        path, head[2], l->n, l->n / 2);
-    bool *seen = calloc((size_t)l->n, sizeof *seen);
+                        path, head[2], l->nw, l->nw / 2);
+    bool *seen = calloc((size_t)l->nw + 1, sizeof *seen);
     if (!seen) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     it_status st = IT_OK;
     char name[LORA_NAME_MAX + 1];
@@ -474,7 +555,9 @@ static it_status parse(const it_model *m, const char *path, const unsigned char 
             st = it_error(IT_ERR_FORMAT, "%s: tensor %u: the name holds bytes outside printable ASCII", path, i);
             break;
         }
-        const it_lora_tensor_info *t = it_model_lora_find(m, name);
+        const struct lora_whole *t = NULL;
+        for (int j = 0; j < l->nw && !t; j++)
+            if (strcmp(l->w[j].name, name) == 0) t = &l->w[j];
         if (!t) {
             st = it_error(IT_ERR_FORMAT,
                           "%s: tensor '%s' is not an adapter of this model (same --lora_target_modules as when it "
@@ -482,7 +565,7 @@ static it_status parse(const it_model *m, const char *path, const unsigned char 
                           path, name);
             break;
         }
-        int idx = (int)(t - l->t);
+        int idx = (int)(t - l->w);
         if (seen[idx]) {
             st = it_error(IT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, name);
             break;
@@ -501,14 +584,14 @@ static it_status parse(const it_model *m, const char *path, const unsigned char 
             st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its dims", path, name);
             break;
         }
-        if (dims[0] != t->full_shape[0] || dims[1] != t->full_shape[1]) {
+        if (dims[0] != t->shape[0] || dims[1] != t->shape[1]) {
             st = it_error(IT_ERR_FORMAT,
                           "%s: tensor '%s': shape [%lld, %lld] in the file, the model's is [%lld, %lld]%s", path, name,
-                          (long long)dims[0], (long long)dims[1], (long long)t->full_shape[0],
-                          (long long)t->full_shape[1], " (same --lora_rank as when it was saved?)");
+                          (long long)dims[0], (long long)dims[1], (long long)t->shape[0], (long long)t->shape[1],
+                          " (same --lora_rank as when it was saved?)");
             break;
         }
-        if (!take(&r, host + t->full_offset, sizeof(float) * (size_t)(dims[0] * dims[1]))) {
+        if (!take(&r, host + t->offset, sizeof(float) * (size_t)(dims[0] * dims[1]))) {
             st = it_error(IT_ERR_FORMAT, "%s: tensor '%s': the file ends inside its %lld values", path, name,
                           (long long)(dims[0] * dims[1]));
             break;

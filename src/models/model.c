@@ -278,7 +278,14 @@ static int layout_tp(const it__layout *lo) {
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
     int64_t at = lo->off, full_at = lo->full_off;
     it__param_spec full = spec;
-    if (lo->visit) lo->visit(lo->visit_ctx, &spec, full_at);
+    if (lo->visit) {
+        char name[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(name, sizeof name, fmt, ap);
+        va_end(ap);
+        lo->visit(lo->visit_ctx, &spec, full_at, name);
+    }
     lo->full_off += spec_numel(&spec);
     if (!it__layout_owns(lo, &spec)) return NULL; /* another pipeline stage's */
     if (!cut_spec(&spec, layout_tp(lo), &lo->st)) return NULL;
@@ -304,7 +311,7 @@ it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt,
 
 it_tensor *it__layout_tied_copy(it__layout *lo, it__param_spec spec, const char *name, int64_t full_offset) {
     int64_t full_off = lo->full_off;
-    void (*visit)(void *, const it__param_spec *, int64_t) = lo->visit;
+    void (*visit)(void *, const it__param_spec *, int64_t, const char *) = lo->visit;
     lo->visit = NULL; /* not in the one-rank layout: the file's rows are the tied tensor's */
     it_tensor *t = it__layout_take(lo, spec, "%s", name);
     lo->visit = visit;

@@ -7,6 +7,8 @@
 
 #define IT_MAX_CHUNKS 64
 
+struct it__layout;
+
 typedef struct it_model_vtable {
     it_tensor *(*forward)(it_model *m, it_tensor *idx);
     it_status (*save)(const it_model *m, const char *path);
@@ -16,6 +18,10 @@ typedef struct it_model_vtable {
      * and it_model_expert_tokens returns 0). */
     void (*set_aux_loss_coeff)(it_model *m, float coeff);
     int (*expert_tokens)(it_model *m, int64_t *counts, int max, bool reset);
+    /* The whole model's layout walk with lo->visit (counting only: no views are made, m is
+     * left as it is): every tensor, held by this rank or not (LoRA's draws and its file under
+     * PP). */
+    void (*walk_all)(const it_model *m, struct it__layout *lo);
 } it_model_vtable;
 
 /* One entry of the layout walk. An alias entry's views are its own (Mixtral's packed c_attn
@@ -135,7 +141,7 @@ typedef struct it__layout {
     int64_t full_off;     /* elements of the whole (uncut) tensors walked so far */
     /* Called for every tensor of the whole model, held here or not, with its place in the
      * one-rank layout (a new model's initialization draws the whole model's values). */
-    void (*visit)(void *ctx, const struct it__param_spec *spec, int64_t full_off);
+    void (*visit)(void *ctx, const struct it__param_spec *spec, int64_t full_off, const char *name);
     void *visit_ctx;
 } it__layout;
 /* Under PP: whether lo's stage holds a parameter of this spec (its layer, or the embedding on

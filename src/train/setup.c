@@ -186,13 +186,13 @@ static it_status setup_grid(it_train_ctx *ctx) {
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
     if (strcmp(c->app, "mixtral") == 0)
-        return it_error(IT_ERR_INVALID_ARG, "--tensor_parallel %d --pipeline_parallel %d: mixtral is not supported "
-                                            "with model parallelism yet", tp, pp);
+        return it_error(IT_ERR_INVALID_ARG, "--%s %d: Mixtral is not supported with model parallelism yet (its experts "
+                                            "and router are not cut); use 1",
+                        tp > 1 ? "tensor_parallel" : "pipeline_parallel", tp > 1 ? tp : pp);
     const char *refuse = pp == 1 ? NULL
                          : c->freq_generate_txt > 0 ? "--freq_generate_txt (sampling; InfiniTrain refuses it too)"
                          : c->val_loss_every > 0   ? "--val_loss_every (validation)"
                          : c->precision_check      ? "--precision_check"
-                         : c->lora_rank > 0        ? "--lora_rank (LoRA)"
                                                    : NULL;
     if (refuse)
         return it_error(IT_ERR_INVALID_ARG, "--pipeline_parallel %d: %s is not supported with pipeline parallelism yet",

@@ -106,6 +106,15 @@ none=(--num_iteration 0 --lr_decay_iters 1)
 runn 4 gpt2 "$tmp/ck0" "${gpt2[@]}" "${none[@]}" --pipeline_parallel 2 --tensor_parallel 2 --output_checkpoint "$tmp/ck0.bin"
 cmp -s "$g/tiny_gpt2.bin" "$tmp/ck0.bin" && ok || bad "PP=2 x TP=2 with 0 steps: the written checkpoint differs from its input"
 
+# 4b. LoRA under PP: the adapters' initial draws follow the whole model's adapter list (a stage
+#     draws past the other stages'), and the adapter file gathers every stage's: LLaMA-3 on 2
+#     stages gives one rank's losses and file bitwise.
+lora=(--lora_rank 4 --lora_alpha 8 --learning_rate 0.01 --total_batch_size 256)
+run1 llama3 "$tmp/lo1" "${llama[@]}" "${lora[@]}" --lora_save_path "$tmp/lo1.lora"
+runn 2 llama3 "$tmp/lo2" "${llama[@]}" "${lora[@]}" --pipeline_parallel 2 --lora_save_path "$tmp/lo2.lora"
+same "llama3 LoRA PP=2 vs 1 rank" "$tmp/lo1" "$tmp/lo2"
+cmp -s "$tmp/lo1.lora" "$tmp/lo2.lora" && ok || bad "LoRA PP=2: the adapter file differs from one rank's"
+
 # 5. Bad grids: exit 2, one line naming the flag and the numbers.
 expect_refuse() { # name, expected substring, mpirun args...
   local name=$1 want=$2
