@@ -80,6 +80,11 @@ for s in gpipe 1f1b; do
   within "4-layer gpt2 PP=4 $s vs 1 rank" "$tmp/d1" "$tmp/d4_$s" 1e-6
 done
 
+# bf16 autocast: the stages' products round as one rank's do, the tied sum differs: 1e-2.
+run1 gpt2 "$tmp/gb1" "${gpt2[@]}" --total_batch_size 512 --dtype bfloat16
+runn 2 gpt2 "$tmp/gb2" "${gpt2[@]}" --total_batch_size 512 --pipeline_parallel 2 --dtype bfloat16
+within "gpt2 PP=2 bf16 vs 1 rank bf16" "$tmp/gb1" "$tmp/gb2" 1e-2
+
 # 2b. Virtual stages: the 4-layer GPT-2 on 2 stages x 2 chunks (stage 0 holds layers 0 and 2),
 #     GPipe's and the interleaved 1F1B's task orders; 1e-6 as above.
 for s in gpipe 1f1b; do

@@ -131,6 +131,8 @@ runn 2 llama3 "$tmp/ls2" "${llama[@]}" --tensor_parallel 2 --sequence_parallel
 within "llama3 TP=2+SP vs TP=1" "$tmp/l1" "$tmp/ls2" 1e-5
 runn 4 llama3 "$tmp/l4" "${llama[@]}" --tensor_parallel 4
 within "llama3 TP=4 (kv heads kept) vs TP=1" "$tmp/l1" "$tmp/l4" 1e-5
+runn 4 llama3 "$tmp/ls4" "${llama[@]}" --tensor_parallel 4 --sequence_parallel
+within "llama3 TP=4+SP (kv heads kept) vs TP=1" "$tmp/l1" "$tmp/ls4" 1e-5
 # DP2 x TP4 + SP with ZeRO-2 and a clip that acts at every step (0.05), 8 ranks, against one
 # rank with accumulation 2.
 run1 llama3 "$tmp/lacc2" "${llama[@]}" --total_batch_size 256 --grad_clip 0.05
