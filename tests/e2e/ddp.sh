@@ -15,25 +15,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# Bitwise equality needs the same kernels' summation order in every process: the CPU's is
-# fixed for a given thread count, so every run here uses one thread.
-export OMP_NUM_THREADS=1
-# OpenMPI refuses root without --allow-run-as-root, and more ranks than cores without
-# --oversubscribe (CI containers run as root on 2 cores).
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # ASan's leak checker reports allocations OpenMPI's own libraries keep until exit: they
-  # are suppressed by library (lsan-mpi.supp). That needs exact stacks: OpenMPI is built
-  # without frame pointers, so the fast unwinder loses the library frames and leaves
-  # "<unknown module>" that no suppression can match; the slow unwinder finds them.
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_common.bash"
 
 g=$src/tests/fixtures/gpt2
 gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32

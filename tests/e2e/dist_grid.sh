@@ -12,19 +12,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-
-export OMP_NUM_THREADS=1
-# OpenMPI refuses root without --allow-run-as-root, and more ranks than cores without
-# --oversubscribe (CI containers run as root on 2 cores).
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # OpenMPI's own allocations kept until exit are suppressed by library; the slow unwinder
-  # is needed to match them (see tests/e2e/ddp.sh).
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_common.bash"
 
 for n in 8 12; do
   if timeout 300 "${mpi[@]}" -np "$n" "$build/test_dist_grid" >"$tmp/g$n.out" 2>&1; then

@@ -14,19 +14,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# One thread per process: the CPU's reductions are fixed per thread count (bitwise cases).
-export OMP_NUM_THREADS=1
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # as tests/e2e/ddp.sh: OpenMPI's own allocations are suppressed by library, with exact stacks
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_common.bash"
 
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3
 common=(--batch_size 4 --sequence_length 32 --num_iteration 10 --optimizer adamw --learning_rate 0.001
@@ -46,20 +34,6 @@ runn() { # n, app, log, args...
   timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
     bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
 }
-within() { # what, a, b, tol: 10 steps each, every |a - b| <= tol
-  local w
-  if [[ -s $2 && -s $3 && $(wc -l <"$2") -eq 10 && $(wc -l <"$3") -eq 10 ]] &&
-    w=$(paste "$2" "$3" | awk '{d=$2-$4; if (d<0) d=-d; if (d>m) m=d} END {printf "%.3g", m}'); then
-    if awk -v w="$w" -v t="$4" 'BEGIN {exit !(w <= t)}'; then echo "$1: max |diff| over 10 steps $w (tolerance $4)"; ok
-    else bad "$1: max |diff| $w exceeds $4"; paste "$2" "$3"; fi
-  else
-    bad "$1: missing loss logs"
-  fi
-}
-same() { # what, a, b: bitwise
-  if [[ -s $2 ]] && cmp -s "$2" "$3"; then echo "$1: bitwise"; ok; else bad "$1: losses differ"; paste "$2" "$3"; fi
-}
-
 # 1. LLaMA-3 (no tied weights), 2 stages, 4 micro-batches: each micro-batch's gradient is
 #    computed alone and added in order, so the sums are one rank's with accumulation 4.
 run1 llama3 "$tmp/l1" "${llama[@]}" --total_batch_size 512

@@ -9,10 +9,8 @@ set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-export OMP_NUM_THREADS=1
+steps=6
+. "$src/tests/e2e/mpi_common.bash"
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3 x=$src/tests/fixtures/mixtral
 common=(--batch_size 4 --sequence_length 32 --num_iteration 6 --optimizer adamw --learning_rate 0.001 --grad_clip 1.0)
 deep=(--input_bin "$g/tiny_shard.bin" --n_layer 4 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 257 "${common[@]}")
@@ -23,10 +21,6 @@ run() { # app, log, args...
   shift 2
   "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "$app $*: exit $?: $(tail -2 "$log.out")"
 }
-same() {
-  if [[ -s $2 ]] && cmp -s "$2" "$3"; then echo "$1: bitwise"; ok; else bad "$1: losses differ"; paste "$2" "$3"; fi
-}
-
 run gpt2 "$tmp/g0" "${deep[@]}"
 run gpt2 "$tmp/g_each" "${deep[@]}" --activation_recompute
 same "gpt2 full, every block" "$tmp/g0" "$tmp/g_each"
@@ -51,12 +45,6 @@ if [[ -n $a && -n $b && $b -lt $a ]]; then echo "peak used: $a MB without, $b MB
 else bad "peak used: $a MB without, $b MB with recomputation (expected lower)"; fi
 
 if command -v mpirun >/dev/null 2>&1; then
-  mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-  if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-    export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-    mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-  fi
   # InfiniTrain's recompute case 8 layout: the collectives of the recomputed blocks run again,
   # in the same order on every rank of a TP group.
   three=(--total_batch_size 512 --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 --virtual_pipeline_parallel 2)

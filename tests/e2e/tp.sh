@@ -17,25 +17,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# Every process runs one thread: the CPU's reductions are fixed per thread count, so the
-# bitwise cases (sim vs cpu) see the same kernels' summation order.
-export OMP_NUM_THREADS=1
-# OpenMPI refuses root without --allow-run-as-root, and more ranks than cores without
-# --oversubscribe (CI containers run as root on 2 cores).
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # ASan's leak checker reports allocations OpenMPI's own libraries keep until exit: they
-  # are suppressed by library (lsan-mpi.supp). That needs exact stacks: OpenMPI is built
-  # without frame pointers, so the fast unwinder loses the library frames and leaves
-  # "<unknown module>" that no suppression can match; the slow unwinder finds them.
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_common.bash"
 
 g=$src/tests/fixtures/gpt2
 gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32
@@ -55,23 +37,6 @@ runn() { # n, app, log, args...
   timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
     bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
 }
-# what, a, b, tol: 10 steps each, every |a - b| <= tol; prints the worst.
-within() {
-  local w
-  if [[ -s $2 && -s $3 && $(wc -l <"$2") -eq 10 && $(wc -l <"$3") -eq 10 ]] &&
-    w=$(paste "$2" "$3" | awk '{d=$2-$4; if (d<0) d=-d; if (d>m) m=d} END {printf "%.3g", m}'); then
-    if awk -v w="$w" -v t="$4" 'BEGIN {exit !(w <= t)}'; then
-      echo "$1: max |diff| over 10 steps $w (tolerance $4)"
-      ok
-    else
-      bad "$1: max |diff| $w exceeds $4"
-      paste "$2" "$3"
-    fi
-  else
-    bad "$1: missing loss logs ($(wc -l <"$2" 2>/dev/null) and $(wc -l <"$3" 2>/dev/null) lines)"
-  fi
-}
-
 # 1. GPT-2 fp32: TP = 2, 4, with and without SP, against TP = 1. Tolerance 1e-5: TP changes
 #    the summation order (the row-parallel layers' partial sums are added across ranks, and
 #    the cross entropy's log-sum-exp is combined from per-rank partial ones), so the losses
