@@ -79,7 +79,7 @@ done
 echo "   (theory: (P-1)/(M+P-1) for GPipe and 1F1B, (P-1)/(V*M+P-1) interleaved; the last stage waits only for its" \
   "forward inputs; ms/step: rank 0's step line, median of steps 2..$steps)"
 
-echo "-- peak used memory per stage (MB as IT_PP_STATS prints them: parameters, gradients, AdamW and activations)," \
+echo "-- peak used memory per stage (MB = MiB as IT_PP_STATS prints them: parameters, gradients, AdamW and activations)," \
   "GPipe against 1F1B, M=8; one micro-batch's activations = (GPipe M=8 - GPipe M=4) / 4"
 printf '  %-2s %-5s %10s %10s %12s %10s %13s %14s\n' P stage "GPipe MB" "1F1B MB" "1F1B/GPipe" "saved MB" "1 mb's acts" \
   "saved in mbs"
