@@ -36,6 +36,8 @@
 #   BENCH_SKIP_TP=1        skip the tensor-parallel lines (bench/tp_bench.sh: per-rank memory and
 #                          TP traffic of GPT-2 124M at TP=1/2/4, a small model's tokens/s;
 #                          BENCH_TP_STEPS, default 5)
+#   BENCH_SKIP_PP=1        skip the pipeline-parallel lines (bench/pp_bench.sh: each stage's bubble and
+#                          peak memory, GPipe/1F1B/interleaved, and recomputation on GPT-2 124M)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -192,6 +194,12 @@ if [ "${BENCH_SKIP_TP:-0}" != 1 ]; then
     echo
     bash "$root/bench/tp_bench.sh" "$build" "${BENCH_TP_STEPS:-5}" | tee "$work/tp.txt" ||
         echo "bench: tp_bench.sh failed (see above)" >&2
+fi
+
+# ---- pipeline parallelism: the bubble and peak memory per stage; activation recomputation
+if [ "${BENCH_SKIP_PP:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/pp_bench.sh" "$build" | tee "$work/pp.txt" || echo "bench: pp_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets
