@@ -517,11 +517,17 @@ it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool
  * sending to each other at once (a 1F1B pipeline's activations one way, gradients the other)
  * cannot deadlock; a receive blocks until its data has arrived. Messages between two ranks
  * with the same tag arrive in the order sent (MPI's guarantee). */
-it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
-    if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist send: needs a group of more than one rank");
+/* A point-to-point call's group, peer and tensor checked. */
+static it_status check_p2p(const it_dist *d, it_tensor *t, int peer, const char *what) {
+    if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist %s: needs a group of more than one rank", what);
     if (peer < 0 || peer >= d->world || peer == d->rank)
-        return it_error(IT_ERR_INVALID_ARG, "dist send: peer %d outside the group of %d (or this rank)", peer, d->world);
-    it_status st = need_contiguous(t, "send");
+        return it_error(IT_ERR_INVALID_ARG, "dist %s: peer %d outside the group of %d (or this rank)", what, peer,
+                        d->world);
+    return need_contiguous(t, what);
+}
+
+it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
+    it_status st = check_p2p(d, t, peer, "send");
     if (st) return st;
     if (d->nsend == d->capsend) {
         int cap = d->capsend ? 2 * d->capsend : 8;
@@ -546,10 +552,7 @@ it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
 }
 
 it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
-    if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist recv: needs a group of more than one rank");
-    if (peer < 0 || peer >= d->world || peer == d->rank)
-        return it_error(IT_ERR_INVALID_ARG, "dist recv: peer %d outside the group of %d (or this rank)", peer, d->world);
-    it_status st = need_contiguous(t, "recv");
+    it_status st = check_p2p(d, t, peer, "recv");
     if (st) return st;
     size_t n = it_tensor_nbytes(t);
     void *h = malloc(n ? n : 1);

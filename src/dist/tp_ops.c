@@ -14,6 +14,17 @@
 
 static bool alone(it_dist *d) { return !d || it_dist_world(d) == 1; }
 
+/* out, with a node for x's gradient whose backward runs over group d (when x needs one). */
+static it_tensor *record(const char *name, it_backward_fn fn, it_dist *d, it_tensor *x, it_tensor *out) {
+    OP_REQUIRE(out);
+    if (it__needs_grad(1, &x)) {
+        it_node *n = it__node_record(name, fn, out, 1, &x);
+        OP_REQUIRE(n);
+        n->ctx = d;
+    }
+    return out;
+}
+
 /* ---------------------------------------------------------------- copy / reduce */
 
 /* dx = all-reduce(dy): in place when backward handed dy over, else on a copy. */
@@ -28,14 +39,7 @@ it_tensor *it_tp_copy(it_dist *d, it_tensor *x) {
     OP_REQUIRE(x);
     if (alone(d)) return x;
     it_tensor *c = it_tensor_contiguous(x);
-    it_tensor *out = c ? it_tensor_view(c, c->ndim, c->shape) : NULL;
-    OP_REQUIRE(out);
-    if (it__needs_grad(1, &x)) {
-        it_node *n = it__node_record("tp_copy", tp_copy_backward, out, 1, &x);
-        OP_REQUIRE(n);
-        n->ctx = d;
-    }
-    return out;
+    return record("tp_copy", tp_copy_backward, d, x, c ? it_tensor_view(c, c->ndim, c->shape) : NULL);
 }
 
 static it_status tp_reduce_backward(it_node *n, it_tensor *dy) { return it__accum_grad(n->in[0], dy); }
@@ -46,12 +50,7 @@ it_tensor *it_tp_reduce(it_dist *d, it_tensor *x) {
     it_tensor *out = it_tensor_clone(x);
     OP_REQUIRE(out);
     if (it_dist_all_reduce(d, out, IT_CCL_SUM)) return NULL;
-    if (it__needs_grad(1, &x)) {
-        it_node *n = it__node_record("tp_reduce", tp_reduce_backward, out, 1, &x);
-        OP_REQUIRE(n);
-        n->ctx = d;
-    }
-    return out;
+    return record("tp_reduce", tp_reduce_backward, d, x, out);
 }
 
 /* ---------------------------------------------------------------- sequence parallel */
@@ -132,14 +131,7 @@ it_tensor *it_sp_gather(it_dist *d, it_tensor *x) {
     OP_REQUIRE(x);
     if (alone(d)) return x;
     OP_REQUIRE(check_rows("sp_gather", d, x, true));
-    it_tensor *out = all_gather_rows(d, x);
-    OP_REQUIRE(out);
-    if (it__needs_grad(1, &x)) {
-        it_node *n = it__node_record("sp_gather", sp_gather_backward, out, 1, &x);
-        OP_REQUIRE(n);
-        n->ctx = d;
-    }
-    return out;
+    return record("sp_gather", sp_gather_backward, d, x, all_gather_rows(d, x));
 }
 
 static it_status sp_reduce_scatter_backward(it_node *n, it_tensor *dy) {
@@ -151,14 +143,7 @@ it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x) {
     OP_REQUIRE(x);
     if (alone(d)) return x;
     OP_REQUIRE(check_rows("sp_reduce_scatter", d, x, false));
-    it_tensor *out = reduce_scatter_rows(d, x);
-    OP_REQUIRE(out);
-    if (it__needs_grad(1, &x)) {
-        it_node *n = it__node_record("sp_reduce_scatter", sp_reduce_scatter_backward, out, 1, &x);
-        OP_REQUIRE(n);
-        n->ctx = d;
-    }
-    return out;
+    return record("sp_reduce_scatter", sp_reduce_scatter_backward, d, x, reduce_scatter_rows(d, x));
 }
 
 /* ---------------------------------------------------------------- vocab-parallel embedding */
