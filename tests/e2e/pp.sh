@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Pipeline parallelism under mpirun: LLaMA-3 with 2 stages (GPipe and 1F1B) bitwise equal to
-# one rank with the same accumulation; GPT-2 (tied embedding: the last stage's copy of wte and
+# Pipeline parallelism under mpirun: LLaMA-3 with 2 and 4 stages and 2 x 2 virtual (1F1B and
+# interleaved, no clipping) bitwise equal to one rank with the same accumulation, GPipe within 1e-6; GPT-2 (tied embedding: the last stage's copy of wte and
 # the first stage's summed) with 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D
 # (DP2 x TP2 + SP x PP2, ZeRO-1, 8 ranks) within 1e-5; a 3-D checkpoint resumed bitwise; the
 # gathered llm.c file exact; bad grids refused in one line; a stage killed mid-schedule stops
@@ -34,13 +34,29 @@ runn() { # n, app, log, args...
   timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
     bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
 }
-# 1. LLaMA-3 (no tied weights), 2 stages, 4 micro-batches: each micro-batch's gradient is
-#    computed alone and added in order, so the sums are one rank's with accumulation 4.
-run1 llama3 "$tmp/l1" "${llama[@]}" --total_batch_size 512
-for s in gpipe 1f1b; do
-  runn 2 llama3 "$tmp/l_$s" "${llama[@]}" --total_batch_size 512 --pipeline_parallel 2 --pipeline_schedule "$s"
-  same "llama3 PP=2 $s vs 1 rank" "$tmp/l1" "$tmp/l_$s"
-done
+# 1. LLaMA-3 (no tied weights). Each micro-batch's gradient is computed alone and added to the
+#    earlier ones' sum in the order the backwards run: 1F1B's (and interleaved 1F1B's) run
+#    B0 .. B(M-1), one rank's accumulation order, so without clipping (whose norm is summed
+#    stage by stage, another order) the losses are one rank's bitwise: 2 stages of the 2-layer
+#    model, 4 stages of the 4-layer one, 2 stages x 2 chunks. GPipe's backwards run B(M-1) ..
+#    B0, the same sums in the other order: within 1e-6; and with clipping 1e-6 too.
+noclip=(--grad_clip 0)
+run1 llama3 "$tmp/l1" "${llama[@]}" "${noclip[@]}" --total_batch_size 512
+runn 2 llama3 "$tmp/l_1f1b" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 \
+  --pipeline_schedule 1f1b
+same "llama3 PP=2 1f1b vs 1 rank" "$tmp/l1" "$tmp/l_1f1b"
+runn 2 llama3 "$tmp/l_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2
+within "llama3 PP=2 gpipe vs 1 rank" "$tmp/l1" "$tmp/l_gpipe" 1e-6
+deepl=(--llmc_filepath "$l/tiny_llama3_4l.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}" --total_batch_size 1024)
+run1 llama3 "$tmp/ll1" "${deepl[@]}" "${noclip[@]}"
+runn 4 llama3 "$tmp/ll4" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 4 --pipeline_schedule 1f1b
+same "4-layer llama3 PP=4 1f1b vs 1 rank" "$tmp/ll1" "$tmp/ll4"
+runn 2 llama3 "$tmp/ll22" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
+  --pipeline_schedule 1f1b
+same "4-layer llama3 PP=2 x VPP=2 interleaved vs 1 rank" "$tmp/ll1" "$tmp/ll22"
+run1 llama3 "$tmp/llc1" "${deepl[@]}"
+runn 4 llama3 "$tmp/llc4" "${deepl[@]}" --pipeline_parallel 4
+within "4-layer llama3 PP=4 gpipe, clip 1.0, vs 1 rank" "$tmp/llc1" "$tmp/llc4" 1e-6
 grep -q 'DP=1, TP=1, SP=1, PP=2)$' "$tmp/l_1f1b.out" && ok || bad "PP=2: the step line lacks PP=2"
 
 # 2. GPT-2: the first stage's wte and the last stage's copy sum their gradients (a different
