@@ -39,9 +39,13 @@ it_status train_validate(it_train_ctx *ctx) {
         it_scope_begin();
         it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hx, bytes);
         it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);
-        it_tensor *l = it_model_loss(ctx->model, x, y);
         double v = 0;
-        st = l ? it_tensor_item(l, NULL, &v) : it_last_status();
+        if (ctx->pp) { /* through the stages; each gets the last stage's loss */
+            st = x && y ? train_pipeline_loss(ctx, x, y, &v) : it_last_status();
+        } else {
+            it_tensor *l = it_model_loss(ctx->model, x, y);
+            st = l ? it_tensor_item(l, NULL, &v) : it_last_status();
+        }
         it_scope_end();
         sum += v;
     }

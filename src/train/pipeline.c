@@ -189,6 +189,42 @@ static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
 
 static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum);
 
+/* Evaluation: one batch's forward through every chunk in turn (no graph), the loss from the
+ * last stage's last chunk, summed over PP so every stage has it. */
+it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, double *loss) {
+    pp_run r = {.ctx = ctx, .M = 1, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
+                .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
+    int chunks = r.P * r.V;
+    it_model *m = ctx->model;
+    it_status st = IT_OK;
+    *loss = 0;
+    for (int v = 0; v < r.V && !st; v++) {
+        int g = v * r.P + r.p, from = prev_stage(&r, v), to = next_stage(&r, v);
+        it_model_set_chunk(m, v);
+        it_scope_begin();
+        if (from >= 0) {
+            int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
+            it_tensor *in = it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a);
+            st = in ? it_dist_recv(ctx->pp, in, from, tag_of(0, g, chunks, false)) : it_last_status();
+            it_model_set_stage_input(m, in);
+        }
+        if (!st && to < 0) {
+            it_tensor *l = it_model_loss(m, x, y);
+            st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
+        } else if (!st) {
+            it_tensor *out = it_model_forward(m, x);
+            st = out ? it_dist_send(ctx->pp, out, to, tag_of(0, g + 1, chunks, false)) : it_last_status();
+        }
+        it_model_set_stage_input(m, NULL);
+        it_scope_end();
+    }
+    it_model_set_chunk(m, 0);
+    it_status ws = it_dist_send_wait(ctx->pp);
+    if (!st) st = ws;
+    if (!st) st = it_dist_all_reduce_host(ctx->pp, loss, 1, IT_DTYPE_FP64, IT_CCL_SUM);
+    return st;
+}
+
 void train_pipeline_report(const it_train_ctx *ctx) {
     const char *v = getenv("IT_PP_STATS");
     if (!ctx->pp || !v || !*v || *v == '0' || g_stats.steps < 2) return;

@@ -191,7 +191,6 @@ static it_status setup_grid(it_train_ctx *ctx) {
                         tp > 1 ? "tensor_parallel" : "pipeline_parallel", tp > 1 ? tp : pp);
     const char *refuse = pp == 1 ? NULL
                          : c->freq_generate_txt > 0 ? "--freq_generate_txt (sampling; InfiniTrain refuses it too)"
-                         : c->val_loss_every > 0   ? "--val_loss_every (validation)"
                          : c->precision_check      ? "--precision_check"
                                                    : NULL;
     if (refuse)

@@ -90,6 +90,8 @@ void train_teardown(it_train_ctx *ctx);
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
 /* pipeline.c: the micro-steps as a pipeline schedule (--pipeline_parallel > 1) */
 it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum);
+/* One batch's loss through the pipeline, without autograd (validation); every stage gets it. */
+it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, double *loss);
 /* IT_PP_STATS=1: this stage's time blocked in receives against the schedule's bubble */
 void train_pipeline_report(const it_train_ctx *ctx);
 it_status train_step(it_train_ctx *ctx, int step);

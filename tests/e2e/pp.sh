@@ -95,6 +95,16 @@ within "gpt2 DP2xTP2+SPxPP2xVPP2 ZeRO-1 (InfiniTrain's case 8) vs 1 rank" "$tmp/
 runn 8 gpt2 "$tmp/d8r" "${deep[@]}" "${three[@]}" --load "$tmp/ck/checkpoint_step_000005"
 [[ -s $tmp/d8r ]] && tail -n 5 "$tmp/d8" | cmp -s - "$tmp/d8r" && ok || bad "3-D run resumed from step 5 differs"
 
+# 3b. Validation under PP: each batch goes through the stages without autograd; the last
+#     stage's loss is every stage's. A 4-stage run prints one rank's validation losses.
+val=(--total_batch_size 512 --num_iteration 6 --input_val_bin "$g/tiny_shard.bin" --val_loss_every 3 --val_max_steps 3)
+"$build/gpt2" "${deep[@]}" "${val[@]}" >"$tmp/val1.out" 2>&1 || bad "1-rank validation run exited $?"
+timeout 120 "${mpi[@]}" -np 4 "$build/gpt2" "${deep[@]}" "${val[@]}" --pipeline_parallel 4 >"$tmp/val4.out" 2>&1 ||
+  bad "PP=4 validation run exited $?"
+a=$(grep '^val loss' "$tmp/val1.out") b=$(grep '^val loss' "$tmp/val4.out")
+[[ -n $a && $a == "$b" && $(grep -c '^val loss' "$tmp/val4.out") -eq 2 ]] && ok ||
+  bad "PP=4 validation losses differ from one rank's: '$a' vs '$b'"
+
 # 4. --output_checkpoint gathers every stage's (and TP rank's) tensors: with no steps the
 #    file is the input, byte for byte.
 none=(--num_iteration 0 --lr_decay_iters 1)
