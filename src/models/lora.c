@@ -47,9 +47,7 @@ struct it__lora {
 
 /* ---------------------------------------------------------------- tensor parallel slices */
 
-/* Adapter t described as a parameter for it__param_runs: B of a column-parallel layer is cut as
- * its weight's rows are (c_attn's [Q_r|K_r|V_r] included), A of a row-parallel one by columns. */
-static it_model_param_info as_param(const it_lora_tensor_info *t) {
+it_model_param_info it__lora_param_view(const it_lora_tensor_info *t) {
     it_model_param_info p = {.role = t->split == IT_PARAM_SPLIT_COLUMN ? t->base->role : IT_PARAM_ROLE_MLP_UP,
                              .split = t->split,
                              .ndim = 2,
@@ -59,7 +57,9 @@ static it_model_param_info as_param(const it_lora_tensor_info *t) {
                              .full_offset = t->full_offset,
                              .numel = t->numel,
                              .q_rows = t->base->q_rows,
-                             .kv_rows = t->base->kv_rows};
+                             .kv_rows = t->base->kv_rows,
+                             .param = t->param,
+                             .grad = t->grad};
     return p;
 }
 
@@ -80,7 +80,7 @@ static void slice_run(void *p, int64_t full_at, int64_t local_at, int64_t n) {
 static void slices(const struct it__lora *l, int tp, int r, float *local, float *full, bool to_full) {
     slice_ctx c = {local, full, to_full};
     for (int i = 0; i < l->n; i++) {
-        it_model_param_info p = as_param(&l->t[i]);
+        it_model_param_info p = it__lora_param_view(&l->t[i]);
         it__param_runs(&p, tp, r, slice_run, &c);
     }
 }

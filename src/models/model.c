@@ -697,44 +697,35 @@ static int64_t kv_copies(const it_model *m, const it_model_param_info *p) {
 /* Trainable tensor i (an entry, or with LoRA an adapter: B of c_attn has its weight's rows)
  * as far as kv_copies and sync_kept_kv look at it. */
 static it_model_param_info kv_view(const it_model *m, int i) {
-    if (!m->lora) return m->entries[i].info;
-    const it_lora_tensor_info *t = it_model_lora_at(m, i);
-    it_model_param_info p = {.role = t->is_b && t->split == IT_PARAM_SPLIT_COLUMN ? t->base->role : IT_PARAM_ROLE_MLP_UP,
-                             .ndim = 2,
-                             .shape = {t->shape[0], t->shape[1]},
-                             .full_shape = {t->full_shape[0], t->full_shape[1]},
-                             .q_rows = t->base->q_rows,
-                             .kv_rows = t->base->kv_rows,
-                             .grad = t->grad};
-    return p;
+    return m->lora ? it__lora_param_view(it_model_lora_at(m, i)) : m->entries[i].info;
 }
 
 /* A kept kv head's K and V rows saw only this rank's query heads: their gradients are summed
  * over the ranks that keep the same head (through one all-reduce over the group of a buffer
  * of every kv head's rows, each rank adding its own at its head's place). */
+/* p's K (half 0) or V (half 1) rows, flat, and their place in a buffer of every kv head's. */
+static it_status kv_views(const it_model_param_info *p, it_tensor *buf, int half, int64_t kvb, int64_t fkv,
+                          it_tensor **mine, it_tensor **at) {
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lkv = p->kv_rows, n = lkv * cols;
+    it_tensor *rows = it_tensor_slice(p->grad, 0, p->q_rows + half * lkv, p->q_rows + (half + 1) * lkv, 1);
+    it_tensor *row = it_tensor_slice(buf, 0, half, half + 1, 1);
+    *mine = rows ? it_tensor_view(rows, 1, &n) : NULL;
+    *at = row ? it_tensor_slice(it_tensor_view(row, 1, (int64_t[]){fkv * cols}), 0, kvb * n, (kvb + 1) * n, 1) : NULL;
+    return *mine && *at ? IT_OK : it_last_status();
+}
+
 static it_status sync_kept_kv(it_model *m, const it_model_param_info *p) {
     int64_t cols = p->ndim == 2 ? p->shape[1] : 1, lkv = p->kv_rows, fkv = lkv * m->tp_size / kv_copies(m, p);
     int64_t kvb = m->tp_rank / kv_copies(m, p), shape[2] = {2, fkv * cols};
+    it_tensor *mine, *at;
     it_scope_begin();
     it_tensor *buf = it_tensor_zeros(m->dev, IT_DTYPE_FP32, 2, shape);
     it_status st = buf ? IT_OK : it_last_status();
-    for (int half = 0; half < 2 && !st; half++) { /* K, then V */
-        it_tensor *mine = it_tensor_slice(p->grad, 0, p->q_rows + half * lkv, p->q_rows + (half + 1) * lkv, 1);
-        it_tensor *row = it_tensor_slice(buf, 0, half, half + 1, 1);
-        it_tensor *at = row ? it_tensor_slice(it_tensor_view(row, 1, (int64_t[]){fkv * cols}), 0, kvb * lkv * cols,
-                                              (kvb + 1) * lkv * cols, 1)
-                            : NULL;
-        st = mine && at ? it_tensor_copy_(at, it_tensor_view(mine, 1, (int64_t[]){lkv * cols})) : it_last_status();
-    }
+    for (int half = 0; half < 2 && !st; half++) /* K, then V, at this rank's head */
+        if (!(st = kv_views(p, buf, half, kvb, fkv, &mine, &at))) st = it_tensor_copy_(at, mine);
     if (!st) st = it_dist_all_reduce(m->tp, buf, IT_CCL_SUM);
-    for (int half = 0; half < 2 && !st; half++) {
-        it_tensor *mine = it_tensor_slice(p->grad, 0, p->q_rows + half * lkv, p->q_rows + (half + 1) * lkv, 1);
-        it_tensor *row = it_tensor_slice(buf, 0, half, half + 1, 1);
-        it_tensor *at = row ? it_tensor_slice(it_tensor_view(row, 1, (int64_t[]){fkv * cols}), 0, kvb * lkv * cols,
-                                              (kvb + 1) * lkv * cols, 1)
-                            : NULL;
-        st = mine && at ? it_tensor_copy_(it_tensor_view(mine, 1, (int64_t[]){lkv * cols}), at) : it_last_status();
-    }
+    for (int half = 0; half < 2 && !st; half++)
+        if (!(st = kv_views(p, buf, half, kvb, fkv, &mine, &at))) st = it_tensor_copy_(mine, at);
     it_scope_end();
     return st;
 }

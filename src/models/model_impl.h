@@ -167,6 +167,11 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
  * that splits one adapted weight over several products, Mixtral's Q, K, V). */
 it_tensor *it__lora_delta(it_model *m, it_tensor *x, it_tensor *w, bool *none);
 void it__lora_free(struct it__lora *l);
+/* Adapter t described as a parameter (its views included), for it__param_runs and the TP
+ * gradient rules: B of a column-parallel layer is cut as its weight's rows are (c_attn's
+ * [Q_r|K_r|V_r] included, hence the base's role and q/kv rows), A of a row-parallel one by
+ * columns; the rest whole. */
+it_model_param_info it__lora_param_view(const it_lora_tensor_info *t);
 
 /* Deterministic normal samples (splitmix64 + Box-Muller), for initialization. */
 typedef struct it_rng {

@@ -59,13 +59,6 @@ typedef struct pp_run {
     int done;   /* backwards run */
 } pp_run;
 
-/* grads = acc + grads, elementwise (in place), as step.c's add_into. */
-static it_status add_into(it_tensor *grads, it_tensor *acc) {
-    it_device dev = it_tensor_device(grads);
-    it_tdesc a = it_tensor_desc(acc), g = it_tensor_desc(grads);
-    return KCALL(dev, binary, IT_BINARY_ADD, &a, &g, &g);
-}
-
 /* Where chunk v of this stage gets its input from (prev) and sends its output to (next), as
  * PP group ranks; -1: none (the first chunk of all, the last). */
 static int prev_stage(const pp_run *r, int v) { return r->p > 0 ? r->p - 1 : v > 0 ? r->P - 1 : -1; }
@@ -144,7 +137,7 @@ static it_status pp_backward(pp_run *r, int i, int v) {
     it_tensor_release(mb->in);
     mb->root = mb->in = NULL;
     if (!st) st = it_model_grads_final(m);
-    if (!st && !first) st = add_into(it_model_grads(m), ctx->acc);
+    if (!st && !first) st = train_add_into(it_model_grads(m), ctx->acc);
     return st;
 }
 

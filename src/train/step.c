@@ -25,7 +25,7 @@ double train_now_ms(void) {
 }
 
 /* grads = acc + grads, elementwise (in place). */
-static it_status add_into(it_tensor *grads, it_tensor *acc) {
+it_status train_add_into(it_tensor *grads, it_tensor *acc) {
     it_device dev = it_tensor_device(grads);
     it_tdesc a = it_tensor_desc(acc), g = it_tensor_desc(grads);
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &g, &g);
@@ -71,7 +71,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_scope_end();
     it_tape_clear();
     if (!st) st = it_model_grads_final(m); /* zeros where no node wrote */
-    if (!st && !first && !hooked) st = add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
+    if (!st && !first && !hooked) st = train_add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
     return st;
 }
 

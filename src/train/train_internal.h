@@ -88,6 +88,8 @@ it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_resu
 int train_zero_stage(const it_train_config *c);
 void train_teardown(it_train_ctx *ctx);
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
+/* step.c: grads = acc + grads, elementwise in place (the earlier micro-steps' sum first) */
+it_status train_add_into(it_tensor *grads, it_tensor *acc);
 /* pipeline.c: the micro-steps as a pipeline schedule (--pipeline_parallel > 1) */
 it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum);
 /* One batch's loss through the pipeline, without autograd (validation); every stage gets it. */

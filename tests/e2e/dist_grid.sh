@@ -6,13 +6,8 @@
 # Usage: dist_grid.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); process-grid tests not run"
-  exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/e2e/mpi_common.bash"
+require_mpirun "process-grid tests"
 
 for n in 8 12; do
   if timeout 300 "${mpi[@]}" -np "$n" "$build/test_dist_grid" >"$tmp/g$n.out" 2>&1; then

@@ -1,7 +1,16 @@
 # Sourced by the multi-rank end-to-end scripts (ddp.sh, tp.sh, pp.sh, zero2.sh, recompute.sh,
 # dist_grid.sh): the pass/fail counters, the mpirun command line and two loss-log comparisons.
-# Needs $build and $src set (the scripts' BUILD_DIR and SOURCE_DIR).
+# Needs $build and $src set (the scripts' BUILD_DIR and SOURCE_DIR). Makes $tmp, removed at exit.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
+
+# require_mpirun WHAT: without mpirun the script says what it skips and exits 0.
+require_mpirun() {
+  command -v mpirun >/dev/null 2>&1 && return 0
+  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); $1 not run"
+  exit 0
+}
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 

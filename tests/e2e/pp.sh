@@ -8,13 +8,8 @@
 # Usage: pp.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); pipeline-parallel tests not run"
-  exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/e2e/mpi_common.bash"
+require_mpirun "pipeline-parallel tests"
 
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3
 common=(--batch_size 4 --sequence_length 32 --num_iteration 10 --optimizer adamw --learning_rate 0.001

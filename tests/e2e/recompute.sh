@@ -7,8 +7,6 @@
 # Usage: recompute.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 steps=6
 . "$src/tests/e2e/mpi_common.bash"
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3 x=$src/tests/fixtures/mixtral

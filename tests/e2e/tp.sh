@@ -11,13 +11,8 @@
 # Usage: tp.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); tensor-parallel tests not run"
-  exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/e2e/mpi_common.bash"
+require_mpirun "tensor-parallel tests"
 
 g=$src/tests/fixtures/gpt2
 gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32
