@@ -96,6 +96,10 @@ IT_API it_status it_lr_scheduler_init(it_lr_scheduler *s, const it_lr_scheduler_
 static inline float it_lr_scheduler_lr(const it_lr_scheduler *s) { return s->lr; }
 /* Advance once, after the optimizer step (InfiniTrain's scheduler->Step()). */
 IT_API void it_lr_scheduler_step(it_lr_scheduler *s);
+/* Advance n times, exactly as n calls of it_lr_scheduler_step, in time bounded by the
+ * schedule's length rather than n: once the scheduler is past decay_iters its LR no longer
+ * changes, so only the counters move (a resume to step 2e9 costs decay_iters steps). */
+IT_API void it_lr_scheduler_advance(it_lr_scheduler *s, int64_t n);
 
 /* The scheduler's state as InfiniTrain's StateDict: last_step (int64), recover_lr and base_lr
  * (float), and with warmup scheduler_0.* and scheduler_1.* for the children, in that order.

@@ -237,6 +237,17 @@ void it_lr_scheduler_step(it_lr_scheduler *s) {
         main_step(s, &s->child[1], false);
 }
 
+void it_lr_scheduler_advance(it_lr_scheduler *s, int64_t n) {
+    /* Past decay_iters every branch of it_lr_scheduler_step keeps the LR: the chained
+     * LinearLR returns it unchanged once last_step > its total, the lambdas return min_lr / lr
+     * (constant 1), the warmup is behind the milestone. One step of margin beyond that. */
+    const int64_t flat = s->cfg.style == IT_LR_NONE ? 0 : s->cfg.decay_iters + 2;
+    for (; n > 0 && s->top.last_step < flat; n--) it_lr_scheduler_step(s);
+    if (n <= 0) return;
+    s->top.last_step += n;
+    if (s->cfg.style != IT_LR_NONE && s->cfg.warmup_iters > 0) s->child[1].last_step += n;
+}
+
 /* ---- state, with InfiniTrain's StateDict keys ---- */
 
 static int node_keys(const it_lr_scheduler *s, const char *prefix, const it_lr_sched_node *n, it_lr_state_entry *out) {

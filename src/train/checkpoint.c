@@ -994,7 +994,7 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
     ctx->start_step = (int)step;
     /* a checkpoint without the scheduler's state (InfiniTrain master's, a model alone): the
      * schedule is a function of the step, so replay it to the step */
-    for (int64_t i = 0; !lr_restored && i < step; i++) it_lr_scheduler_step(&ctx->sched);
+    if (!lr_restored) it_lr_scheduler_advance(&ctx->sched, step);
     if (!ctx->quiet)
         printf("resumed from %s: step %lld, %lld batches consumed%s\n", c->load, (long long)step, (long long)consumed,
                step >= c->num_iteration ? " (nothing left to train: --num_iteration is not beyond it)" : "");
