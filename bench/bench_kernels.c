@@ -483,12 +483,14 @@ int main(int argc, char **argv) {
             min_reps = 2;
             min_ms = 20.0;
         } else if (strcmp(argv[i], "--bf16-peak") == 0) { /* make bench's bf16 line: the peak alone */
-            if (it_cpu_sbgemm_isa() != IT_CPU_SBGEMM_AVX512BF16) {
+            int isa = it_cpu_sbgemm_isa();
+            if (isa == IT_CPU_SBGEMM_FP32) {
                 printf("BF16PEAK gflops=0 kernel=none\n");
                 return 0;
             }
             double p = bf16_gemm_peaks();
-            printf("BF16PEAK gflops=%.2f threads=%d kernel=avx512bf16\n", p, omp_get_max_threads());
+            printf("BF16PEAK gflops=%.2f threads=%d kernel=%s%s%s\n", p, omp_get_max_threads(), it_cpu_sbgemm_name(isa),
+                   isa == IT_CPU_SBGEMM_ONEDNN ? ":" : "", isa == IT_CPU_SBGEMM_ONEDNN ? it_cpu_onednn_bf16_impl() : "");
             return p > 0 ? 0 : 1;
         } else {
             fprintf(stderr, "usage: %s [--quick | --bf16-peak]\n", argv[0]);
@@ -505,11 +507,13 @@ int main(int argc, char **argv) {
            "thread: %.1f\nfp32 gemm runs on %s\n",
            peak_gflops, omp_get_max_threads(), one, bench_sgemm_name());
     if (peak_gflops <= 0) return 1;
-    if (it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_AVX512BF16) {
+    if (it_cpu_sbgemm_isa() != IT_CPU_SBGEMM_FP32) {
+        int isa = it_cpu_sbgemm_isa();
         double bp = bf16_gemm_peaks();
         printf("bf16 GEMM peak: %.1f GFLOP/s with %d threads (best 2048^3 / 1024^3 bf16 product, fp32 sums, through "
-               "the gemm slot, on vdpbf16ps): %.2fx the fp32 peak\n",
-               bp, omp_get_max_threads(), bp / peak_gflops);
+               "the gemm slot, on %s%s%s): %.2fx the fp32 peak\n",
+               bp, omp_get_max_threads(), it_cpu_sbgemm_name(isa), isa == IT_CPU_SBGEMM_ONEDNN ? " " : "",
+               isa == IT_CPU_SBGEMM_ONEDNN ? it_cpu_onednn_bf16_impl() : "", bp / peak_gflops);
     } else
         printf("bf16 GEMM peak: not measured: no avx512_bf16/amx\n");
     printf("  %-24s %-30s %9s %9s %8s %8s %-7s %s\n", "kernel", "shape", "ms med", "ms best", "med", "best", "rate",

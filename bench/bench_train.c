@@ -28,7 +28,7 @@
  * Then a per-kernel breakdown of the first case's measured steps (GPT-2 124M T=64 in a full run)
  * (it_backend_kernel_stats), and a per-shape profile of one step of it on "benchprof", a
  * backend registered here with the CPU backend's runtime and kernels, which times gemm,
- * copy_strided, binary, unary, reduce, fill and the fused attention per argument shape and traces malloc.
+ * copy_strided, cast, binary, unary, reduce, fill and the fused attention per argument shape and traces malloc.
  *
  * Lines starting with "RESULT " and "PEAK " are for bench/run.sh. See docs/performance.md. */
 #include <math.h>
@@ -536,6 +536,18 @@ static it_status prof_copy(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
     return st;
 }
 
+static it_status prof_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
+    double t0 = bench_now_ms();
+    it_status st = prof_cpu->cast(s, src, dst);
+    double ms = bench_now_ms() - t0;
+    char a[64], key[PROF_KEY];
+    desc_str(src, a, sizeof a);
+    snprintf(key, sizeof key, "%s %s -> %s", a, it_dtype_name(src->dtype), it_dtype_name(dst->dtype));
+    prof_add("cast", key, ms, 0,
+             (double)desc_numel(dst) * (double)(it_dtype_size(src->dtype) + it_dtype_size(dst->dtype)));
+    return st;
+}
+
 static const char *unary_names[] = {"neg",    "scale", "exp",  "log",  "sqrt",       "rsqrt",
                                     "square", "tanh",  "gelu", "silu", "add_scalar", "recip"};
 static const char *binary_names[] = {"add", "sub", "mul", "div", "max", "min", "gelu_bwd", "silu_bwd", "tanh_bwd"};
@@ -652,6 +664,7 @@ static it_status prof_device(it_device *dev) {
         prof_kernels = *prof_cpu;
         prof_kernels.gemm = prof_gemm;
         prof_kernels.copy_strided = prof_copy;
+        prof_kernels.cast = prof_cast;
         prof_kernels.unary = prof_unary;
         prof_kernels.binary = prof_binary;
         prof_kernels.reduce = prof_reduce;
@@ -728,7 +741,7 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
     double shown = 0, all = 0;
     for (int i = 0; i < prof_n; i++) all += prof[i].ms / steps;
     printf(
-        "  step %.1f ms; gemm, copy_strided, unary, binary, reduce, fill and attention: %.1f ms (%.1f%%). Top %d call "
+        "  step %.1f ms; gemm, copy_strided, cast, unary, binary, reduce, fill and attention: %.1f ms (%.1f%%). Top %d call "
         "shapes by time:\n",
         step_ms, all, 100.0 * all / step_ms, top);
     printf("  %-13s %-61s %6s %9s %6s %10s\n", "slot", "shape (b x M x N x K for gemm; /s = strides)", "calls",

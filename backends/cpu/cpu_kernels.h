@@ -52,6 +52,14 @@ bool it_cpu_sbgemm_ex(int swap, bool ta, bool tb, int64_t m, int64_t n, int64_t 
                       int64_t lda, const uint16_t *b, int64_t ldb, float beta, void *c, bool c_bf16, int64_t ldc);
 bool it_cpu_sbgemm_usable(void);
 
+/* sbgemm_onednn.c: C[i] (m, n) = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch, all bf16,
+ * row-major with lda / ldb / ldc and batch strides sa / sb / sc (elements; 0: broadcast), on
+ * oneDNN's matmul (fp32 sums, C rounded once). false when it did nothing (not built in, not
+ * ready, or oneDNN refused the layout): the caller takes another path. */
+bool it_cpu_sbgemm_onednn(int64_t batch, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          const uint16_t *a, int64_t lda, int64_t sa, const uint16_t *b, int64_t ldb, int64_t sb,
+                          float beta, uint16_t *c, int64_t ldc, int64_t sc);
+
 /* gemm.c: one fp32 product with row-major operands (cblas_sgemm's CblasRowMajor contract,
  * m, n, k > 0), through the same kernel choice the gemm slot makes for each matrix of a
  * batch; on the calling thread inside a parallel region. */

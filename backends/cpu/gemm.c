@@ -8,8 +8,9 @@
  * the row-major transpose with ld = column stride (its trans flag flips). A column-major C
  * is computed as C^T = op(B)^T @ op(A)^T. Anything else (both strides > 1, overlapping
  * rows) goes through a contiguous temporary, as do fp16 and bf16 (converted to fp32, computed
- * with sgemm, rounded back), except bf16 on CPUs with AVX512_BF16, whose kernel
- * (sbgemm_avx512bf16.c) takes the operands where they lie. beta == 0 never reads C (BLAS's contract; NaN in C ignored).
+ * with sgemm, rounded back), except bf16 on CPUs with bf16 units: oneDNN's matmul
+ * (sbgemm_onednn.c) or the own vdpbf16ps kernel (sbgemm_avx512bf16.c) takes the operands
+ * where they lie (sgemm_select.h says which). beta == 0 never reads C (BLAS's contract; NaN in C ignored).
  *
  * Threads: with at least 2 matrices per thread (or one per thread when they are small)
  * the batch runs as an OpenMP loop with single-threaded BLAS inside (OpenBLAS's OpenMP build
@@ -19,9 +20,11 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/sgemm_select.h"
 #include "infinitrain/scalar/it_scalar_cast.h"
 
 enum { LAYOUT_ROW, LAYOUT_COL, LAYOUT_COPY };
@@ -166,6 +169,15 @@ static bool gemm_one_bf16(const operand *A, const void *pa, const operand *B, co
     return it_cpu_sbgemm(r.ta, r.tb, r.m, r.n, K, alpha, r.p1, r.ld1, r.p2, r.ld2, beta, pc, true, C->ld);
 }
 
+/* The bf16 products' path (sgemm_select.h), chosen once. */
+static int g_bf16_path;
+static pthread_once_t g_bf16_once = PTHREAD_ONCE_INIT;
+static void bf16_path_init(void) { g_bf16_path = it_cpu_sbgemm_isa(); }
+static int bf16_path(void) {
+    pthread_once(&g_bf16_once, bf16_path_init);
+    return g_bf16_path;
+}
+
 static const char *elem(const operand *o, int64_t batch) {
     return (const char *)o->d->data + (size_t)(batch * o->sbatch) * it_dtype_size(o->d->dtype);
 }
@@ -231,6 +243,17 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     }
 
     bool f64 = dt == IT_DTYPE_FP64, half = dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16;
+    if (dt == IT_DTYPE_BF16 && bf16_path() == IT_CPU_SBGEMM_ONEDNN && A.layout != LAYOUT_COPY &&
+        B.layout != LAYOUT_COPY && C.layout != LAYOUT_COPY) {
+        /* the whole batch as one oneDNN matmul (it shares the matrices out itself) */
+        rowmajor r = rowmajor_form(&A, a->data, &B, b->data, &C, M, N);
+        bool swapped = C.layout == LAYOUT_COL;
+        int64_t s1 = swapped ? B.sbatch : A.sbatch, s2 = swapped ? A.sbatch : B.sbatch;
+        if (it_cpu_sbgemm_onednn(batches, r.ta, r.tb, r.m, r.n, K, args->alpha, r.p1, r.ld1, s1, r.p2, r.ld2, s2,
+                                 args->beta, c->data, C.ld, C.sbatch))
+            return IT_OK;
+        /* (a layout oneDNN refused: the own kernel below) */
+    }
     if (dt == IT_DTYPE_BF16 && it_cpu_sbgemm_usable() && A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY &&
         C.layout != LAYOUT_COPY) {
         /* bf16 on the bf16 units, operands where they lie; matrices per thread as for fp32 */

@@ -501,7 +501,7 @@ bool it_cpu_sbgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
 
 static int g_usable = -1;
 static pthread_once_t g_usable_once = PTHREAD_ONCE_INIT;
-static void usable_init(void) { g_usable = it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_AVX512BF16; }
+static void usable_init(void) { g_usable = it_cpu_has_avx512_bf16() && !it_cpu_sbgemm_env_is("fp32"); }
 
 bool it_cpu_sbgemm_usable(void) {
     pthread_once(&g_usable_once, usable_init);

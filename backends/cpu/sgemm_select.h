@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infinitrain/common.h"
+
 static inline bool it_cpu_has_avx512(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
@@ -56,11 +58,34 @@ static inline bool it_cpu_has_avx512_bf16(void) {
 #endif
 }
 
+/* AMX with bf16 tiles (Sapphire Rapids and later; cpuid leaf 7 EDX bit 22). oneDNN asks the
+ * kernel for the tiles' state itself. */
+static inline bool it_cpu_has_amx_bf16(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0));
+    if (a < 7) return false;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    return (d >> 22) & 1u;
+#else
+    return false;
+#endif
+}
+
+/* sbgemm_onednn.c: oneDNN is built in, the CPU has AVX512_BF16 or AMX, and oneDNN's matmul
+ * takes bf16 products on them (its implementation's name, _impl: "brg:avx512_core_bf16",
+ * "brg:avx512_core_amx"; "none" otherwise). Exported for the benchmarks, which report the
+ * choice. */
+IT_API bool it_cpu_onednn_bf16_ready(void);
+IT_API const char *it_cpu_onednn_bf16_impl(void);
+
 /* Which GEMM serves products of bf16 operands (the gemm slot's, so autocast's). IT_CPU_SBGEMM:
- *   unset, auto  sbgemm_avx512bf16.c (vdpbf16ps, fp32 sums) on CPUs with AVX512_BF16, else fp32
- *   fp32         the operands widened to fp32, the fp32 GEMM above (IT_CPU_SGEMM), C rounded
- *   avx512bf16   sbgemm_avx512bf16.c (as auto; fp32 on a CPU without AVX512_BF16) */
-enum { IT_CPU_SBGEMM_FP32 = 0, IT_CPU_SBGEMM_AVX512BF16 = 1 };
+ *   unset, auto  oneDNN's matmul (sbgemm_onednn.c) where it is ready, else sbgemm_avx512bf16.c
+ *                on CPUs with AVX512_BF16, else fp32
+ *   onednn       as auto
+ *   avx512bf16   sbgemm_avx512bf16.c (vdpbf16ps, fp32 sums; fp32 on a CPU without AVX512_BF16)
+ *   fp32         the operands widened to fp32, the fp32 GEMM above (IT_CPU_SGEMM), C rounded */
+enum { IT_CPU_SBGEMM_FP32 = 0, IT_CPU_SBGEMM_AVX512BF16 = 1, IT_CPU_SBGEMM_ONEDNN = 2 };
 
 static inline bool it_cpu_sbgemm_env_is(const char *value) {
     const char *env = getenv("IT_CPU_SBGEMM");
@@ -69,7 +94,12 @@ static inline bool it_cpu_sbgemm_env_is(const char *value) {
 
 static inline int it_cpu_sbgemm_isa(void) {
     if (it_cpu_sbgemm_env_is("fp32")) return IT_CPU_SBGEMM_FP32;
+    if (!it_cpu_sbgemm_env_is("avx512bf16") && it_cpu_onednn_bf16_ready()) return IT_CPU_SBGEMM_ONEDNN;
     return it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32;
+}
+
+static inline const char *it_cpu_sbgemm_name(int isa) {
+    return isa == IT_CPU_SBGEMM_ONEDNN ? "onednn" : isa == IT_CPU_SBGEMM_AVX512BF16 ? "avx512bf16" : "fp32";
 }
 
 /* The own kernel takes every product, whatever its size (IT_CPU_SGEMM=avx512 or avx2). */

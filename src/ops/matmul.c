@@ -66,6 +66,13 @@ static it_status gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb
 
 static it_status cast_backward(it_node *n, it_tensor *dy) {
     it_tensor *x = n->in[0];
+    if (x->requires_grad && x->grad && x->grad_zero) {
+        /* a lazily zeroed gradient buffer (a parameter's, from the step before): dy cast
+         * straight into it rather than into a copy that is then copied in (the same bits) */
+        float beta;
+        it_tensor *buf = it__grad_buffer(x, &beta);
+        return buf ? it_tensor_copy_(buf, dy) : it_last_status();
+    }
     it_tensor *g = it_tensor_to_dtype(dy, x->dtype);
     return g ? it__accum_grad(x, g) : it_last_status();
 }

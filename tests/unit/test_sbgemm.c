@@ -10,13 +10,17 @@
  * sizes one short of, at and past the tile (8 x 48, and 16-column vectors) and block (768
  * deep, odd depths that end in a half pair, 384 wide, 256-row units) edges, beta 0 over
  * NaN, 1 and another value, alpha != 1, on 1 and 2 threads (the same bits), nothing
- * outside C written. Then the gemm slot's bf16 products are this kernel's, and the
- * IT_CPU_SBGEMM choice. It includes the kernel's source (its entry points are internal). */
+ * outside C written. Then oneDNN's path (sbgemm_onednn.c, where it is ready): against an
+ * fp64 reference within the bound of fp32 sums and one bf16 rounding (its summation order is
+ * its own), the same bits on a second run, batches with a broadcast operand, nothing outside
+ * C written. Then the gemm slot's bf16 products are the chosen path's, and the IT_CPU_SBGEMM
+ * choice. It includes both sources (their entry points are internal). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 
 #include "cpu/sbgemm_avx512bf16.c"
+#include "cpu/sbgemm_onednn.c"
 #include "infinitrain/scalar/it_scalar_cast.h"
 #include "it_test.h"
 
@@ -145,12 +149,91 @@ static void one_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     free(g[1]);
 }
 
-/* The gemm slot on bf16 tensors gives the kernel's bits (column-major C included). */
+/* oneDNN's path: C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for `batch` matrices (A or B
+ * broadcast when bcast is 1 or 2), C with padded rows and guard rows. Each element within
+ *   |c - ref| <= 2^-8 |ref| + 2^-20 (sum_k |a b| + |beta c0|)
+ * of the fp64 reference: one bf16 rounding of the result (half an ulp, 2^-9 relative; 2^-8
+ * allows for the fp32 value rounding to the other side) plus fp32 sums of up to 2^4 * 2^-24
+ * per unit of magnitude (k <= 1537: oneDNN sums in blocks, so the depth error grows with the
+ * blocks' count, far below 2^-20 here). A second run gives the same bits. */
+static int n_onednn;
+static void onednn_case(int64_t batch, int bcast, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        float beta) {
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    int64_t ra = ta ? k : m, rb = tb ? n : k;
+    int64_t sa = bcast == 1 ? 0 : ra * lda, sb = bcast == 2 ? 0 : rb * ldb, sc = (m + 1) * ldc;
+    int64_t nba = bcast == 1 ? 1 : batch, nbb = bcast == 2 ? 1 : batch;
+    uint16_t *a = rand_bf16((size_t)(nba * ra * lda)), *b = rand_bf16((size_t)(nbb * rb * ldb));
+    size_t cnt = (size_t)(batch * sc + ldc);
+    uint16_t *c0 = rand_bf16(cnt), *c1 = malloc(cnt * 2), *c2 = malloc(cnt * 2);
+    if (beta == 0.0f)
+        for (int64_t q = 0; q < batch; q++)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) c0[ldc + q * sc + i * ldc + j] = 0x7fc0; /* NaN: never read */
+    memcpy(c1, c0, cnt * 2);
+    memcpy(c2, c0, cnt * 2);
+    CHECK(it_cpu_sbgemm_onednn(batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c1 + ldc, ldc, sc));
+    CHECK(it_cpu_sbgemm_onednn(batch, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c2 + ldc, ldc, sc));
+    char what[160];
+    snprintf(what, sizeof what, "onednn batch %lld bcast %d ta%d tb%d m%lld n%lld k%lld alpha %g beta %g",
+             (long long)batch, bcast, ta, tb, (long long)m, (long long)n, (long long)k, (double)alpha, (double)beta);
+    CHECK_MSG(memcmp(c1, c2, cnt * 2) == 0, "%s: two runs differ", what);
+    int64_t bad = -1, stray = -1;
+    double got_bad = 0, want_bad = 0;
+    for (size_t e = 0; e < cnt; e++) {
+        int64_t off = (int64_t)e - ldc, q = off / sc, i = (off % sc) / ldc, j = (off % sc) % ldc;
+        bool inside = off >= 0 && q < batch && i < m && j < n;
+        if (!inside) {
+            if (stray < 0 && c1[e] != c0[e]) stray = (int64_t)e;
+            continue;
+        }
+        const uint16_t *aq = a + (bcast == 1 ? 0 : q * sa), *bq = b + (bcast == 2 ? 0 : q * sb);
+        double ref = 0, mag = 0;
+        for (int64_t p = 0; p < k; p++) {
+            double t = (double)at(aq, ta, lda, i, p) * (double)at(bq, tb, ldb, p, j);
+            ref += t, mag += fabs(t);
+        }
+        ref *= alpha, mag *= fabs(alpha);
+        if (beta != 0.0f) {
+            double old = it_sc_bf16_to_fp32(c0[e]);
+            ref += beta * old, mag += fabs(beta * old);
+        }
+        double got = it_sc_bf16_to_fp32(c1[e]);
+        if (bad < 0 && !(fabs(got - ref) <= ldexp(fabs(ref), -8) + ldexp(mag, -20)))
+            bad = (int64_t)e, got_bad = got, want_bad = ref;
+    }
+    CHECK_MSG(bad < 0, "%s: element %lld is %.9g, the fp64 reference %.9g", what, (long long)bad, got_bad, want_bad);
+    CHECK_MSG(stray < 0, "%s: wrote outside C, at element %lld", what, (long long)stray);
+    n_onednn++;
+    free(a);
+    free(b);
+    free(c0);
+    free(c1);
+    free(c2);
+}
+
+static void onednn_cases(void) {
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t >> 1;
+        onednn_case(1, 0, ta, tb, 1, 1, 1, 1.0f, 0.0f);
+        onednn_case(1, 0, ta, tb, 37, 70, 801, 1.0f, 0.0f);
+        onednn_case(1, 0, ta, tb, 64, 97, 768, 0.75f, 1.0f);
+        onednn_case(1, 0, ta, tb, 130, 49, 1537, 1.0f, -0.7f);
+        onednn_case(3, 0, ta, tb, 17, 33, 64, 0.125f, 0.0f);
+        onednn_case(4, 1, ta, tb, 9, 48, 65, 1.0f, 1.0f);
+        onednn_case(4, 2, ta, tb, 48, 9, 63, 1.0f, 0.0f);
+    }
+}
+
+/* The gemm slot on bf16 tensors gives the chosen path's bits (column-major C included). */
 static void slot_case(void) {
     int64_t M = 37, N = 70, K = 801;
     uint16_t *a = rand_bf16((size_t)(M * K)), *b = rand_bf16((size_t)(K * N));
     uint16_t *c = calloc((size_t)(M * N), 2), *ct = calloc((size_t)(M * N), 2), *want = calloc((size_t)(M * N), 2);
-    CHECK(it_cpu_sbgemm(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, want, true, N));
+    if (it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_ONEDNN)
+        CHECK(it_cpu_sbgemm_onednn(1, false, false, M, N, K, 1.0f, a, K, 0, b, N, 0, 0.0f, want, N, 0));
+    else
+        CHECK(it_cpu_sbgemm(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, want, true, N));
     it_gemm_args g;
     memset(&g, 0, sizeof g);
     g.a = (it_tdesc){.data = a, .dtype = IT_DTYPE_BF16, .ndim = 3, .shape = {1, M, K}, .strides = {M * K, K, 1}};
@@ -158,7 +241,8 @@ static void slot_case(void) {
     g.c = (it_tdesc){.data = c, .dtype = IT_DTYPE_BF16, .ndim = 3, .shape = {1, M, N}, .strides = {M * N, N, 1}};
     g.alpha = 1.0f;
     CHECK_OK(it_cpu_kernels()->gemm(NULL, &g));
-    CHECK_MSG(memcmp(c, want, (size_t)(M * N) * 2) == 0, "the gemm slot's bf16 product is not the kernel's");
+    CHECK_MSG(memcmp(c, want, (size_t)(M * N) * 2) == 0, "the gemm slot's bf16 product is not the %s path's",
+              it_cpu_sbgemm_name(it_cpu_sbgemm_isa()));
     g.c = (it_tdesc){.data = ct, .dtype = IT_DTYPE_BF16, .ndim = 3, .shape = {1, M, N}, .strides = {M * N, 1, M}};
     CHECK_OK(it_cpu_kernels()->gemm(NULL, &g));
     int64_t bad = -1;
@@ -182,9 +266,22 @@ int main(void) {
     CHECK(it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_FP32);
     setenv("IT_CPU_SBGEMM", "avx512bf16", 1);
     CHECK(it_cpu_sbgemm_isa() == (it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32));
+    setenv("IT_CPU_SBGEMM", "onednn", 1);
+    int dflt = it_cpu_onednn_bf16_ready() ? IT_CPU_SBGEMM_ONEDNN
+                                          : it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32;
+    CHECK(it_cpu_sbgemm_isa() == dflt);
     unsetenv("IT_CPU_SBGEMM");
-    CHECK(it_cpu_sbgemm_isa() == (it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32));
+    CHECK(it_cpu_sbgemm_isa() == dflt);
     CHECK(it_cpu_sbgemm_usable() == it_cpu_has_avx512_bf16());
+#ifdef IT_HAVE_ONEDNN
+    /* oneDNN built in: ready exactly where the CPU has bf16 units (its kernel named so) */
+    CHECK(it_cpu_onednn_bf16_ready() == (it_cpu_has_avx512_bf16() || it_cpu_has_amx_bf16()));
+#else
+    CHECK(!it_cpu_onednn_bf16_ready());
+#endif
+    printf("test_sbgemm: bf16 products take the %s path (oneDNN: %s)\n", it_cpu_sbgemm_name(dflt),
+           it_cpu_onednn_bf16_impl());
+    if (it_cpu_onednn_bf16_ready()) onednn_cases();
     if (!it_cpu_has_avx512_bf16()) {
         printf("test_sbgemm: this CPU lacks AVX512_BF16: the kernel is not used here, only the choice was checked\n");
         return it_test_report("test_sbgemm");
@@ -210,6 +307,8 @@ int main(void) {
     }
     slot_case();
     CHECK(n_checked > 600);
-    printf("test_sbgemm: %d products bitwise equal to the scalar reference in both forms\n", n_checked);
+    printf("test_sbgemm: %d products bitwise equal to the scalar reference in both forms; %d through oneDNN within "
+           "the bound\n",
+           n_checked, n_onednn);
     return it_test_report("test_sbgemm");
 }
