@@ -281,7 +281,16 @@ int main(void) {
 #endif
     printf("test_sbgemm: bf16 products take the %s path (oneDNN: %s)\n", it_cpu_sbgemm_name(dflt),
            it_cpu_onednn_bf16_impl());
-    if (it_cpu_onednn_bf16_ready()) onednn_cases();
+    if (it_cpu_onednn_bf16_ready()) {
+        onednn_cases();
+#ifdef IT_HAVE_ONEDNN
+        /* and asked shaped, as on AMX (this copy of the source's own state) */
+        int mode = g_mode;
+        g_mode = MODE_SHAPED;
+        onednn_cases();
+        g_mode = mode;
+#endif
+    }
     if (!it_cpu_has_avx512_bf16()) {
         printf("test_sbgemm: this CPU lacks AVX512_BF16: the kernel is not used here, only the choice was checked\n");
         return it_test_report("test_sbgemm");
