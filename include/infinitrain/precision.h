@@ -62,6 +62,10 @@ IT_API const char *it_precision_run_dir(void);
 IT_API void it_precision_step_begin(int step);
 /* Micro-step (InfiniTrain's GAS) of what follows, 0-based. */
 IT_API void it_precision_micro_step(int gas);
+/* The same under pipeline parallelism, where micro-steps interleave (1F1B: micro-batch i+1's
+ * forward before micro-batch i's backward): sets the micro-step of what follows and keeps the
+ * step's forward context, so that each backward's records find their forward's names. */
+IT_API void it_precision_pipeline_micro_step(int gas);
 /* Ends the step: flushes the files; returns the first error a record met since begin
  * (a record that fails stops recording; the error names the file). */
 IT_API it_status it_precision_step_end(void);

@@ -143,6 +143,7 @@ it_status it__node_set_blob(it_node *node, const void *data, size_t bytes) {
 }
 
 static void node_free(it_node *n) {
+    if (IT_PREC_ON()) it__prec_node_free(n);
     for (int i = 0; i < n->n_in; i++) it_tensor_release(n->in[i]);
     for (int i = 0; i < n->n_saved; i++) it_tensor_release(n->saved[i]);
     if (n->out) {
@@ -315,9 +316,11 @@ it_status it_backward_range(it_tensor *root, it_tensor *grad, size_t lo, size_t 
                 it_tensor_retain(dy);
             else
                 n->out->grad = NULL;
+            if (IT_PREC_ON()) it__prec_node_backward_pre(n, dy);
             it_scope_begin();
             st = n->backward(n, dy);
             it_scope_end();
+            if (!st && IT_PREC_ON()) it__prec_node_backward_post(n);
             it_tensor_release(dy);
             if (st) it_error_context("backward of %s: ", n->name);
         }

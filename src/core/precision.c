@@ -222,6 +222,12 @@ void it_precision_micro_step(int gas) {
     clear_micro_step();
 }
 
+void it_precision_pipeline_micro_step(int gas) {
+    if (!pc.open) return;
+    pc.gas = gas;
+    pc.layer = -1;
+}
+
 static it_status take_error(void) { return pc.err ? it_error(pc.err, "%s", pc.errmsg) : IT_OK; }
 
 it_status it_precision_step_end(void) {
@@ -499,13 +505,29 @@ static int node_layer(const it_node *n) {
     return -1;
 }
 
+void it__prec_node_free(const it_node *n) {
+    /* (usually the node whose backward just ran: the entry below the cursor) */
+    if (pc.node_cursor > 0 && pc.node_cursor <= pc.nnodes && pc.nodes[pc.node_cursor - 1].n == n) {
+        pc.nodes[pc.node_cursor - 1].n = NULL;
+        return;
+    }
+    for (size_t k = pc.nnodes; k-- > 0;)
+        if (pc.nodes[k].n == n) {
+            pc.nodes[k].n = NULL;
+            return;
+        }
+}
+
 static _Thread_local uint64_t bwd_call;
 static _Thread_local int bwd_layer;
 
 void it__prec_node_backward_pre(it_node *n, it_tensor *dy) {
     if (!pc.in_step || pc.err) return;
     for (size_t k = pc.nmods; k-- > 0;) /* outer modules first: the reverse of forward */
-        if (pc.mods[k].t == n->out) record("mod_bwd", pc.mods[k].name, 0, dy, pc.mods[k].layer, pc.call++);
+        if (pc.mods[k].t == n->out) {
+            record("mod_bwd", pc.mods[k].name, 0, dy, pc.mods[k].layer, pc.call++);
+            pc.mods[k].t = NULL; /* recorded once: a later tensor at its address is not it */
+        }
     if (pc.cfg.level < 2) return;
     bwd_layer = node_layer(n);
     bwd_call = pc.call++;

@@ -21,6 +21,8 @@ void it__prec_node_forward(struct it_node *n);
 void it__prec_node_backward_pre(struct it_node *n, it_tensor *dy);
 /* Level 2: n's backward ran; its inputs' gradients (backward outputs). */
 void it__prec_node_backward_post(struct it_node *n);
+/* A node is freed: its forward context goes (its address may come back as another node's). */
+void it__prec_node_free(const struct it_node *n);
 
 /* Level 1: `t` is the forward output of module `name`, inside block `layer` (the name is
  * then relative to transformer.h.<layer>.) or outside the blocks (layer < 0, full name). */

@@ -80,6 +80,7 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     int64_t parts = ctx->accum * ctx->world, shape[2] = {ctx->B, ctx->T};
     size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
     it_model_set_chunk(m, v);
+    it_precision_pipeline_micro_step(i); /* no-op unless --precision_check */
     it_scope_begin();
     it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hx, bytes);
     it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hy, bytes);
@@ -117,6 +118,7 @@ static it_status pp_backward(pp_run *r, int i, int v) {
     bool first = r->done++ == 0;
     it_status st = IT_OK;
     if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
+    it_precision_pipeline_micro_step(i);
     it_scope_begin();
     it_tensor *dy = NULL;
     if (to >= 0) {

@@ -189,13 +189,11 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG, "--%s %d: Mixtral is not supported with model parallelism yet (its experts "
                                             "and router are not cut); use 1",
                         tp > 1 ? "tensor_parallel" : "pipeline_parallel", tp > 1 ? tp : pp);
-    const char *refuse = pp == 1 ? NULL
-                         : c->freq_generate_txt > 0 ? "--freq_generate_txt (sampling; InfiniTrain refuses it too)"
-                         : c->precision_check      ? "--precision_check"
-                                                   : NULL;
-    if (refuse)
-        return it_error(IT_ERR_INVALID_ARG, "--pipeline_parallel %d: %s is not supported with pipeline parallelism yet",
-                        pp, refuse);
+    if (pp > 1 && c->freq_generate_txt > 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--pipeline_parallel %d: --freq_generate_txt (sampling; InfiniTrain refuses it too) is not "
+                        "supported with pipeline parallelism",
+                        pp);
     it_status st = grid_check_model(ctx, tp, pp); /* before any model is built: one line, not one per rank */
     if (st) return st;
     st = it_dist_grid_new(ctx->dist, n / (tp * pp), tp, pp, &ctx->grid);

@@ -2,7 +2,8 @@
 # Pipeline parallelism under mpirun: LLaMA-3 with 2 and 4 stages and 2 x 2 virtual (1F1B and
 # interleaved, no clipping) bitwise equal to one rank with the same accumulation, GPipe within 1e-6; GPT-2 (tied embedding: the last stage's copy of wte and
 # the first stage's summed) with 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D
-# (DP2 x TP2 + SP x PP2, ZeRO-1, 8 ranks) within 1e-5; a 3-D checkpoint resumed bitwise; the
+# (DP2 x TP2 + SP x PP2, ZeRO-1, 8 ranks) within 1e-5; validation and the precision checker's
+# records (every op's, equal to one rank's) under PP; a 3-D checkpoint resumed bitwise; the
 # gathered llm.c file exact; bad grids refused in one line; a stage killed mid-schedule stops
 # the job instead of hanging it.
 # Usage: pp.sh BUILD_DIR SOURCE_DIR
@@ -99,6 +100,38 @@ timeout 120 "${mpi[@]}" -np 4 "$build/gpt2" "${deep[@]}" "${val[@]}" --pipeline_
 a=$(grep '^val loss' "$tmp/val1.out") b=$(grep '^val loss' "$tmp/val4.out")
 [[ -n $a && $a == "$b" && $(grep -c '^val loss' "$tmp/val4.out") -eq 2 ]] && ok ||
   bad "PP=4 validation losses differ from one rank's: '$a' vs '$b'"
+
+# 3c. The precision checker under PP: each stage records its own modules and ops, each
+#     micro-batch's backward named by its own forward although 1F1B interleaves them. Level 2
+#     (every op) with md5s, the 4-layer LLaMA-3 on 2 stages x 2 chunks (interleaved, bitwise
+#     equal to one rank): every record of the two ranks' files has its twin, same md5, among
+#     the one-rank run's (step, micro-step, layer, kind, tensor, name and the occurrence of
+#     that key), and together they cover all of them.
+pcargs=("${deepl[@]}" "${noclip[@]}" --num_iteration 2)
+"$build/llama3" "${pcargs[@]}" --precision_check "level=2,path=$tmp/pc1,format=md5" >"$tmp/pc1.out" 2>&1 ||
+  bad "1-rank precision-check run exited $?: $(tail -3 "$tmp/pc1.out")"
+timeout 120 "${mpi[@]}" -np 2 "$build/llama3" "${pcargs[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
+  --pipeline_schedule 1f1b --precision_check "level=2,path=$tmp/pc2,format=md5" >"$tmp/pc2.out" 2>&1 ||
+  bad "PP=2 x VPP=2 precision-check run exited $?: $(tail -3 "$tmp/pc2.out")"
+pc_verdict=$(awk '
+  FNR == 1 { nf++ }
+  /^#/ { next }
+  { k = $2 SUBSEP $3 SUBSEP $4 SUBSEP $6 SUBSEP $7 SUBSEP $8
+    if (nf == 1) { one[k, ++n1[k]] = $17; total++; next }
+    if (FILENAME != cur) { cur = FILENAME; delete nr }
+    c = ++nr[k]; seen++
+    if (!((k, c) in one)) missing++
+    else if (one[k, c] != $17) differ++
+    else { matched++; got[k, c] = 1 } }
+  END { for (x in one) if (!(x in got)) uncovered++
+    printf "%d %d %d %d %d %d", total, seen, matched, differ + 0, missing + 0, uncovered + 0 }' \
+  "$tmp"/pc1/*/precision_check_rank_0.tsv "$tmp"/pc2/*/precision_check_rank_0.tsv "$tmp"/pc2/*/precision_check_rank_1.tsv)
+read -r pc_total pc_seen pc_matched pc_differ pc_missing pc_uncovered <<<"$pc_verdict"
+if [[ ${pc_total:-0} -gt 1000 && $pc_matched -eq $pc_total && $pc_seen -eq $pc_total && $pc_uncovered -eq 0 ]]; then
+  echo "precision check under PP=2 x VPP=2: all $pc_total level-2 records equal to one rank's"; ok
+else
+  bad "precision check under PP=2 x VPP=2: one rank $pc_total records, PP $pc_seen: $pc_matched equal, $pc_differ differ, $pc_missing missing, $pc_uncovered not covered"
+fi
 
 # 4. --output_checkpoint gathers every stage's (and TP rank's) tensors: with no steps the
 #    file is the input, byte for byte.
