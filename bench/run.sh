@@ -287,7 +287,8 @@ fi
 # the pairs' ratios is robust to the shared host's drift. Each pair also runs the PyTorch
 # peer under CPU autocast to bf16 (its best setting of the fp32 runs above, else its
 # defaults) right after ours, for the paired tokens/s ratio. bf16 MFU is against the bf16
-# GEMM peak bench_kernels --bf16-peak measures before the pairs. Only on CPUs with bf16 units.
+# GEMM peak bench_kernels --bf16-peak measures before the pairs; then LLaMA-3 and Mixtral's bf16
+# MFU (one run each) against GPT-2's (target: within 10 points). Only on CPUs with bf16 units.
 echo
 echo "== bf16 (--dtype bfloat16, autocast) against fp32: GPT-2 124M, B=4 T=64 =="
 bf16_pairs=${BENCH_BF16_PAIRS:-3}
@@ -295,14 +296,16 @@ if ! grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then
     echo "  bf16 step / fp32 step: not measured: no avx512_bf16/amx"
     echo "  ours bf16 / PyTorch bf16 autocast: not measured: no avx512_bf16/amx"
     echo "  bf16 GEMM peak and bf16 MFU: not measured: no avx512_bf16/amx"
+    echo "  LLaMA-3 / Mixtral bf16 MFU against GPT-2's: not measured: no avx512_bf16/amx"
 elif ! [[ $bf16_pairs =~ ^[1-9][0-9]*$ ]]; then
     echo "  bf16 step / fp32 step: not measured (BENCH_BF16_PAIRS=$bf16_pairs)"
 else
     : >"$work/bf16.txt"
     bf16_peak=$("$build/bench_kernels" --bf16-peak | sed -n 's/^BF16PEAK gflops=\([^ ]*\).*/\1/p')
     fp32_peak=$(echo "$ours" | field case_peak_gflops)
-    bf16_run() { # DTYPE: one bench_train run of the case; prints its RESULT line's ms_median and model_gflops
-        "$build/bench_train" --workdir "$work" --cases gpt2_124m_t64 --no-profile --no-case-peaks --dtype "$1" \
+    bf16_run() { # DTYPE [CASE]: one bench_train run of the case (default GPT-2 124M T=64); prints its RESULT
+        # line's ms_median and model_gflops
+        "$build/bench_train" --workdir "$work" --cases "${2:-gpt2_124m_t64}" --no-profile --no-case-peaks --dtype "$1" \
             "${extra[@]}" | sed -n 's/^RESULT .* ms_median=\([^ ]*\).* model_gflops=\([^ ]*\).*/\1 \2/p'
     }
     peer_bf16=""
@@ -345,6 +348,16 @@ else
                 "measured bf16 GEMM peak ${bf16_peak} GFLOP/s (model ${bg_med} GFLOP/s); fp32 in the same pairs" \
                 "$(awk -v g="$fg_med" -v p="${fp32_peak:-0}" 'BEGIN { if (p > 0) printf "%.1f%%", 100 * g / p; else printf "?" }')" \
                 "of the fp32 peak ${fp32_peak:-?} GFLOP/s (model ${fg_med} GFLOP/s)"
+            # LLaMA-3 and Mixtral: one bf16 run each, their MFU against the same peak and GPT-2's
+            gpt2_mfu=$(awk -v g="$bg_med" -v p="$bf16_peak" 'BEGIN { printf "%.1f", 100 * g / p }')
+            for c in llama3_6l384_t256 mixtral_6l384_t256; do
+                read -r cm cg <<<"$(bf16_run bfloat16 "$c")"
+                if [ -z "${cg:-}" ]; then echo "  $c bf16 MFU: not measured (bench_train failed)"; continue; fi
+                awk -v c="$c" -v g="$cg" -v ms="$cm" -v p="$bf16_peak" -v ref="$gpt2_mfu" 'BEGIN {
+                    m = 100 * g / p; d = m - ref; if (d < 0) d = -d
+                    printf "  %s bf16 MFU %.1f%% (%.1f ms a step, model %.1f GFLOP/s), GPT-2 124M %.1f%%: %.1f points apart [target <= 10: %s]\n",
+                        c, m, ms, g, ref, d, d <= 10 ? "met" : "not met" }'
+            done
         else
             echo "  bf16 GEMM peak and bf16 MFU: not measured (bench_kernels --bf16-peak failed)"
         fi
