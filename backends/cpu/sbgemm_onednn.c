@@ -12,7 +12,7 @@
  *    given at run time, which oneDNN serves with its jit bf16 GEMM (vdpbf16ps) at the speed
  *    of its brgemm; a shaped primitive would be compiled anew for every new shape (Mixtral's
  *    experts see a new row count every step: 3-4 ms each). Products of 2^30 multiply-adds
- *    and more (LM heads) are asked shaped even so (below).
+ *    and more with a transposed operand (LM heads) are asked shaped even so (below).
  *  - shaped (AMX, "brg:avx512_core_amx"): a primitive per call, of the call's shape, since
  *    only the shaped brgemm reaches the tiles; oneDNN's primitive cache keeps repeats at ~2 us.
  * A build whose oneDNN would take neither (an fp32 emulation) is not used.
@@ -36,7 +36,8 @@
 
 enum { MODE_NONE, MODE_SHAPE_FREE, MODE_SHAPED };
 
-/* Products of at least this many multiply-adds are asked shaped in either mode. */
+/* Products of at least this many multiply-adds with a transposed operand are asked shaped in
+ * either mode. */
 #define SHAPED_MACS 1073741824.0 /* 2^30 */
 
 static dnnl_engine_t g_engine;
@@ -199,10 +200,13 @@ bool it_cpu_sbgemm_onednn(int64_t batch, bool ta, bool tb, int64_t m, int64_t n,
     dnnl_stream_t stream = thread_stream();
     if (stream == NULL) return false;
     const call cl = {batch, m, n, k, lda, sa, ldb, sb, ldc, sc, ta, tb, alpha, beta};
-    /* the largest products shaped even so: oneDNN's shape-free GEMM is slow for them (a
-     * 50304 x 768 x 256 tA at a quarter of its brgemm's speed), while one compile (~3 ms)
-     * is small beside their time, and their shapes (an LM head's) repeat every step */
-    bool free = g_mode == MODE_SHAPE_FREE && (double)batch * (double)m * (double)n * (double)k < SHAPED_MACS;
+    /* the largest products with a transposed operand shaped even so: oneDNN's shape-free
+     * GEMM is slow for them (50304 x 768 x 256 tA at a quarter of its brgemm's speed, 1024 x
+     * 32000 x 384 tB at half), while one compile (~3 ms) is small beside their time and
+     * their shapes (an LM head's) repeat every step; untransposed, it is the faster one
+     * (1024 x 384 x 32000: 851 against 665 GFLOP/s) */
+    bool big = (double)batch * (double)m * (double)n * (double)k >= SHAPED_MACS;
+    bool free = g_mode == MODE_SHAPE_FREE && !(big && (ta || tb));
     /* a layout past the table's room is asked shaped */
     dnnl_primitive_t p = free ? layout_primitive(&cl) : NULL, owned = NULL;
     if (p == NULL) {
