@@ -31,8 +31,9 @@ const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }
 
 extern const it_ccl it_cpu_ccl; /* ccl_mpi.c */
 
-/* Registered by the core's registry on first use (see src/core/registry.c). */
-const it_backend it_cpu_backend = {
+/* Registered by the core's registry on first use (see src/core/registry.c); exported for test
+ * plugins built on it (backends/cpu/ccl_mpi.h). */
+IT_API const it_backend it_cpu_backend = {
     .api_version = IT_BACKEND_API_VERSION,
     .name = "cpu",
     .default_autocast_dtype = IT_DTYPE_BF16,

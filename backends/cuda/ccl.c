@@ -146,6 +146,11 @@ static it_status cu_recv(it_comm *c, void *buf, size_t count, it_dtype dt, int p
     return nccl_check(ncclRecv(buf, count, t, peer, c->comm, s->stream), "ncclRecv");
 }
 
+/* NCCL's group calls: the point-to-point calls between them are launched as one operation,
+ * so a stage's send to its neighbour and its receive from it cannot wait for each other. */
+static it_status cu_group_start(void) { return nccl_check(ncclGroupStart(), "ncclGroupStart"); }
+static it_status cu_group_end(void) { return nccl_check(ncclGroupEnd(), "ncclGroupEnd"); }
+
 const it_ccl cu_ccl = {
     .get_unique_id = cu_get_unique_id,
     .comm_init = cu_comm_init,
@@ -156,4 +161,6 @@ const it_ccl cu_ccl = {
     .broadcast = cu_broadcast,
     .send = cu_send,
     .recv = cu_recv,
+    .group_start = cu_group_start,
+    .group_end = cu_group_end,
 };

@@ -152,6 +152,18 @@ static it_status recv_(it_comm *c, void *buf, size_t n, it_dtype dt, int peer, i
     return IT_OK;
 }
 
+/* CNCL's group calls (torch_mlu's AutoCnclGroup): the sends and receives between them are
+ * one operation, so two stages sending to each other cannot wait for each other. */
+static it_status group_start(void) {
+    CNCL(mlu.cnclGroupStart(), "group_start");
+    return IT_OK;
+}
+
+static it_status group_end(void) {
+    CNCL(mlu.cnclGroupEnd(), "group_end");
+    return IT_OK;
+}
+
 const it_ccl mlu_ccl = {
     .get_unique_id = get_unique_id,
     .comm_init = comm_init,
@@ -162,4 +174,6 @@ const it_ccl mlu_ccl = {
     .broadcast = broadcast,
     .send = send_,
     .recv = recv_,
+    .group_start = group_start,
+    .group_end = group_end,
 };

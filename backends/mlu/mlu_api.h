@@ -232,7 +232,10 @@ typedef struct mlu_cnclCliqueId {
       (const void *send, void *recv, size_t n, int dt, int root, mlu_cnclComm_t c, mlu_cnrtQueue_t q), 1)              \
     X(cncl, mlu_cnclResult_t, cnclSend,                                                                                \
       (const void *buf, size_t n, int dt, int peer, mlu_cnclComm_t c, mlu_cnrtQueue_t q), 1)                           \
-    X(cncl, mlu_cnclResult_t, cnclRecv, (void *buf, size_t n, int dt, int peer, mlu_cnclComm_t c, mlu_cnrtQueue_t q), 1)
+    X(cncl, mlu_cnclResult_t, cnclRecv, (void *buf, size_t n, int dt, int peer, mlu_cnclComm_t c, mlu_cnrtQueue_t q),  \
+      1)                                                                                                               \
+    X(cncl, mlu_cnclResult_t, cnclGroupStart, (void), 1)                                                               \
+    X(cncl, mlu_cnclResult_t, cnclGroupEnd, (void), 1)
 
 /* The resolved table (loader.c). */
 #define MLU_DECLARE_PTR(lib, ret, name, params, req) ret(*name) params;

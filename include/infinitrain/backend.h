@@ -53,8 +53,11 @@ extern "C" {
  * 3: it_ccl gained all_reduce_start / request_test / request_wait;
  * 4: it_kernels gained the optional fused attention_fwd / attention_bwd;
  * 5: attention_fwd / _bwd take grouped kv heads (k and v with fewer heads than q);
- * 6: it_backend gained kernels_size, so that it_kernels can grow without a bump */
-#define IT_BACKEND_API_VERSION 6
+ * 6: it_backend gained kernels_size, so that it_kernels can grow without a bump;
+ * 7: it_ccl gained the optional group_start / group_end. A version 6 plugin still loads: its
+ *    ccl table ends before them and the core never reads there (no groups: pipeline
+ *    activations go through host memory, as for a backend without ccl). */
+#define IT_BACKEND_API_VERSION 7
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -374,6 +377,10 @@ typedef struct it_ccl {
     it_status (*reduce_scatter)(it_comm *c, const void *send, void *recv, size_t count_per_rank, it_dtype dt,
                                 it_reduce_kind op, it_stream *s);
     it_status (*broadcast)(it_comm *c, void *buf, size_t count, it_dtype dt, int root, it_stream *s);
+    /* Point to point, enqueued on `s` like the collectives: messages from one rank to another
+     * match in the order they are issued (no tags), and a send may wait until its peer has
+     * posted the matching receive (NCCL's and CNCL's rendezvous), so the core issues them in
+     * groups (below) and moves pipeline activations with them only when the groups are set. */
     it_status (*send)(it_comm *c, const void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
     it_status (*recv)(it_comm *c, void *buf, size_t count, it_dtype dt, int peer, it_stream *s);
     /* Optional, all three or none: an all-reduce that returns before it completes, so that
@@ -387,6 +394,16 @@ typedef struct it_ccl {
                                   it_reduce_kind op, it_stream *s, it_ccl_request **req);
     it_status (*request_test)(it_ccl_request *req, bool *done);
     it_status (*request_wait)(it_ccl_request *req);
+    /* Optional, both or none (API version 7): the sends and receives issued between
+     * group_start and group_end are one operation that completes when all of them have
+     * (ncclGroupStart / ncclGroupEnd, cnclGroupStart / cnclGroupEnd), so two ranks may send
+     * to each other in one group without waiting for each other. The core never nests them
+     * and puts only send and recv inside. With both set (and send and recv), a pipeline
+     * stage's activations and their gradients move device to device: at each step of the
+     * schedule one group holds the step's sends and the next step's receives (docs/parallelism.md);
+     * without them they are staged through host memory. */
+    it_status (*group_start)(void);
+    it_status (*group_end)(void);
 } it_ccl;
 
 /* ---------------------------------------------------------------- the backend */
@@ -441,6 +458,11 @@ IT_API void it_backend_search_path(char *buf, size_t size);
  * slots of a backend that may have been built with fewer. NULL (with it_error) for a backend
  * that is not registered. */
 IT_API const it_kernels *it_backend_kernels(const it_backend *backend);
+
+/* Whether a backend's ccl can move point-to-point messages in groups (send, recv, group_start
+ * and group_end all set, in a table of API version 7 or later; an older table is not read
+ * past its end). */
+IT_API bool it_backend_ccl_groups(const it_backend *backend);
 
 /* Per-slot dispatch statistics of a backend: whether the slot is native or served by the
  * core's CPU fallback, calls, host-side time, and bytes the fallback copied. */

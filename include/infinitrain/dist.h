@@ -62,13 +62,25 @@ IT_API it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root);
  * reduce-scatter and all-gather (N-1)/N of the whole buffer. Host control data not counted. */
 IT_API uint64_t it_dist_bytes_sent(const it_dist *d);
 IT_API void it_dist_bytes_reset(it_dist *d);
-/* Point to point (pipeline stages): rank `peer` of the group, messages matched by tag and,
- * between two ranks, in order. A send is staged through host memory and posted without
- * waiting (so two ranks may send to each other at once); it_dist_send_wait completes them.
- * A receive blocks until its tensor (contiguous, of the sent size) holds the data. */
+/* Point to point (pipeline stages): rank `peer` of the group; between two ranks messages
+ * arrive in the order sent, and a receive must be issued in that order (its tag must be the
+ * send's: the staged path matches by tag, a device ccl by order). Two ways:
+ *  - staged (a device without ccl group calls, and the CPU): a send is copied to host memory
+ *    and posted without waiting, so two ranks may send to each other at once;
+ *  - on the device (it_dist_p2p_on_device: its ccl has send, recv and group calls): a send is
+ *    held, its tensor retained, until the next it_dist_recv / it_dist_exchange /
+ *    it_dist_send_wait, which issues the held sends and the receives in one group, device to
+ *    device.
+ * Either way a sent tensor must not be written until it_dist_send_wait. A receive gives its
+ * tensor (contiguous, of the sent size) the data before it returns (on the device: before
+ * any later work on the device's stream). it_dist_exchange receives n tensors in one group
+ * with the held sends (a pipeline schedule's step: its sends and the next step's receives,
+ * which never wait for each other); it_dist_send_wait completes the sends. */
 IT_API it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag);
 IT_API it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag);
+IT_API it_status it_dist_exchange(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag);
 IT_API it_status it_dist_send_wait(it_dist *d);
+IT_API bool it_dist_p2p_on_device(const it_dist *d);
 /* Host buffers, over the host communicator (control data). */
 IT_API it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op);
 

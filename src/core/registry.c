@@ -89,10 +89,10 @@ static reg_entry *find_locked(const char *name) {
 /* Validate everything about a backend before it becomes visible. */
 static it_status validate(const it_backend *b) {
     if (!b) return it_error(IT_ERR_INVALID_ARG, "backend registration: NULL backend");
-    if (b->api_version != IT_BACKEND_API_VERSION && b->api_version != 5)
+    if (b->api_version != IT_BACKEND_API_VERSION && b->api_version != 6 && b->api_version != 5)
         return it_error(IT_ERR_INVALID_ARG,
                         "backend '%s': api_version %d does not match this core's IT_BACKEND_API_VERSION %d "
-                        "(which also loads version 5; rebuild the backend against this version of backend.h)",
+                        "(which also loads versions 5 and 6; rebuild the backend against this version of backend.h)",
                         b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
     if (!valid_name(b->name))
         return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
@@ -131,7 +131,17 @@ static it_status validate(const it_backend *b) {
     if (!k->fill) strcat(missing, missing[0] ? ", fill" : "fill");
     if (!k->copy_strided) strcat(missing, missing[0] ? ", copy_strided" : "copy_strided");
     if (missing[0]) return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
+    const it_ccl *c = b->ccl;
+    if (c && b->api_version >= 7 && !c->group_start != !c->group_end)
+        return it_error(IT_ERR_INVALID_ARG, "backend '%s': ccl group_start and group_end go together: set both or neither",
+                        b->name);
     return IT_OK;
+}
+
+bool it_backend_ccl_groups(const it_backend *b) {
+    /* a table of version 6 or 5 ends at request_wait: the slots after it are not read */
+    const it_ccl *c = b ? b->ccl : NULL;
+    return c && b->api_version >= 7 && c->group_start && c->group_end && c->send && c->recv;
 }
 
 static it_status register_locked(const it_backend *b, const char *origin) {

@@ -29,6 +29,12 @@ struct it_dist {
     MPI_Request *sreq;
     void **sbuf;
     int nsend, capsend;
+    /* device point to point (it_dist_p2p_on_device): the sends waiting for the next group,
+     * each tensor held until then */
+    bool p2p_dev;
+    it_tensor **pend;
+    int *pend_peer;
+    int npend, cappend;
 };
 
 /* What one rank sends in a ring algorithm for a collective over `bytes` of payload on n ranks:
@@ -93,6 +99,7 @@ static it_status group_init(it_dist *d) {
         d->dev_ccl = d->host_ccl; /* the CPU device: the host communicator serves both */
         d->dev_comm = d->host_comm;
     }
+    d->p2p_dev = !st && d->dev_ccl && d->dev_ccl != d->host_ccl && it_backend_ccl_groups(dev.backend);
     return st;
 }
 
@@ -154,6 +161,9 @@ it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out) {
 void it_dist_free(it_dist *d) {
     if (!d) return;
     it_dist_send_wait(d);
+    for (int i = 0; i < d->npend; i++) it_tensor_release(d->pend[i]); /* left by an error */
+    free(d->pend);
+    free(d->pend_peer);
     free(d->sreq);
     free(d->sbuf);
     if (d->dev_comm && d->dev_comm != d->host_comm) d->dev_ccl->comm_destroy(d->dev_comm);
@@ -513,10 +523,18 @@ it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool
 
 /* ---------------------------------------------------------------- point to point */
 
-/* Sends are staged through host memory and posted non-blocking (MPI_Isend), so that two ranks
- * sending to each other at once (a 1F1B pipeline's activations one way, gradients the other)
- * cannot deadlock; a receive blocks until its data has arrived. Messages between two ranks
- * with the same tag arrive in the order sent (MPI's guarantee). */
+/* Two ways (docs/parallelism.md, "How activations move"):
+ *  - staged: a send is copied to host memory and posted non-blocking (MPI_Isend), so two ranks
+ *    sending to each other at once (a 1F1B pipeline's activations one way, gradients the
+ *    other) cannot deadlock; a receive blocks until its data has arrived. Messages between two
+ *    ranks with the same tag arrive in the order sent (MPI's guarantee).
+ *  - on the device, when its ccl has group calls: a send is held (the tensor retained) until
+ *    the next exchange, which issues the held sends and its receives as one group
+ *    (group_start .. group_end), device memory to device memory. A rendezvous send (NCCL's,
+ *    CNCL's) then never waits for a receive queued behind another send. The ccl matches
+ *    messages by order, not tag: the caller receives from each peer in the order it sent. */
+bool it_dist_p2p_on_device(const it_dist *d) { return d && d->p2p_dev; }
+
 /* A point-to-point call's group, peer and tensor checked. */
 static it_status check_p2p(const it_dist *d, it_tensor *t, int peer, const char *what) {
     if (!d || d->world == 1) return it_error(IT_ERR_INVALID_ARG, "dist %s: needs a group of more than one rank", what);
@@ -529,6 +547,21 @@ static it_status check_p2p(const it_dist *d, it_tensor *t, int peer, const char 
 it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
     it_status st = check_p2p(d, t, peer, "send");
     if (st) return st;
+    if (d->p2p_dev) {
+        if (d->npend == d->cappend) {
+            int cap = d->cappend ? 2 * d->cappend : 8;
+            it_tensor **r = realloc(d->pend, sizeof *r * (size_t)cap);
+            if (r) d->pend = r;
+            int *q = r ? realloc(d->pend_peer, sizeof *q * (size_t)cap) : NULL;
+            if (q) d->pend_peer = q;
+            if (!r || !q) return it_error(IT_ERR_OOM, "dist send: out of host memory");
+            d->cappend = cap;
+        }
+        d->pend[d->npend] = it_tensor_retain(t);
+        d->pend_peer[d->npend++] = peer;
+        d->bytes_sent += it_tensor_nbytes(t);
+        return IT_OK;
+    }
     if (d->nsend == d->capsend) {
         int cap = d->capsend ? 2 * d->capsend : 8;
         MPI_Request *r = realloc(d->sreq, sizeof *r * (size_t)cap);
@@ -551,9 +584,51 @@ it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
     return IT_OK;
 }
 
+/* One group on the device: the held sends, then n receives; every held tensor released. */
+static it_status device_group(it_dist *d, int n, it_tensor *const *t, const int *peer) {
+    const it_ccl *c = d->dev_ccl;
+    it_stream *s = it__stream(d->dev);
+    it_status st = c->group_start();
+    if (st) st = it_error_context("dist: ccl group_start: ");
+    bool open = !st;
+    for (int i = 0; i < d->npend && !st; i++) {
+        it_tdesc td = it_tensor_desc(d->pend[i]);
+        st = c->send(d->dev_comm, td.data, (size_t)it_tensor_numel(d->pend[i]), td.dtype, d->pend_peer[i], s);
+        if (st) st = it_error_context("dist: ccl send to rank %d: ", d->pend_peer[i]);
+    }
+    for (int i = 0; i < n && !st; i++) {
+        it_tdesc td = it_tensor_desc(t[i]);
+        st = c->recv(d->dev_comm, td.data, (size_t)it_tensor_numel(t[i]), td.dtype, peer[i], s);
+        if (st) st = it_error_context("dist: ccl recv from rank %d: ", peer[i]);
+    }
+    if (open) { /* closed also after an error: the library's group state stays balanced */
+        it_status ge = c->group_end();
+        if (!st && ge) st = it_error_context("dist: ccl group_end: ");
+    }
+    for (int i = 0; i < d->npend; i++) it_tensor_release(d->pend[i]);
+    d->npend = 0;
+    return st;
+}
+
+it_status it_dist_exchange(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag) {
+    if (n < 0 || (n > 0 && (!t || !peer || !tag)))
+        return it_error(IT_ERR_INVALID_ARG, "dist exchange: %d receives with no tensors, peers or tags", n);
+    for (int i = 0; i < n; i++) {
+        it_status st = check_p2p(d, t[i], peer[i], "recv");
+        if (st) return st;
+    }
+    if (d && d->p2p_dev) return n || d->npend ? device_group(d, n, t, peer) : IT_OK;
+    for (int i = 0; i < n; i++) {
+        it_status st = it_dist_recv(d, t[i], peer[i], tag[i]);
+        if (st) return st;
+    }
+    return IT_OK;
+}
+
 it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
     it_status st = check_p2p(d, t, peer, "recv");
     if (st) return st;
+    if (d->p2p_dev) return device_group(d, 1, &t, &peer);
     size_t n = it_tensor_nbytes(t);
     void *h = malloc(n ? n : 1);
     if (!h) return it_error(IT_ERR_OOM, "dist recv: %zu bytes of host memory", n);
@@ -570,6 +645,7 @@ it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
 }
 
 it_status it_dist_send_wait(it_dist *d) {
+    if (d && d->npend) return device_group(d, 0, NULL, NULL); /* the held sends, in a group of their own */
     if (!d || !d->nsend) return IT_OK;
     int rc = MPI_Waitall(d->nsend, d->sreq, MPI_STATUSES_IGNORE);
     for (int i = 0; i < d->nsend; i++) free(d->sbuf[i]);

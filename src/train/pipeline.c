@@ -12,12 +12,18 @@
  * holds chunks g = v*P + p of P*V; F(i, g) runs at step g + i and, GPipe, B(i, g) at
  * S + (S - 1 - g - i) with S = M + P*V - 1 (each rank's tasks by step, then chunk), or,
  * interleaved 1F1B (--pipeline_schedule 1f1b), B(i, g) at 2(P*V - 1) - g + i (by step, then
- * micro-batch, F before B): InfiniTrain's two rules. Every task's input comes from a task of an
- * earlier step, so each rank running its own tasks in order cannot wait in a cycle. A chunk's
- * output goes to the next stage, from the last stage to stage 0's next chunk; messages are
- * tagged by micro-batch and chunk. Sends are staged through host memory and never wait
- * (it_dist_send), so a stage sending to its neighbour while the neighbour sends back cannot
- * deadlock; every receive matches a send of the same tag in order.
+ * micro-batch, F before B): InfiniTrain's two rules. Every message goes from a task of step s
+ * to a task of step s + 1 (a chunk's output to the next chunk, a gradient to the previous),
+ * so before each of its steps a rank receives what that step's tasks need, in one exchange
+ * with the sends of its previous step (it_dist_exchange): when every rank does, each step's
+ * exchanges match among themselves and no rank waits in a cycle, also with a device ccl
+ * whose sends wait for their receives (NCCL's rendezvous). A chunk's output goes to the next
+ * stage, from the last stage to stage 0's next chunk; messages are tagged by micro-batch and
+ * chunk, and between two stages both sides order them alike (every receive matches a send of
+ * the same tag in order), as a device ccl, which matches by order, needs. Megatron's 1F1B
+ * (V = 1) receives inside each task, the held sends going out with each receive: its
+ * send-forward-receive-backward pairs. Both were checked free of deadlock, with sends that
+ * wait for their receives, for P 2..8, V 1..4, M 1..16 (docs/parallelism.md).
  *
  * Each micro-batch's gradient is computed alone and added to the earlier ones' sum in the
  * order the backwards run, as the ordinary micro-step loop does: 1F1B's backwards run
@@ -35,6 +41,7 @@ static int tag_of(int mb, int g, int chunks, bool grad) { return 2 * (mb * chunk
 typedef struct pp_mb {
     size_t lo, hi;         /* its forward's segment of the tape */
     it_tensor *root, *in;  /* the chunk's output (or the scaled loss); its input leaf (NULL: first chunk) */
+    it_tensor *dy;         /* the output's gradient when received ahead of the backward (NULL: not yet) */
 } pp_mb;
 
 /* IT_PP_STATS=1: each stage's time blocked in receives (its share of the bubble) over the
@@ -45,12 +52,13 @@ static struct {
     size_t peak; /* the largest step's peak of used device memory */
 } g_stats;
 
-static it_status timed_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+static it_status timed_exchange(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag) {
     double t0 = train_now_ms();
-    it_status st = it_dist_recv(d, t, peer, tag);
+    it_status st = it_dist_exchange(d, n, t, peer, tag);
     g_stats.wait_ms += train_now_ms() - t0;
     return st;
 }
+static it_status timed_recv(it_dist *d, it_tensor *t, int peer, int tag) { return timed_exchange(d, 1, &t, &peer, &tag); }
 
 typedef struct pp_run {
     it_train_ctx *ctx;
@@ -63,6 +71,12 @@ typedef struct pp_run {
  * PP group ranks; -1: none (the first chunk of all, the last). */
 static int prev_stage(const pp_run *r, int v) { return r->p > 0 ? r->p - 1 : v > 0 ? r->P - 1 : -1; }
 static int next_stage(const pp_run *r, int v) { return r->p < r->P - 1 ? r->p + 1 : v < r->V - 1 ? 0 : -1; }
+
+/* A buffer for a stage's input, (B, T/SP, C) in fp32 as InfiniTrain sends it. */
+static it_tensor *stage_input(const it_train_ctx *ctx) {
+    int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
+    return it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a);
+}
 
 static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     it_train_ctx *ctx = r->ctx;
@@ -86,9 +100,10 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hy, bytes);
     st = x && y ? IT_OK : it_last_status();
     if (!st && from >= 0) { /* the previous chunk's output, a leaf whose gradient goes back */
-        int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
-        mb->in = it_scope_keep(it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a));
-        st = mb->in ? timed_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
+        if (!mb->in) { /* not received ahead (pp_receive_ahead) */
+            mb->in = it_scope_keep(stage_input(ctx));
+            st = mb->in ? timed_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
+        }
         if (!st) st = it_tensor_set_requires_grad(mb->in, true);
         it_model_set_stage_input(m, mb->in);
     }
@@ -120,13 +135,15 @@ static it_status pp_backward(pp_run *r, int i, int v) {
     if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
     it_precision_pipeline_micro_step(i);
     it_scope_begin();
-    it_tensor *dy = NULL;
-    if (to >= 0) {
+    it_tensor *dy = mb->dy, *ahead = mb->dy; /* received ahead (pp_receive_ahead): ours to release */
+    mb->dy = NULL;
+    if (!dy && to >= 0) {
         dy = it_tensor_new(ctx->dev, it_tensor_dtype(mb->root), it_tensor_ndim(mb->root), it_tensor_shape(mb->root));
         st = dy ? timed_recv(ctx->pp, dy, to, tag_of(i, g, chunks, true)) : it_last_status();
     }
     if (!st) st = it_backward_range(mb->root, dy, mb->lo, mb->hi);
     it_scope_end();
+    it_tensor_release(ahead);
     size_t len = mb->hi - mb->lo;
     for (int k = 0; k < n; k++) /* the segments recorded after this one moved down */
         if (&r->mbs[k] != mb && r->mbs[k].root && r->mbs[k].lo >= mb->hi) r->mbs[k].lo -= len, r->mbs[k].hi -= len;
@@ -162,7 +179,44 @@ static int interleaved_order(const void *a, const void *b) { /* by step, micro-b
     return (int)x->bwd - (int)y->bwd;
 }
 
-/* InfiniTrain's rules over this stage's 2*M*V tasks, run in order. */
+/* Before the n tasks of one step run: receive every input and output gradient they need, in
+ * one exchange with the previous step's sends (the file's comment says why). */
+static it_status pp_receive_ahead(pp_run *r, const pp_task *t, int n) {
+    it_train_ctx *ctx = r->ctx;
+    int chunks = r->P * r->V, k = 0;
+    it_tensor **buf = calloc((size_t)n, sizeof *buf);
+    int *peer = calloc((size_t)n, sizeof *peer), *tag = calloc((size_t)n, sizeof *tag);
+    it_status st = buf && peer && tag ? IT_OK : it_error(IT_ERR_OOM, "pipeline: out of host memory");
+    for (int j = 0; j < n && !st; j++) {
+        pp_mb *mb = &r->mbs[t[j].mb * r->V + t[j].v];
+        int g = t[j].v * r->P + r->p, from = prev_stage(r, t[j].v), to = next_stage(r, t[j].v);
+        it_tensor *b = NULL;
+        it_scope_begin();
+        if (!t[j].bwd && from >= 0) {
+            b = mb->in = it_scope_keep(stage_input(ctx));
+            peer[k] = from, tag[k] = tag_of(t[j].mb, g, chunks, false);
+        } else if (t[j].bwd && to >= 0 && mb->root) {
+            b = mb->dy = it_scope_keep(it_tensor_new(ctx->dev, it_tensor_dtype(mb->root), it_tensor_ndim(mb->root),
+                                                     it_tensor_shape(mb->root)));
+            peer[k] = to, tag[k] = tag_of(t[j].mb, g, chunks, true);
+        } else if (t[j].bwd && to >= 0) {
+            st = it_error(IT_ERR_INTERNAL, "pipeline: stage %d's backward of micro-batch %d chunk %d precedes its forward",
+                          r->p, t[j].mb, t[j].v);
+        }
+        it_scope_end();
+        if (!st && (!t[j].bwd ? from >= 0 : to >= 0)) {
+            if (!b) st = it_last_status();
+            buf[k++] = b;
+        }
+    }
+    if (!st) st = timed_exchange(ctx->pp, k, buf, peer, tag);
+    free(buf);
+    free(peer);
+    free(tag);
+    return st;
+}
+
+/* InfiniTrain's rules over this stage's 2*M*V tasks, run in order, step by step. */
 static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
     int M = r->M, V = r->V, T = r->P * r->V;
     long S = M + T - 1;
@@ -177,7 +231,13 @@ static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
         }
     qsort(t, (size_t)n, sizeof *t, interleaved ? interleaved_order : gpipe_order);
     it_status st = IT_OK;
-    for (int k = 0; k < n && !st; k++) st = t[k].bwd ? pp_backward(r, t[k].mb, t[k].v) : pp_forward(r, t[k].mb, t[k].v, loss_sum);
+    for (int k = 0; k < n && !st;) {
+        int e = k + 1;
+        while (e < n && t[e].step == t[k].step) e++;
+        st = pp_receive_ahead(r, t + k, e - k);
+        for (; k < e && !st; k++)
+            st = t[k].bwd ? pp_backward(r, t[k].mb, t[k].v) : pp_forward(r, t[k].mb, t[k].v, loss_sum);
+    }
     free(t);
     return st;
 }
@@ -198,8 +258,7 @@ it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, dou
         it_model_set_chunk(m, v);
         it_scope_begin();
         if (from >= 0) {
-            int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
-            it_tensor *in = it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a);
+            it_tensor *in = stage_input(ctx);
             st = in ? it_dist_recv(ctx->pp, in, from, tag_of(0, g, chunks, false)) : it_last_status();
             it_model_set_stage_input(m, in);
         }
@@ -273,6 +332,7 @@ static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
     for (int i = 0; i < M * V; i++) {
         it_tensor_release(r.mbs[i].root);
         it_tensor_release(r.mbs[i].in);
+        it_tensor_release(r.mbs[i].dy);
     }
     free(r.mbs);
     it_model_set_chunk(ctx->model, 0);

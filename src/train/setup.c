@@ -204,6 +204,10 @@ static it_status setup_grid(it_train_ctx *ctx) {
     ctx->pp = pp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_PP) : NULL;
     ctx->tp_size = tp;
     ctx->pp_size = pp;
+    if (ctx->pp && !ctx->quiet) /* every stage's device has the same backend */
+        printf("pipeline: activations %s\n", it_dist_p2p_on_device(ctx->pp)
+                                                 ? "device to device (the ccl's send/recv, one group per schedule step)"
+                                                 : "staged through host memory (MPI)");
     ctx->rank = it_dist_rank(ctx->dist);
     ctx->world = it_dist_world(ctx->dist);
     /* every rank holding part of one model replica (the same dp): the norm's and the

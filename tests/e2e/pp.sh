@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline parallelism under mpirun: LLaMA-3 with 2 and 4 stages and 2 x 2 virtual (1F1B and
-# interleaved, no clipping) bitwise equal to one rank with the same accumulation, GPipe within 1e-6; GPT-2 (tied embedding: the last stage's copy of wte and
-# the first stage's summed) with 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D
-# (DP2 x TP2 + SP x PP2, ZeRO-1, 8 ranks) within 1e-5; validation and the precision checker's
+# interleaved, no clipping) bitwise equal to one rank with the same accumulation, GPipe within
+# 1e-6; GPT-2 (tied embedding: the last stage's copy of wte and the first stage's summed) with
+# 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D (DP2 x TP2 + SP x PP2, ZeRO-1, 8
+# ranks) within 1e-5; every schedule, case 8 and validation on p2pccl (activations on a device
+# ccl with NCCL's rendezvous) bitwise the cpu device's; validation and the precision checker's
 # records (every op's, equal to one rank's) under PP; a 3-D checkpoint resumed bitwise; the
 # gathered llm.c file exact; bad grids refused in one line; a stage killed mid-schedule stops
 # the job instead of hanging it.
@@ -55,6 +57,41 @@ runn 4 llama3 "$tmp/llc4" "${deepl[@]}" --pipeline_parallel 4
 within "4-layer llama3 PP=4 gpipe, clip 1.0, vs 1 rank" "$tmp/llc1" "$tmp/llc4" 1e-6
 grep -q 'DP=1, TP=1, SP=1, PP=2)$' "$tmp/l_1f1b.out" && ok || bad "PP=2: the step line lacks PP=2"
 
+# 1b. Activations device to device: the p2pccl test backend (tests/plugin/p2pccl.c: the CPU's
+#     kernels, a ccl whose sends wait for their receives and match by order, as NCCL's do)
+#     moves them with its send/recv in groups. Each schedule's losses are the cpu device's
+#     (staged through host memory) bitwise: Megatron's 1F1B, GPipe, interleaved 1F1B on
+#     2 x 2 chunks (the last stage sending to stage 0), 4 stages. Every stage reports sends,
+#     receives and groups on the device ccl. Without group calls (P2PCCL_NO_GROUPS=1) the
+#     core stages them through host memory: the same losses, no point-to-point on the ccl.
+export IT_BACKEND_PATH=$build/test-plugins P2PCCL_NO_GROUPS=0
+mpi+=(-x IT_BACKEND_PATH -x P2PCCL_NO_GROUPS)
+dev=(--device p2pccl)
+p2p_used() { # log.out, ranks [stages]: every rank moved messages on its PP group's device ccl, in groups
+  local n pp=${3:-$2}
+  n=$(grep -cE '^p2pccl: rank [0-9]+ of '"$pp"': [1-9][0-9]* sends, [1-9][0-9]* receives, [1-9][0-9]* groups$' "$1")
+  [[ $n -eq $2 ]] && ok || bad "$1: $n of $2 ranks report point-to-point on the device ccl: $(grep p2pccl "$1" | head -3)"
+}
+runn 2 llama3 "$tmp/p_1f1b" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 \
+  --pipeline_schedule 1f1b "${dev[@]}"
+same "p2pccl llama3 PP=2 1f1b vs the cpu device" "$tmp/l_1f1b" "$tmp/p_1f1b"
+p2p_used "$tmp/p_1f1b.out" 2
+runn 2 llama3 "$tmp/p_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 "${dev[@]}"
+same "p2pccl llama3 PP=2 gpipe vs the cpu device" "$tmp/l_gpipe" "$tmp/p_gpipe"
+runn 2 llama3 "$tmp/p22" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
+  --pipeline_schedule 1f1b "${dev[@]}"
+same "p2pccl 4-layer llama3 PP=2 x VPP=2 interleaved vs the cpu device" "$tmp/ll22" "$tmp/p22"
+p2p_used "$tmp/p22.out" 2
+runn 4 llama3 "$tmp/p4" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 4 --pipeline_schedule 1f1b "${dev[@]}"
+same "p2pccl 4-layer llama3 PP=4 1f1b vs the cpu device" "$tmp/ll4" "$tmp/p4"
+p2p_used "$tmp/p4.out" 4
+runn 4 llama3 "$tmp/pc4" "${deepl[@]}" --pipeline_parallel 4 "${dev[@]}"
+same "p2pccl 4-layer llama3 PP=4 gpipe, clip 1.0, vs the cpu device" "$tmp/llc4" "$tmp/pc4"
+P2PCCL_NO_GROUPS=1 runn 2 llama3 "$tmp/pn22" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 2 \
+  --virtual_pipeline_parallel 2 --pipeline_schedule 1f1b "${dev[@]}"
+same "p2pccl without group calls (staged) PP=2 x VPP=2 vs the cpu device" "$tmp/ll22" "$tmp/pn22"
+grep -q '^p2pccl: .* sends' "$tmp/pn22.out" && bad "p2pccl without groups still sent on the device ccl" || ok
+
 # 2. GPT-2: the first stage's wte and the last stage's copy sum their gradients (a different
 #    order than one rank's single tensor): within 1e-6 (a few fp32 ulp at loss 5.5).
 run1 gpt2 "$tmp/g1" "${gpt2[@]}" --total_batch_size 512
@@ -90,6 +127,11 @@ within "gpt2 DP2xTP2+SPxPP2xVPP2 ZeRO-1 (InfiniTrain's case 8) vs 1 rank" "$tmp/
   ok || bad "3-D checkpoint: expected rank_000000 1 4 5: $(ls "$tmp/ck/checkpoint_step_000005" 2>&1)"
 runn 8 gpt2 "$tmp/d8r" "${deep[@]}" "${three[@]}" --load "$tmp/ck/checkpoint_step_000005"
 [[ -s $tmp/d8r ]] && tail -n 5 "$tmp/d8" | cmp -s - "$tmp/d8r" && ok || bad "3-D run resumed from step 5 differs"
+# the same on p2pccl: DP's, TP's and the tied embedding's collectives and PP's messages all on
+# the device ccl, the cpu device's losses bitwise
+runn 8 gpt2 "$tmp/p8" "${deep[@]}" "${three[@]}" "${dev[@]}"
+same "p2pccl case 8 (DP2xTP2+SPxPP2xVPP2 ZeRO-1) vs the cpu device" "$tmp/d8" "$tmp/p8"
+p2p_used "$tmp/p8.out" 8 2
 
 # 3b. Validation under PP: each batch goes through the stages without autograd; the last
 #     stage's loss is every stage's. A 4-stage run prints one rank's validation losses.
@@ -100,6 +142,11 @@ timeout 120 "${mpi[@]}" -np 4 "$build/gpt2" "${deep[@]}" "${val[@]}" --pipeline_
 a=$(grep '^val loss' "$tmp/val1.out") b=$(grep '^val loss' "$tmp/val4.out")
 [[ -n $a && $a == "$b" && $(grep -c '^val loss' "$tmp/val4.out") -eq 2 ]] && ok ||
   bad "PP=4 validation losses differ from one rank's: '$a' vs '$b'"
+# on p2pccl, 2 stages x 2 chunks (the evaluation's messages go round the ring too)
+timeout 120 "${mpi[@]}" -np 2 "$build/gpt2" "${deep[@]}" "${val[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
+  "${dev[@]}" >"$tmp/valp.out" 2>&1 || bad "p2pccl PP=2 x VPP=2 validation run exited $?"
+b=$(grep '^val loss' "$tmp/valp.out")
+[[ -n $a && $a == "$b" ]] && ok || bad "p2pccl PP=2 x VPP=2 validation losses differ from one rank's: '$a' vs '$b'"
 
 # 3c. The precision checker under PP: each stage records its own modules and ops, each
 #     micro-batch's backward named by its own forward although 1F1B interleaves them. Level 2
