@@ -15,6 +15,11 @@
  *    and more with a transposed operand (LM heads) are asked shaped even so (below).
  *  - shaped (AMX, "brg:avx512_core_amx"): a primitive per call, of the call's shape, since
  *    only the shaped brgemm reaches the tiles; oneDNN's primitive cache keeps repeats at ~2 us.
+ *    Only for products whose every dim is a multiple of 64 (a model's own sizes, which repeat
+ *    every step); the others (Mixtral's tokens per expert, new every step) go shape-free
+ *    when oneDNN serves that with a bf16 kernel, instead of compiling a kernel per call (3-4
+ *    ms each: a 6-layer Mixtral's step 1000 -> see docs/performance.md). A rule of the call
+ *    alone, so a resumed run takes the path the uninterrupted one took.
  * A build whose oneDNN would take neither (an fp32 emulation) is not used.
  *
  * Why oneDNN and not only the own kernel (sbgemm_avx512bf16.c): it measures faster on every
@@ -43,6 +48,7 @@ enum { MODE_NONE, MODE_SHAPE_FREE, MODE_SHAPED };
 static dnnl_engine_t g_engine;
 static char g_impl[64];
 static int g_mode;
+static bool g_free_too; /* MODE_SHAPED: irregular shapes may go shape-free (a bf16 kernel serves them) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_stream_key; /* a stream per calling thread (never shared), gone with it */
 
@@ -145,18 +151,21 @@ static void init_once(void) {
     dnnl_primitive_t p = make(&probe, false, g_impl);
     if (p == NULL) return;
     dnnl_primitive_destroy(p);
-    if (fast_name(g_impl, "amx")) {
-        g_mode = MODE_SHAPED;
-        return;
-    }
-    if (!fast_name(g_impl, "bf16")) return;
+    bool amx = fast_name(g_impl, "amx");
+    if (!amx && !fast_name(g_impl, "bf16")) return;
     /* and for the same product asked shape-free: its jit bf16 GEMM, or not at all */
     char free_impl[64];
     p = make(&probe, true, free_impl);
-    if (p == NULL) return;
-    dnnl_primitive_destroy(p);
-    if (strncmp(free_impl, "ref", 3) == 0) {
+    bool free_ok = p != NULL && strncmp(free_impl, "ref", 3) != 0;
+    if (p) dnnl_primitive_destroy(p);
+    if (amx || !free_ok) {
         g_mode = MODE_SHAPED;
+        g_free_too = amx && free_ok;
+        if (g_free_too) { /* "brg:avx512_core_amx+gemm:jit" */
+            char both[64];
+            snprintf(both, sizeof both, "%.30s+%.32s", g_impl, free_impl);
+            memcpy(g_impl, both, sizeof both);
+        }
         return;
     }
     /* named for both: "gemm:jit/avx512_core_bf16" */
@@ -206,7 +215,7 @@ bool it_cpu_sbgemm_onednn(int64_t batch, bool ta, bool tb, int64_t m, int64_t n,
      * their shapes (an LM head's) repeat every step; untransposed, it is the faster one
      * (1024 x 384 x 32000: 851 against 665 GFLOP/s) */
     bool big = (double)batch * (double)m * (double)n * (double)k >= SHAPED_MACS;
-    bool free = g_mode == MODE_SHAPE_FREE && !(big && (ta || tb));
+    bool free = g_mode == MODE_SHAPE_FREE ? !(big && (ta || tb)) : g_free_too && (m % 64 || n % 64 || k % 64);
     /* a layout past the table's room is asked shaped */
     dnnl_primitive_t p = free ? layout_primitive(&cl) : NULL, owned = NULL;
     if (p == NULL) {
