@@ -18,8 +18,8 @@
  *    Only for products whose every dim is a multiple of 64 (a model's own sizes, which repeat
  *    every step); the others (Mixtral's tokens per expert, new every step) go shape-free
  *    when oneDNN serves that with a bf16 kernel, instead of compiling a kernel per call (3-4
- *    ms each: a 6-layer Mixtral's step 1000 -> see docs/performance.md). A rule of the call
- *    alone, so a resumed run takes the path the uninterrupted one took.
+ *    ms each; docs/performance.md has the figures). A rule of the call alone, so a resumed
+ *    run takes the path the uninterrupted one took.
  * A build whose oneDNN would take neither (an fp32 emulation) is not used.
  *
  * Why oneDNN and not only the own kernel (sbgemm_avx512bf16.c): it measures faster on every

@@ -72,21 +72,22 @@ p2p_used() { # log.out, ranks [stages]: every rank moved messages on its PP grou
   n=$(grep -cE '^p2pccl: rank [0-9]+ of '"$pp"': [1-9][0-9]* sends, [1-9][0-9]* receives, [1-9][0-9]* groups$' "$1")
   [[ $n -eq $2 ]] && ok || bad "$1: $n of $2 ranks report point-to-point on the device ccl: $(grep p2pccl "$1" | head -3)"
 }
-runn 2 llama3 "$tmp/p_1f1b" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 \
-  --pipeline_schedule 1f1b "${dev[@]}"
-same "p2pccl llama3 PP=2 1f1b vs the cpu device" "$tmp/l_1f1b" "$tmp/p_1f1b"
-p2p_used "$tmp/p_1f1b.out" 2
-runn 2 llama3 "$tmp/p_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 "${dev[@]}"
-same "p2pccl llama3 PP=2 gpipe vs the cpu device" "$tmp/l_gpipe" "$tmp/p_gpipe"
-runn 2 llama3 "$tmp/p22" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 2 --virtual_pipeline_parallel 2 \
-  --pipeline_schedule 1f1b "${dev[@]}"
-same "p2pccl 4-layer llama3 PP=2 x VPP=2 interleaved vs the cpu device" "$tmp/ll22" "$tmp/p22"
-p2p_used "$tmp/p22.out" 2
-runn 4 llama3 "$tmp/p4" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 4 --pipeline_schedule 1f1b "${dev[@]}"
-same "p2pccl 4-layer llama3 PP=4 1f1b vs the cpu device" "$tmp/ll4" "$tmp/p4"
-p2p_used "$tmp/p4.out" 4
-runn 4 llama3 "$tmp/pc4" "${deepl[@]}" --pipeline_parallel 4 "${dev[@]}"
-same "p2pccl 4-layer llama3 PP=4 gpipe, clip 1.0, vs the cpu device" "$tmp/llc4" "$tmp/pc4"
+p2p_case() { # name, the cpu device's loss log, ranks, log, llama3 args...: same losses, the device ccl used
+  local name=$1 ref=$2 n=$3 log=$4
+  shift 4
+  runn "$n" llama3 "$log" "$@" "${dev[@]}"
+  same "p2pccl $name vs the cpu device" "$ref" "$log"
+  p2p_used "$log.out" "$n"
+}
+p2p_case "llama3 PP=2 1f1b" "$tmp/l_1f1b" 2 "$tmp/p_1f1b" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 \
+  --pipeline_parallel 2 --pipeline_schedule 1f1b
+p2p_case "llama3 PP=2 gpipe" "$tmp/l_gpipe" 2 "$tmp/p_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 \
+  --pipeline_parallel 2
+p2p_case "4-layer llama3 PP=2 x VPP=2 interleaved" "$tmp/ll22" 2 "$tmp/p22" "${deepl[@]}" "${noclip[@]}" \
+  --pipeline_parallel 2 --virtual_pipeline_parallel 2 --pipeline_schedule 1f1b
+p2p_case "4-layer llama3 PP=4 1f1b" "$tmp/ll4" 4 "$tmp/p4" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 4 \
+  --pipeline_schedule 1f1b
+p2p_case "4-layer llama3 PP=4 gpipe, clip 1.0," "$tmp/llc4" 4 "$tmp/pc4" "${deepl[@]}" --pipeline_parallel 4
 P2PCCL_NO_GROUPS=1 runn 2 llama3 "$tmp/pn22" "${deepl[@]}" "${noclip[@]}" --pipeline_parallel 2 \
   --virtual_pipeline_parallel 2 --pipeline_schedule 1f1b "${dev[@]}"
 same "p2pccl without group calls (staged) PP=2 x VPP=2 vs the cpu device" "$tmp/ll22" "$tmp/pn22"
