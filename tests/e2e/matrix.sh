@@ -48,7 +48,7 @@ row() { printf '%s\n' "$out" | grep -E "^$1 "; }
 
 if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
     # The DP cases run under mpirun: OpenMPI's own allocations kept until exit are suppressed
-    # by library, which needs the slow unwinder (see ddp.sh). mpirun passes the environment on.
+    # by library, which needs the slow unwinder (see mpi_asan.bash). mpirun passes the environment on.
     export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 fi
@@ -105,13 +105,13 @@ for dev in cpu sim; do
         printf '%s\n' "$h" | sed -n 1p | grep -Eq '^\[RUN_STARTED_AT\] [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}$' &&
             printf '%s\n' "$h" | sed -n 2p | grep -Eq '^\[GIT_BRANCH\] .+' &&
             printf '%s\n' "$h" | sed -n 3p | grep -Eq '^\[GIT_COMMIT\] ([0-9a-f]{40}|unknown)$' &&
-            printf '%s\n' "$h" | sed -n 4p | grep -Eq '^\[GIT_COMMIT_SHORT\] ([0-9a-f]{7}|unknow)$' &&
+            printf '%s\n' "$h" | sed -n 4p | grep -Eq '^\[GIT_COMMIT_SHORT\] ([0-9a-f]{7}|unknown)$' &&
             printf '%s\n' "$h" | sed -n 5p | grep -Eq "^\[COMMAND\] .*/(gpt2|llama3|mixtral) .*--device $dev( |$)" &&
             grep -Eq '^step +[0-9]+/[0-9]+ \| train loss [0-9.]+ ' "$f" || badlog="$badlog $c"
     done
     if [ -z "$missing" ]; then ok "$dev: every runnable case has its log"; else bad "$dev: logs missing:$missing"; fi
     if [ -z "$badlog" ]; then ok "$dev: every log has the header lines and step lines"; else
-        bad "$dev: logs without the header or step lines:$badlog" "$(head -n 8 "$logs/${badlog# }.log" 2>&1)"
+        bad "$dev: logs without the header or step lines:$badlog" "$(first=${badlog# }; head -n 8 "$logs/${first%% *}.log" 2>&1)"
     fi
     nosup=""
     for c in $unsupported; do [ -e "$logs/$c.log" ] && nosup="$nosup $c"; done
