@@ -23,12 +23,8 @@ command -v mpirun >/dev/null 2>&1 || have_mpi=0
 # OpenMPI refuses root without --allow-run-as-root, and more ranks than cores without
 # --oversubscribe (CI containers run as root on 2 cores).
 mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # OpenMPI's own allocations kept until exit, suppressed by library (see ddp.sh).
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_asan.bash" # the sanitizer build's rank setup
+mpi_asan_setup
 
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3 m=$src/tests/fixtures/mixtral
 gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32

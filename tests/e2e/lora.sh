@@ -50,11 +50,8 @@ awk -v a="$la" -v b="$lm" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" 
 
 if command -v mpirun >/dev/null 2>&1; then
   mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-  if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then # as ddp.sh
-    export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-    mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-  fi
+  . "$src/tests/e2e/mpi_asan.bash" # the sanitizer build's rank setup
+  mpi_asan_setup
   "${mpi[@]}" -np 2 "$build/gpt2" "${run[@]}" --loss_log "$tmp/ddp.txt" >"$tmp/ddp.out" 2>&1 ||
     bad "ddp run: $(tail -3 "$tmp/ddp.out")"
   same "ddp 2 ranks vs 1 rank accum 2" "$tmp/cpu.txt" "$tmp/ddp.txt"

@@ -19,11 +19,8 @@ export OMP_NUM_THREADS=1 # one summation order in every process (bitwise compari
 mpi=()
 if command -v mpirun >/dev/null 2>&1; then
   mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-  if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then # as ddp.sh
-    export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-    mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-  fi
+  . "$src/tests/e2e/mpi_asan.bash" # the sanitizer build's rank setup
+  mpi_asan_setup
 fi
 
 g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3 f=$src/tests/fixtures/lora

@@ -19,15 +19,8 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 # more ranks than cores without --oversubscribe (CI containers run as root on 2 cores).
 export OMP_NUM_THREADS=1
 mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS)
-if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-  # ASan's leak checker reports allocations OpenMPI's own libraries keep until exit: they
-  # are suppressed by library (lsan-mpi.supp). That needs exact stacks: OpenMPI is built
-  # without frame pointers, so the fast unwinder loses the library frames and leaves
-  # "<unknown module>" that no suppression can match; the slow unwinder finds them.
-  export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-fi
+. "$src/tests/e2e/mpi_asan.bash"
+mpi_asan_setup
 
 # within WHAT A B TOL: two --loss_log files of N lines (N: $steps, default 10), every step's
 # |a - b| <= TOL; prints the worst.

@@ -44,12 +44,8 @@ v=$(sed -n 's/^val loss //p' "$tmp/lr0_out.txt")
 # 3. DDP: 2 ranks, K=3 batches each = batches 0..5 = the first 3 steps' mean losses.
 if command -v mpirun >/dev/null 2>&1; then
   mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS)
-  if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
-    # OpenMPI's own allocations kept until exit: suppressed by library (see ddp.sh)
-    export LSAN_OPTIONS="suppressions=$src/tests/e2e/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-    mpi+=(-x LSAN_OPTIONS -x ASAN_OPTIONS -x UBSAN_OPTIONS)
-  fi
+  . "$src/tests/e2e/mpi_asan.bash" # the sanitizer build's rank setup
+  mpi_asan_setup
   export OMP_NUM_THREADS=1
   "${mpi[@]}" "$gpt2" "${base[@]}" --learning_rate 0 --lr_decay_style none --total_batch_size 64 \
     --input_val_bin "$fix/tiny_shard.bin" --val_loss_every 12 --val_max_steps 3 --loss_log "$tmp/ddp.txt" \
