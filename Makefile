@@ -58,12 +58,12 @@ $(GPT2_VOCAB):
 
 test: build build-asan $(GPT2_VOCAB)
 	@echo "== test suite (release build) =="
-	cd $(BUILD) && ctest --output-on-failure -j1
+	cd $(BUILD) && ctest --output-on-failure -j2
 	@echo "== test suite under AddressSanitizer + UndefinedBehaviorSanitizer =="
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j1
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j2
 
 test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j1
+	cd $(BUILD) && ctest --output-on-failure -j2
 
 bench: build
 	bash bench/run.sh $(BUILD)
