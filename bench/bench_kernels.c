@@ -32,10 +32,12 @@ enum kind {
     K_CE_FWD,
     K_CE_BWD,
     K_ADAM,
+    K_ADAM_ROUND,
     K_GELU,
     K_GELU_BWD,
     K_ADD,
     K_COPY,
+    K_CAST,
     K_ATT_FWD,
     K_ATT_BWD
 };
@@ -79,10 +81,12 @@ static it_status kb_call(const it_kernels *k, kbench *b) {
     case K_CE_FWD: return k->cross_entropy_fwd(NULL, &d[0], &d[1], b->valid, &d[2]);
     case K_CE_BWD: return k->cross_entropy_bwd(NULL, &d[0], &d[1], b->valid, &d[2], &d[3]);
     case K_ADAM: return k->adam_step(NULL, &b->adam, &d[0], &d[1], &d[2], &d[3]);
+    case K_ADAM_ROUND: return k->adam_step_round(NULL, &b->adam, &d[0], &d[1], &d[2], &d[3], &d[4]);
     case K_GELU: return k->unary(NULL, IT_UNARY_GELU, 0.0f, &d[0], &d[1]);
     case K_GELU_BWD: return k->binary(NULL, IT_BINARY_GELU_BWD, &d[0], &d[1], &d[2]);
     case K_ADD: return k->binary(NULL, IT_BINARY_ADD, &d[0], &d[1], &d[2]);
     case K_COPY: return k->copy_strided(NULL, &d[0], &d[1]);
+    case K_CAST: return k->cast(NULL, &d[0], &d[1]);
     case K_ATT_FWD:
     case K_ATT_BWD: { /* d[0] qkv (B, T, 3C), d[1] att (B, H, T, T), d[2] y or dy (B, T, C), d[3] dqkv */
         int64_t H = b->heads, C = d[0].shape[2] / 3, D = C / H;
@@ -133,7 +137,7 @@ static int kb_run(kbench *b) {
     int n = 0;
     double t_start = bench_now_ms();
     while (n < 1000 && (n < min_reps || bench_now_ms() - t_start < min_ms)) {
-        if (b->kind == K_ADAM) b->adam.step++;
+        if (b->kind == K_ADAM || b->kind == K_ADAM_ROUND) b->adam.step++;
         double t0 = bench_now_ms();
         kb_call(k, b);
         times[n++] = bench_now_ms() - t0;
@@ -345,12 +349,13 @@ static int bench_ce(bool bwd, int64_t N, int64_t V, int64_t Vp) {
     return kb_run(&b);
 }
 
-/* AdamW on n parameters: p, g, m, v read, p, m, v written. */
-static int bench_adam(int64_t n) {
+/* AdamW on n parameters: p, g, m, v read, p, m, v written; with `round`, adam_step_round's
+ * bf16 copy of p written too (autocast's weights). */
+static int bench_adam(int64_t n, bool round) {
     kbench b;
     memset(&b, 0, sizeof b);
-    b.kind = K_ADAM;
-    snprintf(b.name, sizeof b.name, "adam_step (AdamW)");
+    b.kind = round ? K_ADAM_ROUND : K_ADAM;
+    snprintf(b.name, sizeof b.name, round ? "adam_step_round (AdamW, bf16)" : "adam_step (AdamW)");
     snprintf(b.shape, sizeof b.shape, "%lld params", (long long)n);
     int64_t s[1] = {n};
     float *p = kb_buf(&b, 0, (size_t)n, 0.02f), *g = kb_buf(&b, 1, (size_t)n, 1e-3f);
@@ -361,6 +366,15 @@ static int bench_adam(int64_t n) {
         return 1;
     }
     for (int i = 0; i < 4; i++) b.d[i] = bench_desc(b.buf[i], IT_DTYPE_FP32, 1, s);
+    if (round) {
+        float *low = kb_buf(&b, 4, (size_t)(n + 1) / 2, 0.0f); /* n bf16 */
+        if (!low) {
+            kb_free(&b);
+            fprintf(stderr, "adam_step_round: out of memory\n");
+            return 1;
+        }
+        b.d[4] = bench_desc(low, IT_DTYPE_BF16, 1, s);
+    }
     b.adam = (it_adam_args){.lr = 1e-4f,
                             .beta1 = 0.9f,
                             .beta2 = 0.999f,
@@ -369,7 +383,7 @@ static int bench_adam(int64_t n) {
                             .grad_scale = 1.0f,
                             .step = 1,
                             .decoupled = true};
-    b.bytes = 7.0 * (double)n * 4.0;
+    b.bytes = 7.0 * (double)n * 4.0 + (round ? 2.0 * (double)n : 0.0);
     int save = min_reps;
     min_reps = 3; /* each call moves ~3.5 GB */
     int r = kb_run(&b);
@@ -404,6 +418,28 @@ static int bench_elementwise(enum kind kind, int64_t R, int64_t C) {
 
 /* GPT-2 attention's head split: qkv (B, T, 3, nh, hd) permuted to (3, B, nh, T, hd) and
  * made contiguous (src/ops/attention.c), and the merge (B, nh, T, hd) -> (B, T, nh, hd). */
+/* Autocast's roundings: a contiguous (R, C) cast between fp32 and bf16 (an fp32 buffer of
+ * n floats holds the bf16 side too; its contents are rounded values either way). */
+static int bench_cast(bool to_bf16, int64_t R, int64_t C) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = K_CAST;
+    snprintf(b.name, sizeof b.name, "cast %s", to_bf16 ? "fp32 -> bf16" : "bf16 -> fp32");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld)", (long long)R, (long long)C);
+    int64_t s[2] = {R, C};
+    size_t n = (size_t)(R * C);
+    float *f = kb_buf(&b, 0, n, 1.0f), *h = kb_buf(&b, 1, n, 1.0f);
+    if (!f || !h) {
+        kb_free(&b);
+        return 1;
+    }
+    it_tdesc fd = bench_desc(f, IT_DTYPE_FP32, 2, s), hd = bench_desc(h, IT_DTYPE_BF16, 2, s);
+    b.d[0] = to_bf16 ? fd : hd;
+    b.d[1] = to_bf16 ? hd : fd;
+    b.bytes = 6.0 * (double)n;
+    return kb_run(&b);
+}
+
 static int bench_copy(bool split, int64_t B, int64_t T, int64_t nh, int64_t hd) {
     kbench b;
     memset(&b, 0, sizeof b);
@@ -550,7 +586,17 @@ int main(int argc, char **argv) {
     fails += bench_elementwise(K_ADD, R, C);
     fails += bench_copy(true, B, T, NH, HD);
     fails += bench_copy(false, B, T, NH, HD);
-    fails += bench_adam(params);
+    fails += bench_cast(true, C, 4 * C); /* a weight */
+    fails += bench_cast(false, C, 4 * C);
+    fails += bench_cast(true, R, 4 * C); /* an activation */
+    fails += bench_cast(false, R, 4 * C);
+    fails += bench_cast(true, B * NH * T, T); /* attention's scores */
+    fails += bench_cast(false, B * NH * T, T);
+    fails += bench_cast(true, VP, C); /* the LM head's weight */
+    fails += bench_cast(false, VP, C);
+    fails += bench_cast(true, params / C, C); /* every parameter, as one flat cast after the step */
+    fails += bench_adam(params, false);
+    fails += bench_adam(params, true);
     if (fails) fprintf(stderr, "bench_kernels: %d benchmark(s) failed\n", fails);
     return fails ? 1 : 0;
 }

@@ -25,6 +25,7 @@ static const it_kernels cpu_kernels = {
     .topk = it_cpu_topk,
     .attention_fwd = it_cpu_attention_fwd,
     .attention_bwd = it_cpu_attention_bwd,
+    .adam_step_round = it_cpu_adam_step_round,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

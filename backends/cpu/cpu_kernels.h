@@ -102,6 +102,8 @@ it_status it_cpu_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const i
 it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);
 it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
                            it_tdesc *v);
+it_status it_cpu_adam_step_round(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                                 it_tdesc *m, it_tdesc *v, it_tdesc *low);
 
 /* rmsnorm.c */
 it_status it_cpu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, float eps, it_tdesc *y,

@@ -11,6 +11,7 @@
 
 #include "cpu/cpu_util.h"
 #include "infinitrain/scalar/it_scalar_adam.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 #define PAR_MIN 32768 /* elements below which the kernel stays on the calling thread */
 
@@ -97,6 +98,33 @@ it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *pa
 DEFINE_ADAM(float, f32, it_sc_adam_f32c)
 DEFINE_ADAM(double, f64, it_sc_adam_f64c)
 
+/* adam_step_round: each element updated, then rounded into low by cast()'s own conversion of
+ * one element, in the same vector loop. */
+#define DEFINE_ADAM_ROUND(T, SFX, CT, SN, LN)                                                                          \
+    ALWAYS_INLINE void adam_round_chunk_##SFX##_##LN(const CT c, int mode, T *p, const T *gr, T *m, T *v,              \
+                                                     uint16_t *low, int64_t i0, int64_t i1) {                          \
+        _Pragma("omp simd") for (int64_t i = i0; i < i1; i++) {                                                        \
+            it_sc_adam_##SFX(c, mode, &p[i], gr[i], &m[i], &v[i]);                                                     \
+            low[i] = it_sc_cvt_##SN##_##LN(p[i]);                                                                      \
+        }                                                                                                              \
+    }                                                                                                                  \
+    static void adam_round_##SFX##_##LN(const CT c, T *p, const T *gr, T *m, T *v, uint16_t *low, int64_t n) {         \
+        int64_t tasks = (n + CHUNK - 1) / CHUNK;                                                                       \
+        _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t t = 0; t < tasks; t++) {           \
+            int64_t i0 = t * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n;                                              \
+            if (c.mode == IT_SC_WD_DECOUPLED)                                                                          \
+                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_DECOUPLED, p, gr, m, v, low, i0, i1);                        \
+            else if (c.mode == IT_SC_WD_COUPLED)                                                                       \
+                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_COUPLED, p, gr, m, v, low, i0, i1);                          \
+            else                                                                                                       \
+                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_NONE, p, gr, m, v, low, i0, i1);                             \
+        }                                                                                                              \
+    }
+DEFINE_ADAM_ROUND(float, f32, it_sc_adam_f32c, fp32, bf16)
+DEFINE_ADAM_ROUND(float, f32, it_sc_adam_f32c, fp32, fp16)
+DEFINE_ADAM_ROUND(double, f64, it_sc_adam_f64c, fp64, bf16)
+DEFINE_ADAM_ROUND(double, f64, it_sc_adam_f64c, fp64, fp16)
+
 /* One Adam/AdamW step on param, grad, m, v (n), in it_scalar_adam.h's order. */
 it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad, it_tdesc *m,
                            it_tdesc *v) {
@@ -115,5 +143,41 @@ it_status it_cpu_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *par
         adam_f32(it_sc_adam_to_f32(&c), param->data, grad->data, m->data, v->data, n);
     else
         adam_f64(c, param->data, grad->data, m->data, v->data, n);
+    return IT_OK;
+}
+
+/* adam_step, then low = the updated param rounded as cast() rounds it (backend.h). */
+it_status it_cpu_adam_step_round(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                                 it_tdesc *m, it_tdesc *v, it_tdesc *low) {
+    (void)s;
+    const char *k = "adam_step_round";
+    if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "%s: args is NULL", k);
+    int64_t n, nl;
+    it_status st;
+    if ((st = check_param(k, param, &n)) || (st = check_like(k, "grad", grad, param, n)) ||
+        (st = check_like(k, "m", m, param, n)) || (st = check_like(k, "v", v, param, n)) ||
+        (st = check_flat(k, "low", low, &nl)))
+        return st;
+    if (nl != n)
+        return it_error(IT_ERR_INVALID_ARG, "%s: low has %lld elements, param has %lld", k, (long long)nl,
+                        (long long)n);
+    if (low->dtype != IT_DTYPE_BF16 && low->dtype != IT_DTYPE_FP16)
+        return it_error(IT_ERR_INVALID_ARG, "%s: low is %s, expected bfloat16 or float16", k,
+                        it_dtype_name(low->dtype));
+    if (args->step < 1) return it_error(IT_ERR_INVALID_ARG, "%s: step = %lld, must be >= 1", k, (long long)args->step);
+    if (n == 0) return IT_OK;
+    it_sc_adam_f64c c = it_sc_adam_make(args);
+    bool bf = low->dtype == IT_DTYPE_BF16;
+    if (param->dtype == IT_DTYPE_FP32) {
+        it_sc_adam_f32c c32 = it_sc_adam_to_f32(&c);
+        if (bf)
+            adam_round_f32_bf16(c32, param->data, grad->data, m->data, v->data, low->data, n);
+        else
+            adam_round_f32_fp16(c32, param->data, grad->data, m->data, v->data, low->data, n);
+    } else if (bf) {
+        adam_round_f64_bf16(c, param->data, grad->data, m->data, v->data, low->data, n);
+    } else {
+        adam_round_f64_fp16(c, param->data, grad->data, m->data, v->data, low->data, n);
+    }
     return IT_OK;
 }

@@ -421,6 +421,24 @@ SIM_SLOT it_status sim_adam_step(it_stream *s, const it_adam_args *args, it_tdes
     return kernel_launch(s, k, "adam_step");
 }
 
+static it_status call_adam_step_round(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->adam_step_round(NULL, &k->a.adam, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4));
+}
+/* The optional fused optimizer step (a port may leave it NULL: the core calls adam_step,
+ * then cast). */
+SIM_SLOT it_status sim_adam_step_round(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                                       it_tdesc *m, it_tdesc *v, it_tdesc *low) {
+    if (!args) return it_error(IT_ERR_INVALID_ARG, "sim: adam_step_round: args is NULL");
+    sim_kernel *k = kernel_new("adam_step_round", call_adam_step_round);
+    ARG(k, "param", param);
+    ARG(k, "grad", grad);
+    ARG(k, "m", m);
+    ARG(k, "v", v);
+    ARG(k, "low", low);
+    if (k) k->a.adam = *args;
+    return kernel_launch(s, k, "adam_step_round");
+}
+
 /* ---------------------------------------------------------------- LLaMA-3 / Mixtral */
 
 static it_status call_rmsnorm_fwd(sim_kernel *k, const it_kernels *cpu) {
@@ -503,9 +521,10 @@ const it_kernels sim_kernels = {
     .topk = sim_topk,
     .attention_fwd = sim_attention_fwd,
     .attention_bwd = sim_attention_bwd,
+    .adam_step_round = sim_adam_step_round,
 };
 #else
-/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 23 slots,
+/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 24 slots,
  * the rest left empty so the core's CPU fallback serves them. It shows that a backend
  * with half its kernels trains identically, and what the coverage report says about it. */
 const it_kernels sim_kernels = {

@@ -315,6 +315,17 @@ typedef struct it_kernels {
     it_status (*attention_bwd)(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
                                it_tdesc *dv, it_tdesc *datt);
+
+    /* ---- appended after API version 7's first table (kernels_size tells whether a plugin
+     * has them); optional and fused like the attention slots: empty, the core composes. */
+    /* adam_step on param, grad, m, v, then low (param's length, contiguous, bf16 or fp16) =
+     * the updated param rounded once to low's dtype, as cast() rounds it: the copy of the
+     * parameters that autocast's products read until the next step, written in the
+     * optimizer's pass over them instead of read back afterwards. Composed, it is adam_step
+     * then cast; a native kernel gives the same param, m and v as adam_step (the conformance
+     * suite compares them at adam_step's tolerance) and low as their cast. */
+    it_status (*adam_step_round)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                                 it_tdesc *m, it_tdesc *v, it_tdesc *low);
 } it_kernels;
 
 /* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
@@ -343,15 +354,16 @@ typedef struct it_kernels {
     X(rope)                                                                                                            \
     X(topk)                                                                                                            \
     X(attention_fwd)                                                                                                   \
-    X(attention_bwd)
+    X(attention_bwd)                                                                                                   \
+    X(adam_step_round)
 
 /* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
 /* Names of the kernel slots in table order, for reports ("cast", "fill", ...); NULL past the
  * last. */
 IT_API const char *it_kernel_slot_name(size_t slot);
-/* True for the optional fused slots (attention_fwd, attention_bwd): empty, they are composed
- * by the core from the other slots, not served by the CPU fallback. */
+/* True for the optional fused slots (attention_fwd, attention_bwd, adam_step_round): empty,
+ * they are composed by the core from the other slots, not served by the CPU fallback. */
 IT_API bool it_kernel_slot_fused(size_t slot);
 
 /* ---------------------------------------------------------------- collectives (optional) */

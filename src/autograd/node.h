@@ -59,5 +59,16 @@ it_status it__grad_materialize(it_tensor *t);
  * its rounded copy of a parameter for one version. */
 unsigned long long it__weights_version(void);
 void it__weights_written(void);
+/* The optimizers' rounded copies of their flat parameters (ops/matmul.c, beside autocast's
+ * cache). it__autocast_wants_copy: whether autocast asked for a copy of a parameter stored in
+ * flat's storage since the last call (which clears the mark); *dt gets the copy's dtype.
+ * it__autocast_stepped: flat's optimizer step (one it__weights_written) succeeded, and low
+ * (retained) holds flat rounded to low's dtype, or is NULL (no copy: flat's entry goes). Until
+ * the next step, autocast's operand for a parameter inside flat is a view of low; the other
+ * optimizers' copies stay current (the step wrote flat only). it__autocast_forget drops
+ * flat's entry and mark (an optimizer freed). */
+bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt);
+it_status it__autocast_stepped(it_tensor *flat, it_tensor *low);
+void it__autocast_forget(const it_tensor *flat);
 
 #endif

@@ -6,8 +6,8 @@
  * stream, copies every input's memory span to the host, runs the CPU kernel there, and
  * copies every output's span back, counting the bytes moved. Results are bitwise those of
  * the CPU backend, so a backend with half its slots empty still trains identically, only
- * slower; the report says where the time goes. The optional fused slots (attention) have
- * no fallback: an op asks it__kernel_native first and composes itself from the other
+ * slower; the report says where the time goes. The optional fused slots (attention, adam_step_round)
+ * have no fallback: an op asks it__kernel_native first and composes itself from the other
  * slots when the backend lacks one. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -470,6 +470,11 @@ static it_status ds_attention_bwd(it_stream *s, const it_softmax_args *args, con
     (void)args;
     DESCRIBE(T(q), T(k), T(v), T(att), T(dy), T(dq), T(dk), T(dv), T(datt));
 }
+static it_status ds_adam_step_round(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
+                                    it_tdesc *m, it_tdesc *v, it_tdesc *low) {
+    (void)args;
+    DESCRIBE(T(param), T(grad), T(m), T(v), T(low));
+}
 #undef T
 #undef DESCRIBE
 
@@ -498,6 +503,7 @@ static const it_kernels describe_kernels = {
     .topk = ds_topk,
     .attention_fwd = ds_attention_fwd,
     .attention_bwd = ds_attention_bwd,
+    .adam_step_round = ds_adam_step_round,
 };
 
 const it_kernels *it__describe_kernels(void) { return &describe_kernels; }

@@ -58,7 +58,9 @@ static const char *const slot_names[IT_KERNEL_SLOT_COUNT] = {IT_KERNEL_SLOTS(SLO
 
 const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
 
-bool it_kernel_slot_fused(size_t slot) { return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd); }
+bool it_kernel_slot_fused(size_t slot) {
+    return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd) || slot == IT_SLOT(adam_step_round);
+}
 
 /* The table of API version 6 (cast .. attention_bwd, 23 slots): what kernels_size 0 and
  * api_version 5 stand for. Pinned to attention_bwd, so slots appended later leave it be. */

@@ -126,17 +126,134 @@ static bool wcopy_room(void) {
     return true;
 }
 
+/* The optimizers' copies of their whole flat parameter buffers, written in their pass over
+ * them (adam_step_round, or the step then one cast): a parameter that lies inside one is read
+ * from it, with no cast of its own. `wanted` marks the storages autocast asked copies of
+ * since the owning optimizer's last step, so that an optimizer keeps a copy only while
+ * autocast reads one. All under g_wcopies.lock. */
+enum { N_SHADOWS = 16 };
+static struct {
+    it_tensor *flat, *low; /* retained */
+    unsigned long long version;
+} g_shadows[N_SHADOWS];
+static struct {
+    const it_storage *storage;
+    it_dtype dt;
+} g_wanted[N_SHADOWS];
+static int g_n_shadows, g_n_wanted;
+
+static void wcopies_drop(void) {
+    for (size_t i = 0; i < g_wcopies.n; i++) {
+        it_tensor_release(g_wcopies.e[i].copy);
+        it_tensor_release(g_wcopies.e[i].param);
+    }
+    g_wcopies.n = 0;
+}
+
+static void want(const it_tensor *t, it_dtype dt) {
+    for (int i = 0; i < g_n_wanted; i++)
+        if (g_wanted[i].storage == t->storage) {
+            g_wanted[i].dt = dt;
+            return;
+        }
+    if (g_n_wanted < N_SHADOWS) g_wanted[g_n_wanted++] = (__typeof__(g_wanted[0])){t->storage, dt};
+}
+
+bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt) {
+    bool found = false;
+    pthread_mutex_lock(&g_wcopies.lock);
+    for (int i = 0; i < g_n_wanted && !found; i++)
+        if (g_wanted[i].storage == flat->storage) {
+            *dt = g_wanted[i].dt;
+            g_wanted[i] = g_wanted[--g_n_wanted];
+            found = true;
+        }
+    pthread_mutex_unlock(&g_wcopies.lock);
+    return found;
+}
+
+static int shadow_find(const it_tensor *flat) {
+    for (int i = 0; i < g_n_shadows; i++)
+        if (g_shadows[i].flat == flat) return i;
+    return -1;
+}
+
+it_status it__autocast_stepped(it_tensor *flat, it_tensor *low) {
+    pthread_mutex_lock(&g_wcopies.lock);
+    unsigned long long ver = it__weights_version();
+    /* the step changed flat only: the other optimizers' copies that were current before it
+     * still are */
+    for (int k = 0; k < g_n_shadows; k++)
+        if (g_shadows[k].flat != flat && g_shadows[k].version + 1 == ver) g_shadows[k].version = ver;
+    int i = shadow_find(flat);
+    if (!low && i >= 0) {
+        it_tensor_release(g_shadows[i].low);
+        it_tensor_release(g_shadows[i].flat);
+        g_shadows[i] = g_shadows[--g_n_shadows];
+    } else if (low && (i >= 0 || g_n_shadows < N_SHADOWS)) { /* past N_SHADOWS optimizers: cast per use */
+        if (i < 0) {
+            i = g_n_shadows++;
+            g_shadows[i].flat = it_tensor_retain(flat);
+            g_shadows[i].low = NULL;
+        }
+        if (g_shadows[i].low != low) {
+            it_tensor_release(g_shadows[i].low);
+            g_shadows[i].low = it_tensor_retain(low);
+        }
+        g_shadows[i].version = ver;
+    }
+    /* the per-parameter copies are of an older version: their memory goes now, not at the
+     * next forward's first lookup */
+    if (g_wcopies.version != ver) wcopies_drop();
+    pthread_mutex_unlock(&g_wcopies.lock);
+    return IT_OK;
+}
+
+void it__autocast_forget(const it_tensor *flat) {
+    pthread_mutex_lock(&g_wcopies.lock);
+    int i = shadow_find(flat);
+    if (i >= 0) {
+        it_tensor_release(g_shadows[i].low);
+        it_tensor_release(g_shadows[i].flat);
+        g_shadows[i] = g_shadows[--g_n_shadows];
+    }
+    for (int k = 0; k < g_n_wanted; k++)
+        if (g_wanted[k].storage == flat->storage) g_wanted[k--] = g_wanted[--g_n_wanted];
+    pthread_mutex_unlock(&g_wcopies.lock);
+}
+
+/* t's view of an optimizer's copy of this version that holds all of t, or NULL. */
+static it_tensor *shadow_view(const it_tensor *t, it_dtype dt, unsigned long long ver) {
+    int64_t lo = t->offset, hi = t->offset; /* t's elements span [lo, hi] of its storage */
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 0 || t->strides[d] < 0) return NULL;
+        hi += (t->shape[d] - 1) * t->strides[d];
+    }
+    for (int i = 0; i < g_n_shadows; i++) {
+        const it_tensor *f = g_shadows[i].flat, *low = g_shadows[i].low;
+        if (g_shadows[i].version != ver || low->dtype != dt || f->storage != t->storage || lo < f->offset ||
+            hi >= f->offset + f->shape[0])
+            continue;
+        return it__tensor_view_owned(low, t->ndim, t->shape, t->strides, low->offset + (t->offset - f->offset));
+    }
+    return NULL;
+}
+
 static it_tensor *autocast_operand(it_tensor *t, it_dtype dt) {
     if (!t || t->dtype == dt || !t->is_leaf || !t->requires_grad || !it_dtype_valid((int)dt)) return it_cast(t, dt);
     unsigned long long ver = it__weights_version();
     it_tensor *copy = NULL;
     pthread_mutex_lock(&g_wcopies.lock);
+    want(t, dt);
+    it_tensor *sv = shadow_view(t, dt, ver);
+    if (sv) {
+        pthread_mutex_unlock(&g_wcopies.lock);
+        it_tensor *y = it__scope_add(sv);
+        if (it__needs_grad(1, &t)) OP_REQUIRE(it__node_record("cast", cast_backward, y, 1, &t));
+        return y;
+    }
     if (g_wcopies.version != ver) {
-        for (size_t i = 0; i < g_wcopies.n; i++) {
-            it_tensor_release(g_wcopies.e[i].copy);
-            it_tensor_release(g_wcopies.e[i].param);
-        }
-        g_wcopies.n = 0;
+        wcopies_drop();
         g_wcopies.version = ver;
     }
     for (size_t i = 0; i < g_wcopies.n && !copy; i++) {

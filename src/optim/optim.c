@@ -12,6 +12,7 @@ struct it_optimizer {
     it_optim_config cfg;
     it_tensor *params, *grads; /* retained */
     it_tensor *m, *v;          /* Adam moments (owned), NULL for SGD */
+    it_tensor *low;            /* params rounded for autocast's products (owned), while it reads them */
     int64_t step;
 };
 
@@ -61,6 +62,8 @@ void it_optimizer_free(it_optimizer *o) {
     it_tensor_release(o->grads);
     it_tensor_release(o->m);
     it_tensor_release(o->v);
+    it__autocast_forget(o->params);
+    it_tensor_release(o->low);
     free(o);
 }
 
@@ -77,22 +80,65 @@ it_status it_optimizer_state(it_optimizer *o, it_tensor **m, it_tensor **v, int6
     return IT_OK;
 }
 
+/* The copy of the parameters autocast reads in low precision, when it read one of them since
+ * the last step: made in this step's pass (adam_step_round where the backend has it, else the
+ * step then one cast of the whole buffer), so that no product rounds its weight itself. The
+ * same bits as the per-use cast (cast() rounds either way). NULL: no copy wanted. */
+static it_tensor *wanted_copy(it_optimizer *o) {
+    it_dtype dt;
+    /* IT_AUTOCAST_OPTIMIZER_COPY=0: no copy, every product's weight cast at its first use
+     * after the step (the same bits; to compare the two, as test_autocast_copy does) */
+    const char *env = getenv("IT_AUTOCAST_OPTIMIZER_COPY");
+    bool off = env && strcmp(env, "0") == 0;
+    if (!it__autocast_wants_copy(o->params, &dt) || off) {
+        it_tensor_release(o->low);
+        o->low = NULL;
+        return NULL;
+    }
+    if (o->low && o->low->dtype != dt) {
+        it_tensor_release(o->low);
+        o->low = NULL;
+    }
+    if (!o->low) {
+        int64_t n[1] = {it_tensor_numel(o->params)};
+        o->low = it__tensor_new_owned(it_tensor_device(o->params), dt, 1, n);
+        if (!o->low) it_error_clear(); /* out of memory for it: the products cast per use, as before */
+    }
+    return o->low;
+}
+
 it_status it_optimizer_step(it_optimizer *o, float lr, float grad_scale) {
     it_device dev = it_tensor_device(o->params);
     it_tdesc p = it_tensor_desc(o->params), g = it_tensor_desc(o->grads);
     o->step++;
     it__weights_written(); /* autocast's rounded copies of the parameters are stale from here */
-    if (o->cfg.kind == IT_OPTIM_SGD) return KCALL(dev, sgd_step, lr, grad_scale, &p, &g);
-    it_adam_args a = {lr,
-                      o->cfg.beta1,
-                      o->cfg.beta2,
-                      o->cfg.eps,
-                      o->cfg.weight_decay,
-                      grad_scale,
-                      o->step,
-                      o->cfg.kind == IT_OPTIM_ADAMW};
-    it_tdesc m = it_tensor_desc(o->m), v = it_tensor_desc(o->v);
-    return KCALL(dev, adam_step, &a, &p, &g, &m, &v);
+    it_tensor *low = wanted_copy(o);
+    it_tdesc ld = low ? it_tensor_desc(low) : p;
+    it_status st;
+    if (o->cfg.kind == IT_OPTIM_SGD) {
+        st = KCALL(dev, sgd_step, lr, grad_scale, &p, &g);
+        if (!st && low) st = KCALL(dev, cast, &p, &ld);
+    } else {
+        it_adam_args a = {lr,
+                          o->cfg.beta1,
+                          o->cfg.beta2,
+                          o->cfg.eps,
+                          o->cfg.weight_decay,
+                          grad_scale,
+                          o->step,
+                          o->cfg.kind == IT_OPTIM_ADAMW};
+        it_tdesc m = it_tensor_desc(o->m), v = it_tensor_desc(o->v);
+        st = IT_ERR_UNSUPPORTED;
+        if (low && it__kernel_native(dev, IT_SLOT(adam_step_round))) {
+            st = KCALL(dev, adam_step_round, &a, &p, &g, &m, &v, &ld);
+            if (st == IT_ERR_UNSUPPORTED) it_error_clear(); /* declined before writing: composed below */
+        }
+        if (st == IT_ERR_UNSUPPORTED) {
+            st = KCALL(dev, adam_step, &a, &p, &g, &m, &v);
+            if (!st && low) st = KCALL(dev, cast, &p, &ld);
+        }
+    }
+    return st ? st : it__autocast_stepped(o->params, low);
 }
 
 it_status it_grad_norm(it_tensor *grads, double *norm) {

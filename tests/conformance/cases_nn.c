@@ -7,6 +7,7 @@
  * y) are computed on the host with the CPU forward kernel, so both sides get consistent
  * values. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -362,6 +363,42 @@ static void opt_cases(conf_ctx *ctx, bool adam) {
 
 void conf_cases_sgd_step(conf_ctx *ctx) { opt_cases(ctx, false); }
 void conf_cases_adam_step(conf_ctx *ctx) { opt_cases(ctx, true); }
+
+/* adam_step_round: Adam's cases on fp32 and fp64 parameters, each with a bf16 and an fp16
+ * copy. One tolerance for all four outputs, the copy's: a backend whose updated param differs
+ * from the CPU's in its last fp32 bit (within adam_step's own tolerance) may round an element
+ * that lies next to a tie to the other neighbour, a relative error of one bf16 / fp16 ulp. */
+it_status conf_call_adam_step_round(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    it_adam_args a = c->adam;
+    return k->adam_step_round(s, &a, d[0], d[1], d[2], d[3], d[4]);
+}
+
+void conf_cases_adam_step_round(conf_ctx *ctx) {
+    static const it_dtype params[] = {IT_DTYPE_FP32, IT_DTYPE_FP64}, lows[] = {IT_DTYPE_BF16, IT_DTYPE_FP16};
+    for (int pi = 0; pi < 2; pi++) {
+        for (int li = 0; li < 2; li++) {
+            it_dtype dt = params[pi], lt = lows[li];
+            char dl[32];
+            snprintf(dl, sizeof dl, "%s->%s", conf_dtype_short(dt), conf_dtype_short(lt));
+            for (size_t k = 0; k < sizeof adam_shapes / sizeof adam_shapes[0]; k++) {
+                const opt_shape *e = &adam_shapes[k];
+                conf_case c;
+                conf_case_init(&c, dl, "%s", e->label);
+                conf_case_tol(&c, CONF_TOL_ELEM, lt);
+                c.adam = (it_adam_args){e->lr, 0.9f, 0.999f, 1e-8f, e->wd, e->grad_scale, e->step, e->decoupled};
+                conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * 16 + (uint64_t)lt);
+                conf_add(&c, "param", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+                conf_add(&c, "grad", CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+                conf_fill_uniform(conf_add(&c, "m", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, -0.1, 0.1);
+                conf_fill_uniform(conf_add(&c, "v", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, 0, 0.01);
+                conf_add(&c, "low", CONF_OUT, lt, e->ndim, e->shape, CONF_CONTIG, 0);
+                bool noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
+                conf_case_free(&c);
+                if (noref) break;
+            }
+        }
+    }
+}
 
 /* ---------------------------------------------------------------- fused attention
  * (optional slots: a backend without them is composed by the core, and the suite lists

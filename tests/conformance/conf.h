@@ -233,6 +233,7 @@ CONF_DECLARE_SLOT(rope)
 CONF_DECLARE_SLOT(topk)
 CONF_DECLARE_SLOT(attention_fwd)
 CONF_DECLARE_SLOT(attention_bwd)
+CONF_DECLARE_SLOT(adam_step_round)
 
 /* cos / sin (T, D/2) tables of LLaMA's rotary angles (cases_llama.c). */
 void conf_rope_tables(conf_operand *cos_t, conf_operand *sin_t, int64_t D);

@@ -40,7 +40,8 @@
     X(rope, conf_grad_rope)                                                                                            \
     X(topk, NULL)                                                                                                      \
     X(attention_fwd, NULL)                                                                                             \
-    X(attention_bwd, NULL)
+    X(attention_bwd, NULL)                                                                                             \
+    X(adam_step_round, NULL)
 
 #define PRESENT_FN(name, grad)                                                                                         \
     static bool present_##name(const it_kernels *k) { return k->name != NULL; }

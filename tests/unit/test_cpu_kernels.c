@@ -959,6 +959,68 @@ static void test_optim(void) {
     CHECK_ERR(K->sgd_step(NULL, 0.1f, 1.0f, &th, &th), IT_ERR_UNSUPPORTED, "sgd_step: dtype float16 not supported");
 }
 
+/* adam_step_round is adam_step, then cast: bitwise, for both parameter dtypes, both copies,
+ * every decay mode, threaded (sizes past one chunk and the parallel threshold), with ties,
+ * values past the copy's range, NaN and Inf among the parameters. */
+static void test_adam_round(void) {
+    const it_dtype pdts[2] = {IT_DTYPE_FP32, IT_DTYPE_FP64}, ldts[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16};
+    const int64_t sizes[3] = {1, 4099, 70001};
+    int bad = 0, cases = 0;
+    for (int pi = 0; pi < 2; pi++)
+        for (int li = 0; li < 2; li++)
+            for (int si = 0; si < 3; si++)
+                for (int mode = 0; mode < 3; mode++) {
+                    it_dtype dt = pdts[pi], lt = ldts[li];
+                    int64_t n = sizes[si];
+                    size_t es = it_dtype_size(dt);
+                    char *a = malloc((size_t)n * es * 4), *b = malloc((size_t)n * es * 4);
+                    uint16_t *low = malloc((size_t)n * 2), *ref = malloc((size_t)n * 2);
+                    for (int64_t i = 0; i < 4 * n; i++) {
+                        /* p: some exact ties (1 + 2^-8 + 2^-9: halfway between bf16 neighbours,
+                         * a plain value for fp16), large values, NaN and Inf; g, m, v small */
+                        int64_t k = i % n, which = i / n;
+                        double x = which == 0 ? urand() * (k % 7 == 0 ? 1e5 : 1.0) : which == 1 ? urand() * 0.1
+                                                                          : which == 2 ? urand() * 0.01
+                                                                                       : fabs(urand()) * 1e-4;
+                        if (which == 0 && k % 11 == 3) x = 1.0 + 0x1p-8 + 0x1p-9;
+                        if (which == 0 && k % 97 == 5) x = k % 2 ? NAN : -INFINITY;
+                        if (dt == IT_DTYPE_FP32)
+                            ((float *)a)[i] = (float)x;
+                        else
+                            ((double *)a)[i] = x;
+                    }
+                    memcpy(b, a, (size_t)n * es * 4);
+                    it_tdesc P[2], G[2], M[2], V[2];
+                    char *bufs[2] = {a, b};
+                    for (int w = 0; w < 2; w++) {
+                        P[w] = mk(bufs[w], dt, 1, (int64_t[]){n}, NULL);
+                        G[w] = mk(bufs[w] + (size_t)n * es, dt, 1, (int64_t[]){n}, NULL);
+                        M[w] = mk(bufs[w] + 2 * (size_t)n * es, dt, 1, (int64_t[]){n}, NULL);
+                        V[w] = mk(bufs[w] + 3 * (size_t)n * es, dt, 1, (int64_t[]){n}, NULL);
+                    }
+                    it_tdesc L = mk(low, lt, 1, (int64_t[]){n}, NULL), R = mk(ref, lt, 1, (int64_t[]){n}, NULL);
+                    it_adam_args ar = {1e-3f, 0.9f, 0.95f, 1e-8f, mode == 0 ? 0.0f : 0.1f, 0.5f, 3, mode == 2};
+                    CHECK_OK(K->adam_step_round(NULL, &ar, &P[0], &G[0], &M[0], &V[0], &L));
+                    CHECK_OK(K->adam_step(NULL, &ar, &P[1], &G[1], &M[1], &V[1]));
+                    CHECK_OK(K->cast(NULL, &P[1], &R));
+                    bad += memcmp(a, b, (size_t)n * es * 4) != 0 || memcmp(low, ref, (size_t)n * 2) != 0;
+                    cases++;
+                    free(a), free(b), free(low), free(ref);
+                }
+    CHECK_MSG(bad == 0, "adam_step_round: %d of %d cases differ from adam_step then cast", bad, cases);
+
+    float p1[2] = {1, 2}, g1[2] = {0, 0}, m1[2] = {0, 0}, v1[2] = {0, 0};
+    uint16_t l1[3];
+    it_tdesc tp = mk(p1, IT_DTYPE_FP32, 1, (int64_t[]){2}, NULL), tg = mk(g1, IT_DTYPE_FP32, 1, (int64_t[]){2}, NULL);
+    it_tdesc tm = mk(m1, IT_DTYPE_FP32, 1, (int64_t[]){2}, NULL), tv = mk(v1, IT_DTYPE_FP32, 1, (int64_t[]){2}, NULL);
+    it_tdesc l3 = mk(l1, IT_DTYPE_BF16, 1, (int64_t[]){3}, NULL), li = mk(l1, IT_DTYPE_I16, 1, (int64_t[]){2}, NULL);
+    it_adam_args a1 = {0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1, true};
+    CHECK_ERR(K->adam_step_round(NULL, &a1, &tp, &tg, &tm, &tv, &l3), IT_ERR_INVALID_ARG,
+              "low has 3 elements, param has 2");
+    CHECK_ERR(K->adam_step_round(NULL, &a1, &tp, &tg, &tm, &tv, &li), IT_ERR_INVALID_ARG,
+              "low is int16, expected bfloat16 or float16");
+}
+
 int main(void) {
     K = it_cpu_kernels();
     CHECK(have_omp());
@@ -971,5 +1033,6 @@ int main(void) {
     test_reduce();
     test_embedding();
     test_optim();
+    test_adam_round();
     return it_test_report("test_cpu_kernels");
 }

@@ -305,7 +305,8 @@ static void test_refused_plugins(void) {
 #define SLOT_BYTES sizeof(void (*)(void))
 #define SLOT_OF(name) (offsetof(it_kernels, name) / SLOT_BYTES)
 
-/* Each slot's name is the member's at that index, and the fused ones are exactly the pair. */
+/* Each slot's name is the member's at that index, and the fused ones are exactly the
+ * attention pair and adam_step_round. */
 static void test_slot_names(void) {
 #define NAME_AT_SLOT(name)                                                                                             \
     CHECK_MSG(it_kernel_slot_name(SLOT_OF(name)) && strcmp(it_kernel_slot_name(SLOT_OF(name)), #name) == 0,            \
@@ -317,8 +318,9 @@ static void test_slot_names(void) {
     CHECK(it_kernel_slot_name(IT_KERNEL_SLOT_COUNT) == NULL);
     int fused = 0;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT + 2; i++) fused += it_kernel_slot_fused(i);
-    CHECK(fused == 2);
+    CHECK(fused == 3);
     CHECK(it_kernel_slot_fused(SLOT_OF(attention_fwd)) && it_kernel_slot_fused(SLOT_OF(attention_bwd)));
+    CHECK(it_kernel_slot_fused(SLOT_OF(adam_step_round)));
     CHECK(!it_kernel_slot_fused(SLOT_OF(topk)));
 }
 
