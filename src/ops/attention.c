@@ -7,7 +7,9 @@
  * Otherwise, and for what the kernel declines (a dtype, autocast), it is composed of
  * differentiable ops (heads copied out to (B, nh, T, hd), matmul, softmax, matmul, merged
  * back), whose backward comes from theirs. The CPU's fused kernels compute bitwise what the
- * composition computes. */
+ * composition computes. Under autocast the composition rounds qkv (or q, k, v) once and
+ * copies the heads in the autocast dtype: the bits of rounding each head tensor at its
+ * product, with half the bytes copied (attend_low). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +161,29 @@ static it_tensor *attend(it_tensor *q, it_tensor *k, it_tensor *v) {
     return it_reshape(it_contiguous(it_permute(y, back)), 3, (int64_t[]){B, T, nh * hd});
 }
 
+/* The autocast dtype when the composition runs under autocast on fp32 inputs. */
+static bool autocast_low(const it_tensor *x, it_dtype *ac) {
+    return it_autocast_enabled(ac) && x->dtype == IT_DTYPE_FP32 && *ac != IT_DTYPE_FP32;
+}
+
+/* attend() under autocast to ac, on q, k, v already in ac (B, nh, T, hd) contiguous: the two
+ * products in ac and the softmax in fp32, as it_matmul's autocast runs them, with the heads'
+ * copies around them (the split before, the merge after) in ac, half the bytes of fp32, and
+ * one cast each way instead of one per head tensor. Rounding commutes with a copy, so the
+ * result and every gradient are bitwise attend()'s on the fp32 heads; no copy here sums
+ * (the grouped kv heads' expand, whose backward does, stays fp32: it_attention). */
+static it_tensor *attend_low(it_tensor *q, it_tensor *k, it_tensor *v, it_dtype ac) {
+    OP_REQUIRE(q && k && v);
+    int64_t B = q->shape[0], nh = q->shape[1], T = q->shape[2], hd = q->shape[3];
+    it_autocast_set(false, ac);
+    it_tensor *scores = it_matmul(q, k, false, true); /* (B, nh, T, T) in ac */
+    it_tensor *att = scores ? it_softmax(it_cast(scores, IT_DTYPE_FP32), 1.0f / sqrtf((float)hd), true) : NULL;
+    it_tensor *y = att ? it_matmul(it_cast(att, ac), v, false, false) : NULL; /* (B, nh, T, hd) in ac */
+    it_autocast_set(true, ac);
+    int back[4] = {0, 2, 1, 3};
+    return it_cast(it_reshape(it_contiguous(it_permute(y, back)), 3, (int64_t[]){B, T, nh * hd}), IT_DTYPE_FP32);
+}
+
 /* GPT-2: qkv (B, T, 3C), rows Q|K|V, one copy splits all three into heads. */
 it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) {
     OP_REQUIRE(qkv);
@@ -172,15 +197,17 @@ it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) {
         if (y || !declined) return y;
     }
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, hd = C / n_head;
+    it_dtype ac;
+    bool low = autocast_low(qkv, &ac);
     /* (B, T, 3, nh, hd) -> (3, B, nh, T, hd) */
     int64_t s5[5] = {B, T, 3, n_head, hd};
     int perm[5] = {2, 0, 3, 1, 4};
-    it_tensor *heads = it_contiguous(it_permute(it_reshape(qkv, 5, s5), perm));
+    it_tensor *heads = it_contiguous(it_permute(it_reshape(low ? it_cast(qkv, ac) : qkv, 5, s5), perm));
     int64_t s4[4] = {B, n_head, T, hd};
     it_tensor *q = it_reshape(it_slice(heads, 0, 0, 1, 1), 4, s4);
     it_tensor *k = it_reshape(it_slice(heads, 0, 1, 2, 1), 4, s4);
     it_tensor *v = it_reshape(it_slice(heads, 0, 2, 3, 1), 4, s4);
-    return attend(q, k, v);
+    return low ? attend_low(q, k, v, ac) : attend(q, k, v);
 }
 
 /* (B, T, nkv, hd) -> (B, nh, T, hd): kv head j serves query heads j*r .. j*r+r-1. */
@@ -227,5 +254,15 @@ it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) {
         if (!declined) return NULL;
     }
     int perm[4] = {0, 2, 1, 3};
-    return attend(it_contiguous(it_permute(q, perm)), kv_heads(k, q->shape[2]), kv_heads(v, q->shape[2]));
+    int64_t nh = q->shape[2];
+    it_dtype ac;
+    if (autocast_low(q, &ac) && k->dtype == IT_DTYPE_FP32 && v->dtype == IT_DTYPE_FP32) {
+        /* grouped kv heads are expanded in fp32 (the expand's backward sums the group) and
+         * then rounded, as the products' autocast would round them */
+        it_tensor *qh = it_contiguous(it_permute(it_cast(q, ac), perm));
+        it_tensor *kh = k->shape[2] == nh ? kv_heads(it_cast(k, ac), nh) : it_cast(kv_heads(k, nh), ac);
+        it_tensor *vh = v->shape[2] == nh ? kv_heads(it_cast(v, ac), nh) : it_cast(kv_heads(v, nh), ac);
+        return attend_low(qh, kh, vh, ac);
+    }
+    return attend(it_contiguous(it_permute(q, perm)), kv_heads(k, nh), kv_heads(v, nh));
 }

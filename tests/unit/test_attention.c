@@ -12,7 +12,9 @@
  * show which path ran. fp64 is declined by the fused kernel and composed: checked too. With
  * the BLAS's fp32 products (test_attention_blas) the comparison allows for their order: see
  * exact_products. The kernels are also called directly with more keys than queries (the
- * causal offset the ops never pass) against an fp64 reference (test_kernel_offset). */
+ * causal offset the ops never pass) against an fp64 reference (test_kernel_offset). Under
+ * bf16 autocast the ops' composition is compared bitwise with the per-head-cast one written
+ * here with public ops (test_autocast). */
 #include <math.h>
 #include <stdint.h>
 
@@ -355,6 +357,92 @@ static void test_kernel_offset(int64_t T, int64_t S, int64_t H, int64_t Hkv, int
     free(w);
 }
 
+/* Under bf16 autocast the ops round qkv (or q, k, v) once and copy the heads in bf16
+ * (attention.c, attend_low). Reference: the composition as it was written before that, with
+ * public ops: the heads copied out in fp32, each product's operands rounded by it_matmul's
+ * autocast, the softmax in fp32, the merge in fp32. Output and gradients must be bitwise
+ * equal: rounding commutes with a copy. `qkv3`: it_attention on (B, T, H, D) views, grouped
+ * kv heads expanded in fp32 on both sides. */
+static run_out run_autocast(bool qkv3, bool ref, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                            const float *h, const float *r_h) {
+    run_out o = {0};
+    it_scope_begin();
+    int64_t C = H * D, sy[3] = {B, T, C};
+    it_tensor *R = from(IT_DTYPE_FP32, 3, sy, r_h), *src = NULL, *kvsrc = NULL, *y = NULL;
+    it_autocast_set(true, IT_DTYPE_BF16);
+    int perm4[4] = {0, 2, 1, 3};
+    if (!qkv3) {
+        src = from(IT_DTYPE_FP32, 3, (int64_t[]){B, T, 3 * C}, h);
+        CHECK_OK(it_tensor_set_requires_grad(src, true));
+        if (!ref) {
+            y = it_causal_self_attention(src, (int)H);
+        } else {
+            int perm5[5] = {2, 0, 3, 1, 4};
+            it_tensor *heads = it_contiguous(it_permute(it_reshape(src, 5, (int64_t[]){B, T, 3, H, D}), perm5));
+            int64_t s4[4] = {B, H, T, D};
+            it_tensor *q = it_reshape(it_slice(heads, 0, 0, 1, 1), 4, s4);
+            it_tensor *k = it_reshape(it_slice(heads, 0, 1, 2, 1), 4, s4);
+            it_tensor *v = it_reshape(it_slice(heads, 0, 2, 3, 1), 4, s4);
+            it_tensor *att = it_softmax(it_matmul(q, k, false, true), 1.0f / sqrtf((float)D), true);
+            y = it_reshape(it_contiguous(it_permute(it_matmul(att, v, false, false), perm4)), 3, sy);
+        }
+    } else {
+        src = from(IT_DTYPE_FP32, 4, (int64_t[]){B, H, T, D}, h);
+        kvsrc = from(IT_DTYPE_FP32, 4, (int64_t[]){B, T, 2 * Hkv, D}, h + B * H * T * D);
+        CHECK_OK(it_tensor_set_requires_grad(src, true));
+        CHECK_OK(it_tensor_set_requires_grad(kvsrc, true));
+        it_tensor *q = it_transpose(src, 1, 2);
+        it_tensor *k = it_slice(kvsrc, 2, 0, Hkv, 1), *v = it_slice(kvsrc, 2, Hkv, 2 * Hkv, 1);
+        if (!ref) {
+            y = it_attention(q, k, v);
+        } else {
+            int64_t r = H / Hkv, s5[5] = {B, T, Hkv, 1, D}, e5[5] = {B, T, Hkv, r, D}, s4[4] = {B, T, H, D};
+            it_tensor *kh = it_contiguous(it_permute(it_reshape(it_expand(it_reshape(k, 5, s5), 5, e5), 4, s4), perm4));
+            it_tensor *vh = it_contiguous(it_permute(it_reshape(it_expand(it_reshape(v, 5, s5), 5, e5), 4, s4), perm4));
+            it_tensor *qh = it_contiguous(it_permute(q, perm4));
+            it_tensor *att = it_softmax(it_matmul(qh, kh, false, true), 1.0f / sqrtf((float)D), true);
+            y = it_reshape(it_contiguous(it_permute(it_matmul(att, vh, false, false), perm4)), 3, sy);
+        }
+    }
+    it_autocast_set(false, IT_DTYPE_BF16);
+    CHECK_MSG(y != NULL, "attention under autocast: %s", it_last_error());
+    if (y) {
+        CHECK(it_tensor_dtype(y) == IT_DTYPE_FP32);
+        CHECK_OK(it_backward(it_sum_all(it_mul(y, R))));
+        o.b[0] = bytes_of(y, &o.n[0]);
+        o.b[1] = bytes_of(it_tensor_grad(src), &o.n[1]);
+        o.count = 2;
+        if (kvsrc) o.b[2] = bytes_of(it_tensor_grad(kvsrc), &o.n[2]), o.count = 3;
+    }
+    it_scope_end();
+    return o;
+}
+
+static void test_autocast(bool qkv3, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+    char what[128];
+    snprintf(what, sizeof what, "%s under bf16 autocast B=%lld T=%lld H=%lld Hkv=%lld D=%lld",
+             qkv3 ? "attention" : "causal_self_attention", (long long)B, (long long)T, (long long)H, (long long)Hkv,
+             (long long)D);
+    int64_t n = qkv3 ? B * T * (H + 2 * Hkv) * D : B * T * 3 * H * D, ny = B * T * H * D;
+    float *h = malloc((size_t)n * sizeof(float)), *r = malloc((size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < n; i++) h[i] = frand() * 2.0f;
+    for (int64_t i = 0; i < ny; i++) r[i] = frand();
+    uint64_t c0 = slot_calls("cast");
+    run_out got = run_autocast(qkv3, false, B, T, H, Hkv, D, h, r);
+    uint64_t c1 = slot_calls("cast");
+    run_out want = run_autocast(qkv3, true, B, T, H, Hkv, D, h, r);
+    uint64_t c2 = slot_calls("cast");
+    compare(what, &got, &want, false);
+    /* GPT-2's qkv: one rounding for q, k and v each way instead of one per head tensor; q, k, v
+     * apart: as many casts, of the same tensors, before the copies instead of after them */
+    CHECK_MSG(qkv3 ? c1 - c0 == c2 - c1 : c1 - c0 < c2 - c1, "%s: %llu casts, the per-head composition %llu", what,
+              (unsigned long long)(c1 - c0), (unsigned long long)(c2 - c1));
+    run_free(&got);
+    run_free(&want);
+    free(h);
+    free(r);
+}
+
 int main(void) {
     cpu = it_device_cpu();
     printf("test_attention: fp32 products through %s\n",
@@ -379,5 +467,10 @@ int main(void) {
     test_qkv3(2, 9, 4, 2, 10);
     test_qkv3(1, 5, 8, 1, 4);
     test_qkv3(1, 6, 20, 2, 8);
+    test_autocast(false, 2, 9, 3, 3, 4);
+    test_autocast(false, 4, 64, 12, 12, 64); /* GPT-2 124M's */
+    test_autocast(true, 2, 9, 4, 4, 8);      /* kv heads as many as query heads */
+    test_autocast(true, 4, 64, 6, 2, 64);    /* grouped, the LLaMA-3 and Mixtral cases' */
+    test_autocast(true, 1, 5, 8, 1, 4);
     return it_test_report("test_attention");
 }
