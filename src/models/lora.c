@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "autograd/node.h"
 #include "core/afile.h"
 #include "infinitrain/dist.h"
 #include "models/model_impl.h"
@@ -159,6 +160,7 @@ static it_status init_values(const it_model *m, struct it__lora *l, uint64_t see
     }
     slices(l, m->tp_size, m->tp_rank, host, full, false);
     it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    it__weights_written(); /* autocast's copies of the parameters are stale */
     free(full);
     free(host);
     return st;
@@ -620,6 +622,7 @@ it_status it_model_lora_load(it_model *m, const char *path) {
     st = parse(m, path, buf, n, full);
     if (!st) slices(m->lora, m->tp_size, m->tp_rank, host, full, false); /* this rank's slices */
     if (!st) st = it_tensor_copy_from_host(m->lora->params, host, sizeof(float) * (size_t)m->lora->numel);
+    it__weights_written();
     free(full);
     free(host);
     free(buf);

@@ -465,6 +465,7 @@ it_status it__read_params(const char *path, it_tensor *params, int64_t n) {
         st = it_error(IT_ERR_IO, "%s: reading %zu bytes of parameters failed", path, bytes);
     fclose(f);
     if (!st && host) st = it_tensor_copy_from_host(params, host, bytes);
+    it__weights_written(); /* autocast's copies of the parameters are stale */
     free(host);
     return st;
 }
@@ -629,6 +630,7 @@ it_status it__model_from_full(it_model *m, const float *full) {
     if (st) return st;
     for (int i = 0; i < m->n_entries; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
     st = it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
+    it__weights_written();
     free(c.local);
     return st;
 }
@@ -645,6 +647,7 @@ it_status it__model_read_sliced(it_model *m, const char *path) {
     for (int i = 0; i < m->n_entries && !c.st; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
     fclose(c.f);
     st = c.st ? c.st : it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
+    it__weights_written();
     free(c.local);
     return st;
 }

@@ -156,12 +156,19 @@ static void want(const it_tensor *t, it_dtype dt) {
             g_wanted[i].dt = dt;
             return;
         }
-    if (g_n_wanted < N_SHADOWS) g_wanted[g_n_wanted++] = (__typeof__(g_wanted[0])){t->storage, dt};
+    if (g_n_wanted == N_SHADOWS) { /* the oldest mark goes (a storage no optimizer steps) */
+        memmove(&g_wanted[0], &g_wanted[1], sizeof g_wanted[0] * (N_SHADOWS - 1));
+        g_n_wanted--;
+    }
+    g_wanted[g_n_wanted++] = (__typeof__(g_wanted[0])){t->storage, dt};
 }
 
 bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt) {
     bool found = false;
     pthread_mutex_lock(&g_wcopies.lock);
+    /* called in an optimizer step: the per-parameter copies are stale, their memory goes
+     * before the step makes its own */
+    if (g_wcopies.version != it__weights_version()) wcopies_drop();
     for (int i = 0; i < g_n_wanted && !found; i++)
         if (g_wanted[i].storage == flat->storage) {
             *dt = g_wanted[i].dt;

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "autograd/node.h"
 #include "train/ckpt_file.h"
 #include "train/train_internal.h"
 
@@ -786,6 +787,7 @@ static it_status load_model_dir(it_model *m, const char *dir, bool quiet, bool *
         fprintf(stderr, "note: %s: %d entr%s this model does not have, ignored: %s%s\n", path, n_extra,
                 n_extra == 1 ? "y" : "ies", extra, n_extra > 3 ? ", ..." : "");
     if (!st) st = it_tensor_copy_from_host(params, flat, it_tensor_nbytes(params));
+    it__weights_written(); /* parameters written outside an optimizer step: autocast's copies are stale */
     if (!st) st = load_adapters(m, ck, adapters);
     free(flat);
     it_ckpt_close(ck);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "autograd/node.h"
 #include "infinitrain/precision.h"
 #include "train/train_internal.h"
 
@@ -435,6 +436,7 @@ static it_status sync_params(it_train_ctx *ctx, it_tensor *params, const char *c
                         "between ranks)",
                         ck ? "the checkpoint " : "the model built from --model/--seed", ck ? ck : "");
     if ((st = it_dist_broadcast(ctx->dist, params, 0))) return st;
+    it__weights_written(); /* autocast's copies of the parameters are stale */
     if ((st = it_dist_tensor_hash(params, &h)) || (st = it_dist_check_equal(ctx->dist, &h, 1, &differs))) return st;
     if (differs) return it_error(IT_ERR_INTERNAL, "data parallel: parameters differ after the broadcast from rank 0");
     return IT_OK;
