@@ -74,25 +74,35 @@ it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *pa
 
 #define CHUNK 4096 /* elements per parallel task */
 
-/* Each weight-decay mode is its own loop (mode a constant in adam_chunk_SFX: no branches
- * inside, so the loop vectorizes when the build passes -fno-math-errno; sqrtf stays a call
- * otherwise). */
+/* Calls CALL(mode, ...) with the step's weight-decay mode as a constant: each mode is its own
+ * loop (no branches inside, so the loop vectorizes when the build passes -fno-math-errno;
+ * sqrtf stays a call otherwise). */
+#define ADAM_BY_MODE(c, fn, ...)                                                                                       \
+    do {                                                                                                               \
+        if ((c).mode == IT_SC_WD_DECOUPLED)                                                                            \
+            fn(c, IT_SC_WD_DECOUPLED, __VA_ARGS__);                                                                    \
+        else if ((c).mode == IT_SC_WD_COUPLED)                                                                         \
+            fn(c, IT_SC_WD_COUPLED, __VA_ARGS__);                                                                      \
+        else                                                                                                           \
+            fn(c, IT_SC_WD_NONE, __VA_ARGS__);                                                                         \
+    } while (0)
+
+/* Chunks of CHUNK elements in parallel, [i0, i1) each. */
+#define FOR_CHUNKS(n, body)                                                                                            \
+    do {                                                                                                               \
+        int64_t tasks_ = ((n) + CHUNK - 1) / CHUNK;                                                                    \
+        _Pragma("omp parallel for schedule(static) if ((n) >= PAR_MIN)") for (int64_t t_ = 0; t_ < tasks_; t_++) {     \
+            int64_t i0 = t_ * CHUNK, i1 = i0 + CHUNK < (n) ? i0 + CHUNK : (n);                                         \
+            body;                                                                                                      \
+        }                                                                                                              \
+    } while (0)
+
 #define DEFINE_ADAM(T, SFX, CT)                                                                                        \
-    /* elements [i0, i1) */                                                                                            \
     ALWAYS_INLINE void adam_chunk_##SFX(const CT c, int mode, T *p, const T *gr, T *m, T *v, int64_t i0, int64_t i1) { \
         _Pragma("omp simd") for (int64_t i = i0; i < i1; i++) it_sc_adam_##SFX(c, mode, &p[i], gr[i], &m[i], &v[i]);   \
     }                                                                                                                  \
     static void adam_##SFX(const CT c, T *p, const T *gr, T *m, T *v, int64_t n) {                                     \
-        int64_t tasks = (n + CHUNK - 1) / CHUNK;                                                                       \
-        _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t t = 0; t < tasks; t++) {           \
-            int64_t i0 = t * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n;                                              \
-            if (c.mode == IT_SC_WD_DECOUPLED)                                                                          \
-                adam_chunk_##SFX(c, IT_SC_WD_DECOUPLED, p, gr, m, v, i0, i1);                                          \
-            else if (c.mode == IT_SC_WD_COUPLED)                                                                       \
-                adam_chunk_##SFX(c, IT_SC_WD_COUPLED, p, gr, m, v, i0, i1);                                            \
-            else                                                                                                       \
-                adam_chunk_##SFX(c, IT_SC_WD_NONE, p, gr, m, v, i0, i1);                                               \
-        }                                                                                                              \
+        FOR_CHUNKS(n, ADAM_BY_MODE(c, adam_chunk_##SFX, p, gr, m, v, i0, i1));                                         \
     }
 
 DEFINE_ADAM(float, f32, it_sc_adam_f32c)
@@ -109,16 +119,7 @@ DEFINE_ADAM(double, f64, it_sc_adam_f64c)
         }                                                                                                              \
     }                                                                                                                  \
     static void adam_round_##SFX##_##LN(const CT c, T *p, const T *gr, T *m, T *v, uint16_t *low, int64_t n) {         \
-        int64_t tasks = (n + CHUNK - 1) / CHUNK;                                                                       \
-        _Pragma("omp parallel for schedule(static) if (n >= PAR_MIN)") for (int64_t t = 0; t < tasks; t++) {           \
-            int64_t i0 = t * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n;                                              \
-            if (c.mode == IT_SC_WD_DECOUPLED)                                                                          \
-                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_DECOUPLED, p, gr, m, v, low, i0, i1);                        \
-            else if (c.mode == IT_SC_WD_COUPLED)                                                                       \
-                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_COUPLED, p, gr, m, v, low, i0, i1);                          \
-            else                                                                                                       \
-                adam_round_chunk_##SFX##_##LN(c, IT_SC_WD_NONE, p, gr, m, v, low, i0, i1);                             \
-        }                                                                                                              \
+        FOR_CHUNKS(n, ADAM_BY_MODE(c, adam_round_chunk_##SFX##_##LN, p, gr, m, v, low, i0, i1));                       \
     }
 DEFINE_ADAM_ROUND(float, f32, it_sc_adam_f32c, fp32, bf16)
 DEFINE_ADAM_ROUND(float, f32, it_sc_adam_f32c, fp32, fp16)

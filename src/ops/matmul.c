@@ -179,6 +179,12 @@ bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt) {
     return found;
 }
 
+static void shadow_remove(int i) {
+    it_tensor_release(g_shadows[i].low);
+    it_tensor_release(g_shadows[i].flat);
+    g_shadows[i] = g_shadows[--g_n_shadows];
+}
+
 static int shadow_find(const it_tensor *flat) {
     for (int i = 0; i < g_n_shadows; i++)
         if (g_shadows[i].flat == flat) return i;
@@ -194,9 +200,7 @@ it_status it__autocast_stepped(it_tensor *flat, it_tensor *low) {
         if (g_shadows[k].flat != flat && g_shadows[k].version + 1 == ver) g_shadows[k].version = ver;
     int i = shadow_find(flat);
     if (!low && i >= 0) {
-        it_tensor_release(g_shadows[i].low);
-        it_tensor_release(g_shadows[i].flat);
-        g_shadows[i] = g_shadows[--g_n_shadows];
+        shadow_remove(i);
     } else if (low && (i >= 0 || g_n_shadows < N_SHADOWS)) { /* past N_SHADOWS optimizers: cast per use */
         if (i < 0) {
             i = g_n_shadows++;
@@ -219,11 +223,7 @@ it_status it__autocast_stepped(it_tensor *flat, it_tensor *low) {
 void it__autocast_forget(const it_tensor *flat) {
     pthread_mutex_lock(&g_wcopies.lock);
     int i = shadow_find(flat);
-    if (i >= 0) {
-        it_tensor_release(g_shadows[i].low);
-        it_tensor_release(g_shadows[i].flat);
-        g_shadows[i] = g_shadows[--g_n_shadows];
-    }
+    if (i >= 0) shadow_remove(i);
     for (int k = 0; k < g_n_wanted; k++)
         if (g_wanted[k].storage == flat->storage) g_wanted[k--] = g_wanted[--g_n_wanted];
     pthread_mutex_unlock(&g_wcopies.lock);
@@ -252,13 +252,9 @@ static it_tensor *autocast_operand(it_tensor *t, it_dtype dt) {
     it_tensor *copy = NULL;
     pthread_mutex_lock(&g_wcopies.lock);
     want(t, dt);
-    it_tensor *sv = shadow_view(t, dt, ver);
-    if (sv) {
-        pthread_mutex_unlock(&g_wcopies.lock);
-        it_tensor *y = it__scope_add(sv);
-        if (it__needs_grad(1, &t)) OP_REQUIRE(it__node_record("cast", cast_backward, y, 1, &t));
-        return y;
-    }
+    /* the optimizer's copy when it holds t, else this version's copy of t (made here) */
+    it_tensor *view = shadow_view(t, dt, ver);
+    if (view) goto found;
     if (g_wcopies.version != ver) {
         wcopies_drop();
         g_wcopies.version = ver;
@@ -275,9 +271,11 @@ static it_tensor *autocast_operand(it_tensor *t, it_dtype dt) {
             g_wcopies.e[g_wcopies.n++] = (wcopy){it_tensor_retain(t), copy, t->storage};
         }
     }
+    if (copy) view = it__tensor_view_owned(copy, copy->ndim, copy->shape, copy->strides, copy->offset);
+found:
     pthread_mutex_unlock(&g_wcopies.lock);
-    if (!copy) return it_cast(t, dt);
-    it_tensor *y = it__scope_add(it__tensor_view_owned(copy, copy->ndim, copy->shape, copy->strides, copy->offset));
+    if (!copy && !view) return it_cast(t, dt);
+    it_tensor *y = it__scope_add(view);
     OP_REQUIRE(y);
     if (it__needs_grad(1, &t)) OP_REQUIRE(it__node_record("cast", cast_backward, y, 1, &t));
     return y;

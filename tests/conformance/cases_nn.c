@@ -327,6 +327,19 @@ static const opt_shape adam_shapes[] = {
     {"0 adamw step 1", 1, {0}, 1e-3f, 1, 0.01f, 1, true},
 };
 
+/* An optimizer case's scalars and its param, grad (and Adam's m, v) operands of dt. */
+static void opt_case_fill(conf_case *c, const opt_shape *e, it_dtype dt, bool adam, conf_rng *r) {
+    c->lr = e->lr;
+    c->grad_scale = e->grad_scale;
+    c->adam = (it_adam_args){e->lr, 0.9f, 0.999f, 1e-8f, e->wd, e->grad_scale, e->step, e->decoupled};
+    conf_add(c, "param", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+    conf_add(c, "grad", CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+    if (adam) {
+        conf_fill_uniform(conf_add(c, "m", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), r, -0.1, 0.1);
+        conf_fill_uniform(conf_add(c, "v", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), r, 0, 0.01);
+    }
+}
+
 static void opt_cases(conf_ctx *ctx, bool adam) {
     const opt_shape *shapes = adam ? adam_shapes : sgd_shapes;
     size_t ns = adam ? sizeof adam_shapes / sizeof adam_shapes[0] : sizeof sgd_shapes / sizeof sgd_shapes[0];
@@ -337,23 +350,8 @@ static void opt_cases(conf_ctx *ctx, bool adam) {
             conf_case c;
             conf_case_init(&c, conf_dtype_short(dt), "%s", e->label);
             conf_case_tol(&c, CONF_TOL_ELEM, dt); /* every element updated on its own */
-            c.lr = e->lr;
-            c.grad_scale = e->grad_scale;
-            c.adam.lr = e->lr;
-            c.adam.beta1 = 0.9f;
-            c.adam.beta2 = 0.999f;
-            c.adam.eps = 1e-8f;
-            c.adam.weight_decay = e->wd;
-            c.adam.grad_scale = e->grad_scale;
-            c.adam.step = e->step;
-            c.adam.decoupled = e->decoupled;
             conf_rng r = conf_rng_seed(c.label, (uint64_t)dt);
-            conf_add(&c, "param", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
-            conf_add(&c, "grad", CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
-            if (adam) {
-                conf_fill_uniform(conf_add(&c, "m", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, -0.1, 0.1);
-                conf_fill_uniform(conf_add(&c, "v", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, 0, 0.01);
-            }
+            opt_case_fill(&c, e, dt, adam, &r);
             bool noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
             conf_case_free(&c);
             if (noref) break;
@@ -385,12 +383,8 @@ void conf_cases_adam_step_round(conf_ctx *ctx) {
                 conf_case c;
                 conf_case_init(&c, dl, "%s", e->label);
                 conf_case_tol(&c, CONF_TOL_ELEM, lt);
-                c.adam = (it_adam_args){e->lr, 0.9f, 0.999f, 1e-8f, e->wd, e->grad_scale, e->step, e->decoupled};
                 conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * 16 + (uint64_t)lt);
-                conf_add(&c, "param", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
-                conf_add(&c, "grad", CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
-                conf_fill_uniform(conf_add(&c, "m", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, -0.1, 0.1);
-                conf_fill_uniform(conf_add(&c, "v", CONF_INOUT, dt, e->ndim, e->shape, CONF_CONTIG, 0), &r, 0, 0.01);
+                opt_case_fill(&c, e, dt, true, &r);
                 conf_add(&c, "low", CONF_OUT, lt, e->ndim, e->shape, CONF_CONTIG, 0);
                 bool noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
                 conf_case_free(&c);
