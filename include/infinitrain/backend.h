@@ -322,8 +322,9 @@ typedef struct it_kernels {
      * the updated param rounded once to low's dtype, as cast() rounds it: the copy of the
      * parameters that autocast's products read until the next step, written in the
      * optimizer's pass over them instead of read back afterwards. Composed, it is adam_step
-     * then cast; a native kernel gives the same param, m and v as adam_step (the conformance
-     * suite compares them at adam_step's tolerance) and low as their cast. */
+     * then cast; a native kernel gives adam_step's param, m and v and low as their cast (the
+     * conformance suite compares all four with the CPU's at low's tolerance, one ulp of low
+     * where a last-bit difference in param crosses a rounding tie). */
     it_status (*adam_step_round)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
                                  it_tdesc *m, it_tdesc *v, it_tdesc *low);
 } it_kernels;
