@@ -20,6 +20,7 @@
 
 #include "bench_util.h"
 #include "infinitrain/backend.h"
+#include "infinitrain/scalar/it_scalar_cast.h"
 
 enum kind {
     K_GEMM,
@@ -392,8 +393,10 @@ static int bench_adam(int64_t n, bool round) {
 }
 
 /* Elementwise kernels of the MLP and residual stream: GELU fwd/bwd on (R, 4C), x + y on
- * (R, C). */
-static int bench_elementwise(enum kind kind, int64_t R, int64_t C) {
+ * (R, C); in bf16 too, as autocast runs them on bf16 products (an fp32 buffer of n floats
+ * holds the bf16 operand: its first n halves, the floats' values rounded in place, so the
+ * inputs are the same numbers as the fp32 rows', not random bit patterns). */
+static int bench_elementwise(enum kind kind, it_dtype dt, int64_t R, int64_t C) {
     kbench b;
     memset(&b, 0, sizeof b);
     b.kind = kind;
@@ -401,6 +404,7 @@ static int bench_elementwise(enum kind kind, int64_t R, int64_t C) {
              kind == K_GELU       ? "gelu fwd (unary)"
              : kind == K_GELU_BWD ? "gelu bwd (binary)"
                                   : "add (binary)");
+    if (dt == IT_DTYPE_BF16) snprintf(b.name + strlen(b.name), sizeof b.name - strlen(b.name), ", bf16");
     snprintf(b.shape, sizeof b.shape, "(%lld, %lld)", (long long)R, (long long)C);
     int64_t s[2] = {R, C};
     size_t n = (size_t)(R * C);
@@ -409,10 +413,18 @@ static int bench_elementwise(enum kind kind, int64_t R, int64_t C) {
         kb_free(&b);
         return 1;
     }
-    b.d[0] = bench_desc(x, IT_DTYPE_FP32, 2, s);
-    b.d[1] = bench_desc(kind == K_GELU ? z : y, IT_DTYPE_FP32, 2, s);
-    b.d[2] = bench_desc(z, IT_DTYPE_FP32, 2, s);
-    b.bytes = (kind == K_GELU ? 2.0 : 3.0) * (double)n * 4.0;
+    if (dt == IT_DTYPE_BF16)
+        for (float *f = x; f; f = f == x ? y : f == y ? z : NULL) /* ascending: h[i] lands where f[<= i] was read */
+            for (size_t i = 0; i < n; i++) {
+                float v;
+                memcpy(&v, (char *)f + 4 * i, 4);
+                uint16_t h = it_sc_fp32_to_bf16(v);
+                memcpy((char *)f + 2 * i, &h, 2);
+            }
+    b.d[0] = bench_desc(x, dt, 2, s);
+    b.d[1] = bench_desc(kind == K_GELU ? z : y, dt, 2, s);
+    b.d[2] = bench_desc(z, dt, 2, s);
+    b.bytes = (kind == K_GELU ? 2.0 : 3.0) * (double)n * (double)it_dtype_size(dt);
     return kb_run(&b);
 }
 
@@ -581,9 +593,11 @@ int main(int argc, char **argv) {
     fails += bench_softmax(true, B * NH, 256);
     fails += bench_ce(false, R, V, VP);
     fails += bench_ce(true, R, V, VP);
-    fails += bench_elementwise(K_GELU, R, 4 * C);
-    fails += bench_elementwise(K_GELU_BWD, R, 4 * C);
-    fails += bench_elementwise(K_ADD, R, C);
+    fails += bench_elementwise(K_GELU, IT_DTYPE_FP32, R, 4 * C);
+    fails += bench_elementwise(K_GELU_BWD, IT_DTYPE_FP32, R, 4 * C);
+    fails += bench_elementwise(K_ADD, IT_DTYPE_FP32, R, C);
+    fails += bench_elementwise(K_GELU, IT_DTYPE_BF16, R, 4 * C);
+    fails += bench_elementwise(K_ADD, IT_DTYPE_BF16, B * NH * T, T); /* attention's scores */
     fails += bench_copy(true, B, T, NH, HD);
     fails += bench_copy(false, B, T, NH, HD);
     fails += bench_cast(true, C, 4 * C); /* a weight */
