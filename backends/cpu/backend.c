@@ -26,6 +26,8 @@ static const it_kernels cpu_kernels = {
     .attention_fwd = it_cpu_attention_fwd,
     .attention_bwd = it_cpu_attention_bwd,
     .adam_step_round = it_cpu_adam_step_round,
+    .cross_entropy_low_fwd = it_cpu_cross_entropy_low_fwd,
+    .cross_entropy_low_bwd = it_cpu_cross_entropy_low_bwd,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

@@ -97,6 +97,10 @@ it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const i
                                    it_tdesc *losses);
 it_status it_cpu_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                    const it_tdesc *dlosses, it_tdesc *dlogits);
+it_status it_cpu_cross_entropy_low_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                       it_tdesc *losses);
+it_status it_cpu_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                       const it_tdesc *dlosses, it_tdesc *dlogits);
 
 /* optim.c */
 it_status it_cpu_sgd_step(it_stream *s, float lr, float grad_scale, it_tdesc *param, const it_tdesc *grad);

@@ -390,6 +390,35 @@ SIM_SLOT it_status sim_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, c
     return kernel_launch(s, k, "cross_entropy_bwd");
 }
 
+/* The optional fused forms over half logits (a port may leave them NULL: the core casts the
+ * logits to fp32 and back around the two above). */
+static it_status call_cross_entropy_low_fwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->cross_entropy_low_fwd(NULL, D(k, 0), D(k, 1), k->a.valid, D(k, 2));
+}
+SIM_SLOT it_status sim_cross_entropy_low_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets,
+                                             int64_t valid, it_tdesc *losses) {
+    sim_kernel *k = kernel_new("cross_entropy_low_fwd", call_cross_entropy_low_fwd);
+    ARG(k, "logits", logits);
+    ARG(k, "targets", targets);
+    ARG(k, "losses", losses);
+    if (k) k->a.valid = valid;
+    return kernel_launch(s, k, "cross_entropy_low_fwd");
+}
+
+static it_status call_cross_entropy_low_bwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->cross_entropy_low_bwd(NULL, D(k, 0), D(k, 1), k->a.valid, D(k, 2), D(k, 3));
+}
+SIM_SLOT it_status sim_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets,
+                                             int64_t valid, const it_tdesc *dlosses, it_tdesc *dlogits) {
+    sim_kernel *k = kernel_new("cross_entropy_low_bwd", call_cross_entropy_low_bwd);
+    ARG(k, "logits", logits);
+    ARG(k, "targets", targets);
+    ARG(k, "dlosses", dlosses);
+    ARG(k, "dlogits", dlogits);
+    if (k) k->a.valid = valid;
+    return kernel_launch(s, k, "cross_entropy_low_bwd");
+}
+
 /* ---------------------------------------------------------------- optimizers */
 
 static it_status call_sgd_step(sim_kernel *k, const it_kernels *cpu) {
@@ -522,6 +551,8 @@ const it_kernels sim_kernels = {
     .attention_fwd = sim_attention_fwd,
     .attention_bwd = sim_attention_bwd,
     .adam_step_round = sim_adam_step_round,
+    .cross_entropy_low_fwd = sim_cross_entropy_low_fwd,
+    .cross_entropy_low_bwd = sim_cross_entropy_low_bwd,
 };
 #else
 /* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 24 slots,

@@ -327,6 +327,18 @@ typedef struct it_kernels {
      * where a last-bit difference in param crosses a rounding tie). */
     it_status (*adam_step_round)(it_stream *s, const it_adam_args *args, it_tdesc *param, const it_tdesc *grad,
                                  it_tdesc *m, it_tdesc *v, it_tdesc *low);
+    /* Cross entropy over half-precision logits (bf16 or fp16: autocast's LM head), the fused
+     * form of cast(logits, fp32) then cross_entropy_fwd: losses (N) fp32 as cross_entropy_fwd
+     * gives them for the logits widened (exactly) to fp32. Composed, it is that cast and that
+     * kernel; a native one saves the fp32 copy of the logits. */
+    it_status (*cross_entropy_low_fwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                       it_tdesc *losses);
+    /* cross_entropy_bwd on the widened logits (dlosses fp32), then each dlogit rounded once
+     * to the logits' dtype (cast()'s rule; padded columns 0): dlogits (N, Vp) in the logits'
+     * dtype. Composed: the cast, cross_entropy_bwd into an fp32 buffer, a cast back. A backend
+     * that takes a forward call must take the backward of the same shapes. */
+    it_status (*cross_entropy_low_bwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                       const it_tdesc *dlosses, it_tdesc *dlogits);
 } it_kernels;
 
 /* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
@@ -356,15 +368,18 @@ typedef struct it_kernels {
     X(topk)                                                                                                            \
     X(attention_fwd)                                                                                                   \
     X(attention_bwd)                                                                                                   \
-    X(adam_step_round)
+    X(adam_step_round)                                                                                                 \
+    X(cross_entropy_low_fwd)                                                                                           \
+    X(cross_entropy_low_bwd)
 
 /* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
 /* Names of the kernel slots in table order, for reports ("cast", "fill", ...); NULL past the
  * last. */
 IT_API const char *it_kernel_slot_name(size_t slot);
-/* True for the optional fused slots (attention_fwd, attention_bwd, adam_step_round): empty,
- * they are composed by the core from the other slots, not served by the CPU fallback. */
+/* True for the optional fused slots (attention_fwd, attention_bwd, adam_step_round,
+ * cross_entropy_low_fwd, cross_entropy_low_bwd): empty, they are composed by the core from
+ * the other slots, not served by the CPU fallback. */
 IT_API bool it_kernel_slot_fused(size_t slot);
 
 /* ---------------------------------------------------------------- collectives (optional) */

@@ -475,6 +475,16 @@ static it_status ds_adam_step_round(it_stream *s, const it_adam_args *args, it_t
     (void)args;
     DESCRIBE(T(param), T(grad), T(m), T(v), T(low));
 }
+static it_status ds_cross_entropy_low_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                          it_tdesc *losses) {
+    (void)valid;
+    DESCRIBE(T(logits), T(targets), T(losses));
+}
+static it_status ds_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
+                                          const it_tdesc *dlosses, it_tdesc *dlogits) {
+    (void)valid;
+    DESCRIBE(T(logits), T(targets), T(dlosses), T(dlogits));
+}
 #undef T
 #undef DESCRIBE
 
@@ -504,6 +514,8 @@ static const it_kernels describe_kernels = {
     .attention_fwd = ds_attention_fwd,
     .attention_bwd = ds_attention_bwd,
     .adam_step_round = ds_adam_step_round,
+    .cross_entropy_low_fwd = ds_cross_entropy_low_fwd,
+    .cross_entropy_low_bwd = ds_cross_entropy_low_bwd,
 };
 
 const it_kernels *it__describe_kernels(void) { return &describe_kernels; }
@@ -641,7 +653,7 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
             b->name, native, (size_t)IT_KERNEL_SLOT_COUNT, (size_t)IT_KERNEL_SLOT_COUNT - (size_t)native - composed,
             composed, (unsigned long long)fb_calls, (unsigned long long)calls,
             calls ? 100.0 * (double)fb_calls / (double)calls : 0.0);
-    fprintf(f, "  %-18s %-10s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
+    fprintf(f, "  %-21s %-10s %10s %10s %12s %7s %14s\n", "kernel", "path", "calls", "on CPU", "time ms", "time%",
             "fallback MB");
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
         /* "native+cpu": a native slot that declined some calls (IT_ERR_UNSUPPORTED) */
@@ -650,7 +662,7 @@ it_status it_backend_report(const it_backend *b, FILE *f) {
             path = it_kernel_slot_fused(i) ? "composed" : "fallback";
         else if (st[i].fallback_calls)
             path = "native+cpu";
-        fprintf(f, "  %-18s %-10s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
+        fprintf(f, "  %-21s %-10s %10llu %10llu %12.2f %6.1f%% %14.2f\n", st[i].slot, path,
                 (unsigned long long)st[i].calls, (unsigned long long)st[i].fallback_calls, st[i].ms,
                 total > 0 ? 100.0 * st[i].ms / total : 0.0, (double)st[i].bytes_moved / (1024.0 * 1024.0));
     }

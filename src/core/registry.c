@@ -59,7 +59,8 @@ static const char *const slot_names[IT_KERNEL_SLOT_COUNT] = {IT_KERNEL_SLOTS(SLO
 const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUNT ? slot_names[slot] : NULL; }
 
 bool it_kernel_slot_fused(size_t slot) {
-    return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd) || slot == IT_SLOT(adam_step_round);
+    return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd) || slot == IT_SLOT(adam_step_round) ||
+           slot == IT_SLOT(cross_entropy_low_fwd) || slot == IT_SLOT(cross_entropy_low_bwd);
 }
 
 /* The table of API version 6 (cast .. attention_bwd, 23 slots): what kernels_size 0 and

@@ -288,6 +288,58 @@ static void ce_cases(conf_ctx *ctx, bool bwd) {
 void conf_cases_cross_entropy_fwd(conf_ctx *ctx) { ce_cases(ctx, false); }
 void conf_cases_cross_entropy_bwd(conf_ctx *ctx) { ce_cases(ctx, true); }
 
+/* cross_entropy_low_fwd / _bwd (optional, fused): the same shapes over bf16 and fp16 logits;
+ * losses and dlosses fp32, dlogits in the logits' dtype. The sums' order is the backend's,
+ * so the bound is the sum one of the output's dtype (fp32 losses, half dlogits). */
+it_status conf_call_cross_entropy_low_fwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    return k->cross_entropy_low_fwd(s, d[0], d[1], c->valid, d[2]);
+}
+
+it_status conf_call_cross_entropy_low_bwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    return k->cross_entropy_low_bwd(s, d[0], d[1], c->valid, d[2], d[3]);
+}
+
+static void ce_low_cases(conf_ctx *ctx, bool bwd) {
+    static const it_dtype lows[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16}, tdt[2] = {IT_DTYPE_I32, IT_DTYPE_I64};
+    bool noref = false;
+    for (int li = 0; li < 2 && !noref; li++) {
+        for (int j = 0; j < 2 && !noref; j++) {
+            it_dtype dt = lows[li];
+            char dl[32];
+            snprintf(dl, sizeof dl, "%s/tgt=%s", conf_dtype_short(dt), conf_dtype_short(tdt[j]));
+            for (size_t k = 0; k < sizeof ce_shapes / sizeof ce_shapes[0] && !noref; k++) {
+                const ce_shape *e = &ce_shapes[k];
+                conf_case c;
+                conf_case_init(&c, dl, "%s", e->label);
+                conf_case_tol(&c, CONF_TOL_SUM, bwd ? dt : IT_DTYPE_FP32);
+                c.valid = e->valid;
+                conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * 5 + (uint64_t)j);
+                int64_t Vp = e->shape[e->ndim - 1], N = 1;
+                for (int d = 0; d < e->ndim - 1; d++) N *= e->shape[d];
+                conf_operand *lg = conf_add(&c, "logits", CONF_IN, dt, e->ndim, e->shape, e->llog, 1);
+                conf_fill_uniform(lg, &r, -4, 4);
+                if (e->garbage_pad)
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t v = e->valid; v < Vp; v++) conf_set(lg, n * Vp + v, (n + v) % 2 ? NAN : INFINITY);
+                conf_operand *tg = conf_add(&c, "targets", CONF_IN, tdt[j], e->ndim - 1, e->shape, e->ltgt, 0);
+                for (int64_t n = 0; n < N; n++)
+                    conf_set_i64(tg, n, n == 0 ? e->valid - 1 : n == 1 ? 0 : conf_rng_int(&r, 0, e->valid - 1));
+                if (!bwd) {
+                    conf_add(&c, "losses", CONF_OUT, IT_DTYPE_FP32, e->ndim - 1, e->shape, CONF_CONTIG, 0);
+                } else {
+                    conf_add(&c, "dlosses", CONF_IN, IT_DTYPE_FP32, e->ndim - 1, e->shape, CONF_CONTIG, 0);
+                    conf_add(&c, "dlogits", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+                }
+                noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
+                conf_case_free(&c);
+            }
+        }
+    }
+}
+
+void conf_cases_cross_entropy_low_fwd(conf_ctx *ctx) { ce_low_cases(ctx, false); }
+void conf_cases_cross_entropy_low_bwd(conf_ctx *ctx) { ce_low_cases(ctx, true); }
+
 /* ---------------------------------------------------------------- optimizers */
 
 it_status conf_call_sgd_step(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {

@@ -41,7 +41,9 @@
     X(topk, NULL)                                                                                                      \
     X(attention_fwd, NULL)                                                                                             \
     X(attention_bwd, NULL)                                                                                             \
-    X(adam_step_round, NULL)
+    X(adam_step_round, NULL)                                                                                           \
+    X(cross_entropy_low_fwd, NULL)                                                                                     \
+    X(cross_entropy_low_bwd, NULL)
 
 #define PRESENT_FN(name, grad)                                                                                         \
     static bool present_##name(const it_kernels *k) { return k->name != NULL; }
@@ -127,11 +129,11 @@ static void discover_all(bool for_list, targets *ts) {
 }
 
 static void list_table(const targets *ts) {
-    printf("%-18s", "slot");
+    printf("%-23s", "slot");
     for (int i = 0; i < ts->n; i++) printf(" %-10s", ts->t[i].backend->name);
     printf("\n");
     for (size_t s = 0; s < conf_slot_count; s++) {
-        printf("%-18s", conf_slots[s].name);
+        printf("%-23s", conf_slots[s].name);
         for (int i = 0; i < ts->n; i++) {
             bool cpu = strcmp(ts->t[i].backend->name, "cpu") == 0;
             bool native = conf_slots[s].present(conf_kernels(ts->t[i].backend));
@@ -140,7 +142,7 @@ static void list_table(const targets *ts) {
         }
         printf("\n");
     }
-    printf("%-18s", "devices");
+    printf("%-23s", "devices");
     for (int i = 0; i < ts->n; i++) {
         int count = 0;
         char buf[16] = "init failed";

@@ -599,7 +599,7 @@ static bool compare_output(const conf_case *c, const conf_operand *o, const unsi
 }
 
 void conf_line(const conf_ctx *ctx, const char *dtype, const char *label, const char *measure, const char *verdict) {
-    printf("%-12s %-18s %-12s %-34s %-24s %s\n", ctx->dev.name, ctx->slot, dtype, label, measure, verdict);
+    printf("%-12s %-21s %-12s %-34s %-24s %s\n", ctx->dev.name, ctx->slot, dtype, label, measure, verdict);
     /* every failure is printed here: note its dtype once for the closing summary */
     conf_slot_stats *st = ctx->stats;
     if (st && !strncmp(verdict, "FAIL", 4) && strcmp(dtype, "-") != 0) {

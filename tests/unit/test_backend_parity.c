@@ -117,7 +117,7 @@ int main(void) {
         fclose(mem);
         for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++) {
             char want[64];
-            snprintf(want, sizeof want, "%-18s %-8s", st[i].slot,
+            snprintf(want, sizeof want, "%-21s %-8s", st[i].slot,
                      st[i].native              ? "native"
                      : it_kernel_slot_fused(i) ? "composed"
                                                : "fallback");

@@ -1021,6 +1021,71 @@ static void test_adam_round(void) {
               "low is int16, expected bfloat16 or float16");
 }
 
+/* cross_entropy_low_fwd / _bwd are cast(logits, fp32), then cross_entropy_fwd / _bwd (and a
+ * cast of dlogits back): bitwise, for bf16 and fp16 logits, GPT-2's padded vocabulary, NaN and
+ * Inf in the padding, strided rows, threaded sizes, and the backward in place (dlogits over
+ * the logits). */
+static void test_ce_low(void) {
+    const it_dtype ldts[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16};
+    struct {
+        int64_t N, Vp, valid, step; /* step: elements between a row's logits (1: contiguous) */
+        bool garbage, in_place;
+    } cs[] = {{3, 50304, 50257, 1, true, false}, {5, 13, 10, 1, true, false},  {1, 1, 1, 1, false, false},
+              {40, 4099, 4097, 1, false, false}, {6, 33, 33, 2, false, false}, {40, 4099, 4099, 1, false, true}};
+    int bad = 0, cases = 0;
+    for (int li = 0; li < 2; li++)
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+            it_dtype lt = ldts[li];
+            int64_t N = cs[ci].N, Vp = cs[ci].Vp, valid = cs[ci].valid, st = cs[ci].step;
+            int64_t rs = Vp * st + 3, n = N * rs; /* rows padded by 3 elements */
+            uint16_t *lg = calloc((size_t)n, 2), *dlow = calloc((size_t)n, 2), *dref = calloc((size_t)n, 2);
+            float *wide = calloc((size_t)n, 4), *dw = calloc((size_t)n, 4);
+            float loss[2][64], dl[64];
+            int32_t tg[64];
+            for (int64_t r = 0; r < N; r++) {
+                for (int64_t v = 0; v < Vp; v++) {
+                    float x = (float)(urand() * 6.0);
+                    if (cs[ci].garbage && v >= valid) x = (r + v) % 2 ? NAN : INFINITY;
+                    lg[r * rs + v * st] = lt == IT_DTYPE_BF16 ? it_fp32_to_bf16(x) : it_fp32_to_fp16(x);
+                }
+                tg[r] = (int32_t)(r == 0 ? valid - 1 : (r * 7919) % valid);
+                dl[r] = (float)(0.5 + urand()) / (float)N;
+            }
+            const int64_t sh[2] = {N, Vp}, strd[2] = {rs, st}, sh1[1] = {N};
+            it_tdesc L = mk(lg, lt, 2, sh, strd), W = mk(wide, IT_DTYPE_FP32, 2, sh, strd);
+            it_tdesc T = mk(tg, IT_DTYPE_I32, 1, sh1, NULL), DL = mk(dl, IT_DTYPE_FP32, 1, sh1, NULL);
+            it_tdesc O0 = mk(loss[0], IT_DTYPE_FP32, 1, sh1, NULL), O1 = mk(loss[1], IT_DTYPE_FP32, 1, sh1, NULL);
+            it_tdesc DX = mk(cs[ci].in_place ? lg : dlow, lt, 2, sh, strd), DW = mk(dw, IT_DTYPE_FP32, 2, sh, strd);
+            it_tdesc DR = mk(dref, lt, 2, sh, strd);
+            CHECK_OK(K->cast(NULL, &L, &W));
+            CHECK_OK(K->cross_entropy_low_fwd(NULL, &L, &T, valid, &O0));
+            CHECK_OK(K->cross_entropy_fwd(NULL, &W, &T, valid, &O1));
+            CHECK_OK(K->cross_entropy_bwd(NULL, &W, &T, valid, &DL, &DW));
+            CHECK_OK(K->cast(NULL, &DW, &DR));
+            CHECK_OK(K->cross_entropy_low_bwd(NULL, &L, &T, valid, &DL, &DX));
+            bool same = memcmp(loss[0], loss[1], (size_t)N * 4) == 0;
+            const uint16_t *got = cs[ci].in_place ? lg : dlow;
+            for (int64_t r = 0; r < N; r++)
+                for (int64_t v = 0; v < Vp; v++) same = same && got[r * rs + v * st] == dref[r * rs + v * st];
+            bad += !same;
+            cases++;
+            free(lg), free(dlow), free(dref), free(wide), free(dw);
+        }
+    CHECK_MSG(bad == 0, "cross_entropy_low: %d of %d cases differ from cast, the fp32 kernel, cast", bad, cases);
+
+    float f[4] = {0};
+    uint16_t h[4] = {0};
+    int32_t t0[2] = {0, 0};
+    const int64_t s22[2] = {2, 2}, s2[1] = {2};
+    it_tdesc lf = mk(f, IT_DTYPE_FP32, 2, s22, NULL), lh = mk(h, IT_DTYPE_BF16, 2, s22, NULL);
+    it_tdesc tt = mk(t0, IT_DTYPE_I32, 1, s2, NULL), of = mk(f, IT_DTYPE_FP32, 1, s2, NULL);
+    it_tdesc ob = mk(h, IT_DTYPE_BF16, 1, s2, NULL), dh = mk(h, IT_DTYPE_FP16, 2, s22, NULL);
+    CHECK_ERR(K->cross_entropy_low_fwd(NULL, &lf, &tt, 2, &of), IT_ERR_INVALID_ARG,
+              "logits dtype float32 is not bfloat16 or float16");
+    CHECK_ERR(K->cross_entropy_low_fwd(NULL, &lh, &tt, 2, &ob), IT_ERR_INVALID_ARG, "losses dtype bfloat16");
+    CHECK_ERR(K->cross_entropy_low_bwd(NULL, &lh, &tt, 2, &of, &dh), IT_ERR_INVALID_ARG, "differs from logits");
+}
+
 int main(void) {
     K = it_cpu_kernels();
     CHECK(have_omp());
@@ -1034,5 +1099,6 @@ int main(void) {
     test_embedding();
     test_optim();
     test_adam_round();
+    test_ce_low();
     return it_test_report("test_cpu_kernels");
 }

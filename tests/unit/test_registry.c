@@ -306,7 +306,7 @@ static void test_refused_plugins(void) {
 #define SLOT_OF(name) (offsetof(it_kernels, name) / SLOT_BYTES)
 
 /* Each slot's name is the member's at that index, and the fused ones are exactly the
- * attention pair and adam_step_round. */
+ * attention pair, adam_step_round and the half-logits cross entropy pair. */
 static void test_slot_names(void) {
 #define NAME_AT_SLOT(name)                                                                                             \
     CHECK_MSG(it_kernel_slot_name(SLOT_OF(name)) && strcmp(it_kernel_slot_name(SLOT_OF(name)), #name) == 0,            \
@@ -318,9 +318,10 @@ static void test_slot_names(void) {
     CHECK(it_kernel_slot_name(IT_KERNEL_SLOT_COUNT) == NULL);
     int fused = 0;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT + 2; i++) fused += it_kernel_slot_fused(i);
-    CHECK(fused == 3);
+    CHECK(fused == 5);
     CHECK(it_kernel_slot_fused(SLOT_OF(attention_fwd)) && it_kernel_slot_fused(SLOT_OF(attention_bwd)));
     CHECK(it_kernel_slot_fused(SLOT_OF(adam_step_round)));
+    CHECK(it_kernel_slot_fused(SLOT_OF(cross_entropy_low_fwd)) && it_kernel_slot_fused(SLOT_OF(cross_entropy_low_bwd)));
     CHECK(!it_kernel_slot_fused(SLOT_OF(topk)));
 }
 
