@@ -47,7 +47,9 @@ IT_API it_tensor *it_layernorm(it_tensor *x, it_tensor *w, it_tensor *b, float e
 /* softmax(scale * x) over the last dim; causal masks keys after the query (see backend.h). */
 IT_API it_tensor *it_softmax(it_tensor *x, float scale, bool causal);
 /* Mean over rows of cross entropy: logits (..., Vp), targets (...) int; only the first
- * `valid` logits of each row take part (valid <= Vp). Returns a 0-D tensor. */
+ * `valid` logits of each row take part (valid <= Vp). Returns a 0-D tensor: fp64 for fp64
+ * logits, else fp32 (bf16 / fp16 logits are computed in fp32, as autocast runs it; their
+ * gradient comes back in their own dtype). */
 IT_API it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid);
 /* qkv (B, T, 3C), rows Q|K|V, n_head heads -> (B, T, C); causal, scale 1/sqrt(C/n_head). */
 IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);

@@ -70,5 +70,9 @@ void it__weights_written(void);
 bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt);
 it_status it__autocast_stepped(it_tensor *flat, it_tensor *low);
 void it__autocast_forget(const it_tensor *flat);
+/* it_linear, except that under autocast y is returned as the product gives it, in the
+ * autocast dtype, not widened to float32: for a consumer that reads it widened itself (cross
+ * entropy's fused half-logits slots). Without autocast it is it_linear. */
+it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
 
 #endif

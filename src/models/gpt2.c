@@ -194,7 +194,7 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     (void)B;
     (void)C;
     /* (B, T, Vp), or this rank's Vp/N columns: tied to the embedding (under PP its copy) */
-    return IT_PREC_MODULE(it_linear(it__tp_enter(m, x), g->lm_head ? g->lm_head : g->wte, NULL), -1, "lm_head");
+    return IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), g->lm_head ? g->lm_head : g->wte), -1, "lm_head");
 }
 
 /* 6 FLOPs per parameter per token (forward 2, backward 4; the position table is a lookup)

@@ -215,7 +215,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
     if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
-    it_tensor *logits = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, x), g->lm_head, NULL), -1, "lm_head");
+    it_tensor *logits = IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), g->lm_head), -1, "lm_head");
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
     return logits;
 }

@@ -375,6 +375,11 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
     return none ? y : it_add(y, d);
 }
 
+it_tensor *it__lm_head(it_model *m, it_tensor *x, it_tensor *w) {
+    if (m->loss_forward && m->tp_size <= 1 && !(m->lora && find_adapter(m, w))) return it__linear_low(x, w, NULL);
+    return it__linear(m, x, w, NULL);
+}
+
 /* ---------------------------------------------------------------- the adapter file */
 
 /* The whole adapter buffer (full_numel floats) on the host: under TP the group's slices

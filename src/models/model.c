@@ -399,7 +399,9 @@ double it_model_flops_per_token(const it_model *m, int64_t T) { return m->vt->fl
 
 it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets) {
     m->aux_loss = NULL;
+    m->loss_forward = true;
     it_tensor *logits = it_model_forward(m, idx), *loss;
+    m->loss_forward = false;
     if (m->tp_size > 1) { /* this rank's vocabulary columns [lo, lo + Vl), the first `valid` of them real */
         int64_t vl = m->info.padded_vocab / m->tp_size, lo = (int64_t)m->tp_rank * vl;
         int64_t valid = m->info.vocab_size - lo;

@@ -43,6 +43,9 @@ struct it_model {
     /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
+    /* True during it_model_loss's forward: the LM head may then leave the logits in the
+     * autocast dtype (it__lm_head), since cross entropy is all that reads them. */
+    bool loss_forward;
     struct it__lora *lora; /* NULL: no adapters (src/models/lora.c) */
     /* Tensor parallelism (it_model_parallel): the TP group (NULL: none), its size (1: none) and
      * this rank's place in it; sp: sequence parallel. Set before the layout walk, which then
@@ -166,6 +169,11 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
 /* (alpha/r) B (A x) for W's adapter, or NULL with *none set when W has none (for a forward
  * that splits one adapted weight over several products, Mixtral's Q, K, V). */
 it_tensor *it__lora_delta(it_model *m, it_tensor *x, it_tensor *w, bool *none);
+/* The LM head's logits, x w^T (it__linear). In it_model_loss's forward without TP, with no
+ * adapter on w, under autocast they stay in the autocast dtype the product gives them:
+ * it_cross_entropy reads them widened, so no fp32 copy of them (nor of their gradient) is
+ * made. TP's vocabulary-parallel loss takes fp32 logits, as before. */
+it_tensor *it__lm_head(it_model *m, it_tensor *x, it_tensor *w);
 void it__lora_free(struct it__lora *l);
 /* Adapter t described as a parameter (its views included), for it__param_runs and the TP
  * gradient rules: B of a column-parallel layer is cut as its weight's rows are (c_attn's

@@ -1,6 +1,23 @@
 /* Mean cross entropy over rows, with llm.c's padded vocabulary (only the first `valid`
- * logits of a row take part). */
+ * logits of a row take part). Half-precision logits (bf16, fp16: autocast's LM head) are
+ * computed in fp32, as autocast runs cross entropy: read widened by the backend's fused
+ * cross_entropy_low_* slots where it has both, else cast to an fp32 copy first (the same
+ * bits either way); the loss is fp32 and their gradient comes back in their dtype. */
 #include "ops/ops_common.h"
+
+static bool is_low(it_dtype dt) { return dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16; }
+
+/* dlogits in half logits' dtype, composed: the fp32 kernel on the logits widened, its
+ * result rounded once (what the fused slot gives in one pass). */
+static it_status low_bwd_composed(it_device dev, it_tensor *logits, const it_tdesc *dt, int64_t valid,
+                                  const it_tdesc *ddl, it_tdesc *dg) {
+    it_tensor *wide = it_tensor_to_dtype(logits, IT_DTYPE_FP32);
+    it_tensor *gw = wide ? it__empty_like(wide) : NULL;
+    if (!gw) return it_last_status();
+    it_tdesc dw = it_tensor_desc(wide), dgw = it_tensor_desc(gw);
+    it_status st = KCALL(dev, cross_entropy_bwd, &dw, dt, valid, ddl, &dgw);
+    return st ? st : KCALL(dev, cast, &dgw, dg);
+}
 
 /* dlogits = (softmax - onehot) * dloss / N, through the kernel with per-row weights dloss/N
  * (dy is the 0-D gradient of the mean, broadcast to N rows without a host read). */
@@ -26,7 +43,15 @@ static it_status cross_entropy_backward(it_node *n, it_tensor *dy) {
     dg.shape[1] = logits->shape[1];
     dg.strides[0] = logits->shape[1];
     dg.strides[1] = 1;
-    st = KCALL(dev, cross_entropy_bwd, &dlg, &dt, n->i[0], &ddl, &dg);
+    if (is_low(logits->dtype)) {
+        st = KCALL(dev, cross_entropy_low_bwd, &dlg, &dt, n->i[0], &ddl, &dg);
+        if (st == IT_ERR_UNSUPPORTED) { /* declined before writing: composed */
+            it_error_clear();
+            st = low_bwd_composed(dev, logits, &dt, n->i[0], &ddl, &dg);
+        }
+    } else {
+        st = KCALL(dev, cross_entropy_bwd, &dlg, &dt, n->i[0], &ddl, &dg);
+    }
     if (st) return st;
     return it__accum_grad(n->in[0], g);
 }
@@ -49,16 +74,26 @@ it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid
                  it_dtype_name(targets->dtype));
         return NULL;
     }
+    it_device dev = it_tensor_device(logits);
+    bool low = is_low(logits->dtype);
+    if (low && !(it__kernel_native(dev, IT_SLOT(cross_entropy_low_fwd)) &&
+                 it__kernel_native(dev, IT_SLOT(cross_entropy_low_bwd))))
+        return it_cross_entropy(it_cast(logits, IT_DTYPE_FP32), targets, valid);
     int64_t rows = it_tensor_numel(targets);
     int64_t s2[2] = {rows, vp}, s1[1] = {rows};
     it_tensor *l2 = it_tensor_view(it_tensor_contiguous(logits), 2, s2);
     it_tensor *t1 = it_tensor_view(it_tensor_contiguous(targets), 1, s1);
     it_dtype ldt = logits->dtype == IT_DTYPE_FP64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32;
-    it_tensor *losses = it_tensor_new(it_tensor_device(logits), ldt, 1, s1);
+    it_tensor *losses = it_tensor_new(dev, ldt, 1, s1);
     OP_REQUIRE(l2 && t1 && losses);
     it_tdesc dl = it_tensor_desc(l2), dt = it_tensor_desc(t1), dls = it_tensor_desc(losses);
-    it_device dev = it_tensor_device(logits);
-    if (KCALL(dev, cross_entropy_fwd, &dl, &dt, valid, &dls)) return NULL;
+    it_status st = low ? KCALL(dev, cross_entropy_low_fwd, &dl, &dt, valid, &dls)
+                       : KCALL(dev, cross_entropy_fwd, &dl, &dt, valid, &dls);
+    if (low && st == IT_ERR_UNSUPPORTED) { /* declined before writing: the fp32 copy after all */
+        it_error_clear();
+        return it_cross_entropy(it_cast(logits, IT_DTYPE_FP32), targets, valid);
+    }
+    if (st) return NULL;
     /* The mean: a plain (no-grad) reduction; the node below differentiates the whole op. */
     int64_t none[1] = {1};
     it_tensor *m = it_tensor_new(dev, ldt, 1, none);

@@ -411,13 +411,26 @@ static it_status linear_backward(it_node *n, it_tensor *dy) {
     return IT_OK;
 }
 
+/* Under autocast (autocast_for), y = x w^T + b in ac: the operands rounded, the product's
+ * own output, not yet widened. */
+static it_tensor *linear_in(it_tensor *x, it_tensor *w, it_tensor *bias, it_dtype ac) {
+    it_autocast_set(false, ac);
+    it_tensor *xc = it_cast(x, ac), *wc = autocast_operand(w, ac), *bc = bias ? autocast_operand(bias, ac) : NULL;
+    it_tensor *y = xc && wc && (!bias || bc) ? it_linear(xc, wc, bc) : NULL;
+    it_autocast_set(true, ac);
+    return y;
+}
+
+it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias) {
+    it_dtype ac;
+    if (autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32)) return linear_in(x, w, bias, ac);
+    return it_linear(x, w, bias);
+}
+
 it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
     it_dtype ac;
     if (autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32)) { /* in ac, then back to float32 */
-        it_autocast_set(false, ac);
-        it_tensor *xc = it_cast(x, ac), *wc = autocast_operand(w, ac), *bc = bias ? autocast_operand(bias, ac) : NULL;
-        it_tensor *y = xc && wc && (!bias || bc) ? it_linear(xc, wc, bc) : NULL;
-        it_autocast_set(true, ac);
+        it_tensor *y = linear_in(x, w, bias, ac);
         return y ? it_cast(y, IT_DTYPE_FP32) : NULL;
     }
     OP_REQUIRE(x && w);
