@@ -31,9 +31,10 @@ IT_API it_status it_backward(it_tensor *loss);
 /* Autocast (mixed precision) on this thread: while enabled, it_matmul and it_linear with
  * float32 operands compute in `dtype` (bfloat16 or float16): the operands (and a linear's bias)
  * are cast to it, rounded once; the gemm kernel accumulates in float32 and rounds its result
- * to `dtype`; the result is cast back to float32 for what follows (except a model's logits
- * inside it_model_loss: they stay in `dtype`, and it_cross_entropy reads them widened, which
- * gives the same bits). Everything else (norms, softmax, the loss, the optimizer and the
+ * to `dtype`; the result is cast back to float32 for what follows (the models keep it in
+ * `dtype` where the next op would only round it back: GPT-2's qkv into attention, attention's
+ * output into its projection, and the logits inside it_model_loss, which it_cross_entropy
+ * reads widened; the same bits). Everything else (norms, softmax, the loss, the optimizer and the
  * parameters themselves) stays float32. Gradients flow back through the casts. */
 IT_API void it_autocast_set(bool enabled, it_dtype dtype);
 /* Whether autocast is on; *dtype (may be NULL) gets its dtype. */

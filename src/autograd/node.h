@@ -70,9 +70,18 @@ void it__weights_written(void);
 bool it__autocast_wants_copy(const it_tensor *flat, it_dtype *dt);
 it_status it__autocast_stepped(it_tensor *flat, it_tensor *low);
 void it__autocast_forget(const it_tensor *flat);
+/* Whether products may stay in the autocast dtype between two that round them anyway (the
+ * two entry points below). IT_AUTOCAST_KEEP_LOW=0 in the environment widens every product
+ * back to float32, the former dataflow: for tests that check that both give the same bits. */
+bool it__autocast_keep_low(void);
 /* it_linear, except that under autocast y is returned as the product gives it, in the
  * autocast dtype, not widened to float32: for a consumer that reads it widened itself (cross
  * entropy's fused half-logits slots). Without autocast it is it_linear. */
 it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
+/* it_causal_self_attention and it_attention, except that under autocast y is returned in the
+ * autocast dtype, not widened (for a projection that rounds it anyway); GPT-2's qkv may
+ * already be in that dtype (it__linear_low's). Without autocast they are the public ops. */
+it_tensor *it__causal_self_attention_low(it_tensor *qkv, int n_head);
+it_tensor *it__attention_low(it_tensor *q, it_tensor *k, it_tensor *v);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "core/precision_hooks.h"
 #include "models/model_impl.h"
 
@@ -146,8 +147,10 @@ static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     int heads = g->cfg.n_head / m->tp_size;
     IT_PREC_LAYER(l);
     it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
-    h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
-    h = it_causal_self_attention(h, heads);                                                    /* (B, T, C) */
+    /* under autocast qkv and y stay bf16 between the products (the same bits as widened) */
+    h = IT_PREC_MODULE(it__linear_keep(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
+    h = it__lora_adapts(m, p[ATTPROJW]) ? it_causal_self_attention(h, heads)
+                                        : it__causal_self_attention_low(h, heads); /* (B, T, C) */
     h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
     x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
     h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");

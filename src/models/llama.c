@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "core/precision_hooks.h"
 #include "infinitrain/dist.h"
 #include "models/model_impl.h"
@@ -148,8 +149,9 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
     k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
     v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
-    it_tensor *att =
-        IT_PREC_MODULE(it__tp_row_linear(m, it_attention(q, k, v), g->proj[l], NULL), l, "attn.c_proj");
+    /* under autocast y stays bf16 into an unadapted projection (the same bits as widened) */
+    it_tensor *y = it__lora_adapts(m, g->proj[l]) ? it_attention(q, k, v) : it__attention_low(q, k, v);
+    it_tensor *att = IT_PREC_MODULE(it__tp_row_linear(m, y, g->proj[l], NULL), l, "attn.c_proj");
     x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
     h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
     if (g->moe) {

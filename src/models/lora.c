@@ -375,8 +375,14 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
     return none ? y : it_add(y, d);
 }
 
+bool it__lora_adapts(const it_model *m, const it_tensor *w) { return m->lora && find_adapter(m, w); }
+
+it_tensor *it__linear_keep(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
+    return it__lora_adapts(m, w) ? it__linear(m, x, w, b) : it__linear_low(x, w, b);
+}
+
 it_tensor *it__lm_head(it_model *m, it_tensor *x, it_tensor *w) {
-    if (m->loss_forward && m->tp_size <= 1 && !(m->lora && find_adapter(m, w))) return it__linear_low(x, w, NULL);
+    if (m->loss_forward && m->tp_size <= 1) return it__linear_keep(m, x, w, NULL);
     return it__linear(m, x, w, NULL);
 }
 

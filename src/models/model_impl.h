@@ -169,6 +169,15 @@ it_tensor *it__linear(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
 /* (alpha/r) B (A x) for W's adapter, or NULL with *none set when W has none (for a forward
  * that splits one adapted weight over several products, Mixtral's Q, K, V). */
 it_tensor *it__lora_delta(it_model *m, it_tensor *x, it_tensor *w, bool *none);
+/* it__linear, except that under autocast, when w has no adapter, y stays in the autocast
+ * dtype the product gives it (it__linear_low) for a consumer that reads it so: GPT-2's
+ * attention, whose own first step would round a widened copy back. */
+it_tensor *it__linear_keep(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b);
+/* Whether w has a LoRA adapter: its input then feeds two products (the base and the
+ * adapter's A), whose bf16 gradients must be summed in fp32 and rounded once, as they are
+ * when that input is an fp32 tensor each product rounds; so an input kept in bf16 for w
+ * (it__attention_low's y) is only for an unadapted w. */
+bool it__lora_adapts(const it_model *m, const it_tensor *w);
 /* The LM head's logits, x w^T (it__linear). In it_model_loss's forward without TP, with no
  * adapter on w, under autocast they stay in the autocast dtype the product gives them:
  * it_cross_entropy reads them widened, so no fp32 copy of them (nor of their gradient) is

@@ -9,7 +9,11 @@
  * back), whose backward comes from theirs. The CPU's fused kernels compute bitwise what the
  * composition computes. Under autocast the composition rounds qkv (or q, k, v) once and
  * copies the heads in the autocast dtype: the bits of rounding each head tensor at its
- * product, with half the bytes copied (attend_low). */
+ * product, with half the bytes copied (attend_low). The models' internal entry points
+ * (it__causal_self_attention_low, it__attention_low) also take GPT-2's qkv as its product
+ * gave it, already in the autocast dtype, and return y in that dtype for the projection
+ * after it, which would only round a widened copy back: the same bits, four casts fewer a
+ * layer (two forward, two backward). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +40,9 @@ static bool fused_wanted(const it_tensor *x) {
     const char *env = getenv("IT_FUSED_KERNELS");
     if (env && strcmp(env, "0") == 0) return false;
     it_dtype ac;
-    /* under autocast the composition runs its products in the autocast dtype */
-    if (it_autocast_enabled(&ac) && x->dtype == IT_DTYPE_FP32) return false;
+    /* under autocast the composition runs its products in the autocast dtype (on fp32
+     * inputs, or on inputs a product already gave in that dtype) */
+    if (it_autocast_enabled(&ac) && (x->dtype == IT_DTYPE_FP32 || x->dtype == ac)) return false;
     return it__kernel_native(it_tensor_device(x), IT_SLOT(attention_fwd)) &&
            it__kernel_native(it_tensor_device(x), IT_SLOT(attention_bwd));
 }
@@ -161,9 +166,9 @@ static it_tensor *attend(it_tensor *q, it_tensor *k, it_tensor *v) {
     return it_reshape(it_contiguous(it_permute(y, back)), 3, (int64_t[]){B, T, nh * hd});
 }
 
-/* The autocast dtype when the composition runs under autocast on fp32 inputs. */
+/* The autocast dtype when the composition runs under autocast on x: fp32, or already in it. */
 static bool autocast_low(const it_tensor *x, it_dtype *ac) {
-    return it_autocast_enabled(ac) && x->dtype == IT_DTYPE_FP32 && *ac != IT_DTYPE_FP32;
+    return it_autocast_enabled(ac) && *ac != IT_DTYPE_FP32 && (x->dtype == IT_DTYPE_FP32 || x->dtype == *ac);
 }
 
 /* attend() under autocast to ac, on q, k, v already in ac (B, nh, T, hd) contiguous: the two
@@ -171,8 +176,9 @@ static bool autocast_low(const it_tensor *x, it_dtype *ac) {
  * copies around them (the split before, the merge after) in ac, half the bytes of fp32, and
  * one cast each way instead of one per head tensor. Rounding commutes with a copy, so the
  * result and every gradient are bitwise attend()'s on the fp32 heads; no copy here sums
- * (the grouped kv heads' expand, whose backward does, stays fp32: it_attention). */
-static it_tensor *attend_low(it_tensor *q, it_tensor *k, it_tensor *v, it_dtype ac) {
+ * (the grouped kv heads' expand, whose backward does, stays fp32: it_attention). y is
+ * widened to fp32, or left in ac with `keep`. */
+static it_tensor *attend_low(it_tensor *q, it_tensor *k, it_tensor *v, it_dtype ac, bool keep) {
     OP_REQUIRE(q && k && v);
     int64_t B = q->shape[0], nh = q->shape[1], T = q->shape[2], hd = q->shape[3];
     it_autocast_set(false, ac);
@@ -181,11 +187,13 @@ static it_tensor *attend_low(it_tensor *q, it_tensor *k, it_tensor *v, it_dtype 
     it_tensor *y = att ? it_matmul(it_cast(att, ac), v, false, false) : NULL; /* (B, nh, T, hd) in ac */
     it_autocast_set(true, ac);
     int back[4] = {0, 2, 1, 3};
-    return it_cast(it_reshape(it_contiguous(it_permute(y, back)), 3, (int64_t[]){B, T, nh * hd}), IT_DTYPE_FP32);
+    it_tensor *merged = it_reshape(it_contiguous(it_permute(y, back)), 3, (int64_t[]){B, T, nh * hd});
+    return keep ? merged : it_cast(merged, IT_DTYPE_FP32);
 }
 
-/* GPT-2: qkv (B, T, 3C), rows Q|K|V, one copy splits all three into heads. */
-it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) {
+/* GPT-2: qkv (B, T, 3C), rows Q|K|V, one copy splits all three into heads; `keep`: see
+ * it__causal_self_attention_low. */
+static it_tensor *causal_self_attention(it_tensor *qkv, int n_head, bool keep) {
     OP_REQUIRE(qkv);
     if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * (int64_t)n_head) != 0) {
         it_error(IT_ERR_INVALID_ARG, "attention: qkv must be (B, T, 3C) with C divisible by n_head=%d", n_head);
@@ -207,7 +215,13 @@ it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) {
     it_tensor *q = it_reshape(it_slice(heads, 0, 0, 1, 1), 4, s4);
     it_tensor *k = it_reshape(it_slice(heads, 0, 1, 2, 1), 4, s4);
     it_tensor *v = it_reshape(it_slice(heads, 0, 2, 3, 1), 4, s4);
-    return low ? attend_low(q, k, v, ac) : attend(q, k, v);
+    return low ? attend_low(q, k, v, ac, keep) : attend(q, k, v);
+}
+
+it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head) { return causal_self_attention(qkv, n_head, false); }
+
+it_tensor *it__causal_self_attention_low(it_tensor *qkv, int n_head) {
+    return causal_self_attention(qkv, n_head, it__autocast_keep_low());
 }
 
 /* (B, T, nkv, hd) -> (B, nh, T, hd): kv head j serves query heads j*r .. j*r+r-1. */
@@ -222,7 +236,8 @@ static it_tensor *kv_heads(it_tensor *x, int64_t nh) {
     return it_contiguous(it_permute(x, perm));
 }
 
-it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) {
+/* q (B, T, nh, hd), k and v (B, T, nkv, hd) -> (B, T, C); `keep`: see it__attention_low. */
+static it_tensor *attention(it_tensor *q, it_tensor *k, it_tensor *v, bool keep) {
     OP_REQUIRE(q && k && v);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
         k->shape[3] != q->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] ||
@@ -262,7 +277,13 @@ it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) {
         it_tensor *qh = it_contiguous(it_permute(it_cast(q, ac), perm));
         it_tensor *kh = k->shape[2] == nh ? kv_heads(it_cast(k, ac), nh) : it_cast(kv_heads(k, nh), ac);
         it_tensor *vh = v->shape[2] == nh ? kv_heads(it_cast(v, ac), nh) : it_cast(kv_heads(v, nh), ac);
-        return attend_low(qh, kh, vh, ac);
+        return attend_low(qh, kh, vh, ac, keep);
     }
     return attend(it_contiguous(it_permute(q, perm)), kv_heads(k, nh), kv_heads(v, nh));
+}
+
+it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v) { return attention(q, k, v, false); }
+
+it_tensor *it__attention_low(it_tensor *q, it_tensor *k, it_tensor *v) {
+    return attention(q, k, v, it__autocast_keep_low());
 }

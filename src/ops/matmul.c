@@ -281,9 +281,13 @@ found:
     return y;
 }
 
-/* The autocast dtype when a product of these float32 operands should run in it. */
+/* The autocast dtype when a product of these operands should run in it (b fp32, a fp32 or
+ * already in it). */
 static bool autocast_for(const it_tensor *a, const it_tensor *b, it_dtype *dt) {
-    return it_autocast_enabled(dt) && a && b && a->dtype == IT_DTYPE_FP32 && b->dtype == IT_DTYPE_FP32;
+    /* a may already be in the autocast dtype: another product's own output (it__linear_low,
+     * attention's y) that it would otherwise round again after its widening */
+    return it_autocast_enabled(dt) && a && b &&
+           (a->dtype == IT_DTYPE_FP32 || (a->dtype == *dt && *dt != IT_DTYPE_FP32)) && b->dtype == IT_DTYPE_FP32;
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -421,9 +425,15 @@ static it_tensor *linear_in(it_tensor *x, it_tensor *w, it_tensor *bias, it_dtyp
     return y;
 }
 
+bool it__autocast_keep_low(void) {
+    const char *env = getenv("IT_AUTOCAST_KEEP_LOW");
+    return !(env && strcmp(env, "0") == 0);
+}
+
 it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias) {
     it_dtype ac;
-    if (autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32)) return linear_in(x, w, bias, ac);
+    if (it__autocast_keep_low() && autocast_for(x, w, &ac) && (!bias || bias->dtype == IT_DTYPE_FP32))
+        return linear_in(x, w, bias, ac);
     return it_linear(x, w, bias);
 }
 
