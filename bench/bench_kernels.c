@@ -31,6 +31,8 @@ enum kind {
     K_SM_BWD,
     K_CE_FWD,
     K_CE_BWD,
+    K_CE_LOW_FWD,
+    K_CE_LOW_BWD,
     K_ADAM,
     K_ADAM_ROUND,
     K_GELU,
@@ -80,6 +82,8 @@ static it_status kb_call(const it_kernels *k, kbench *b) {
     case K_SM_BWD: return k->softmax_bwd(NULL, &b->sm, &d[1], &d[0], &d[2]);
     case K_CE_FWD: return k->cross_entropy_fwd(NULL, &d[0], &d[1], b->valid, &d[2]);
     case K_CE_BWD: return k->cross_entropy_bwd(NULL, &d[0], &d[1], b->valid, &d[2], &d[3]);
+    case K_CE_LOW_FWD: return k->cross_entropy_low_fwd(NULL, &d[0], &d[1], b->valid, &d[2]);
+    case K_CE_LOW_BWD: return k->cross_entropy_low_bwd(NULL, &d[0], &d[1], b->valid, &d[2], &d[3]);
     case K_ADAM: return k->adam_step(NULL, &b->adam, &d[0], &d[1], &d[2], &d[3]);
     case K_ADAM_ROUND: return k->adam_step_round(NULL, &b->adam, &d[0], &d[1], &d[2], &d[3], &d[4]);
     case K_GELU: return k->unary(NULL, IT_UNARY_GELU, 0.0f, &d[0], &d[1]);
@@ -322,12 +326,15 @@ static int bench_softmax(bool bwd, int64_t BH, int64_t T) {
     return kb_run(&b);
 }
 
-/* Cross entropy over (N, Vp) logits, the first V columns valid. */
-static int bench_ce(bool bwd, int64_t N, int64_t V, int64_t Vp) {
+/* Cross entropy over (N, Vp) logits, the first V columns valid; `low`: bf16 logits (and
+ * dlogits) through the fused cross_entropy_low_* slots, autocast's LM head (an fp32 buffer
+ * holds them, its values rounded in place as bench_elementwise's are). */
+static int bench_ce(bool bwd, bool low, int64_t N, int64_t V, int64_t Vp) {
     kbench b;
     memset(&b, 0, sizeof b);
-    b.kind = bwd ? K_CE_BWD : K_CE_FWD;
-    snprintf(b.name, sizeof b.name, "cross_entropy %s", bwd ? "bwd" : "fwd");
+    b.kind = low ? (bwd ? K_CE_LOW_BWD : K_CE_LOW_FWD) : bwd ? K_CE_BWD : K_CE_FWD;
+    snprintf(b.name, sizeof b.name, "cross_entropy%s %s%s", low ? "_low" : "", bwd ? "bwd" : "fwd",
+             low ? ", bf16" : "");
     snprintf(b.shape, sizeof b.shape, "(%lld, %lld) valid %lld", (long long)N, (long long)Vp, (long long)V);
     int64_t sl[2] = {N, Vp}, sn[1] = {N};
     float *logits = kb_buf(&b, 0, (size_t)(N * Vp), 3.0f), *losses = kb_buf(&b, 2, (size_t)N, 1.0f / (float)N);
@@ -340,12 +347,17 @@ static int bench_ce(bool bwd, int64_t N, int64_t V, int64_t Vp) {
     }
     uint64_t rs = 7;
     for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)(bench_rng_next(&rs) % (uint64_t)V);
-    b.d[0] = bench_desc(logits, IT_DTYPE_FP32, 2, sl);
+    for (size_t i = 0; low && i < (size_t)(N * Vp); i++) { /* ascending: half i lands where float i/2 was read */
+        uint16_t h = it_fp32_to_bf16(logits[i]);
+        memcpy((char *)logits + 2 * i, &h, 2);
+    }
+    it_dtype lt = low ? IT_DTYPE_BF16 : IT_DTYPE_FP32;
+    b.d[0] = bench_desc(logits, lt, 2, sl);
     b.d[1] = bench_desc(tg, IT_DTYPE_I32, 1, sn);
     b.d[2] = bench_desc(losses, IT_DTYPE_FP32, 1, sn);
-    b.d[3] = bench_desc(dlogits, IT_DTYPE_FP32, 2, sl);
+    b.d[3] = bench_desc(dlogits, lt, 2, sl);
     b.valid = V;
-    b.bytes = (bwd ? 2.0 : 1.0) * (double)N * (double)Vp * 4.0;
+    b.bytes = (bwd ? 2.0 : 1.0) * (double)N * (double)Vp * (double)it_dtype_size(lt);
     return kb_run(&b);
 }
 
@@ -588,8 +600,10 @@ int main(int argc, char **argv) {
     fails += bench_softmax(true, B * NH, T);
     fails += bench_softmax(false, B * NH, 256);
     fails += bench_softmax(true, B * NH, 256);
-    fails += bench_ce(false, R, V, VP);
-    fails += bench_ce(true, R, V, VP);
+    fails += bench_ce(false, false, R, V, VP);
+    fails += bench_ce(true, false, R, V, VP);
+    fails += bench_ce(false, true, R, V, VP);
+    fails += bench_ce(true, true, R, V, VP);
     fails += bench_elementwise(K_GELU, IT_DTYPE_FP32, R, 4 * C);
     fails += bench_elementwise(K_GELU_BWD, IT_DTYPE_FP32, R, 4 * C);
     fails += bench_elementwise(K_ADD, IT_DTYPE_FP32, R, C);
