@@ -74,6 +74,31 @@ static it_status check_common(const char *kernel, const it_tdesc *logits, const 
     return IT_OK;
 }
 
+/* The forward's checks: check_common, and losses (N) in the logits' dtype (fp32 for half
+ * logits). */
+static it_status check_fwd(const char *kernel, const it_tdesc *logits, const it_tdesc *targets, int64_t valid, bool low,
+                           const it_tdesc *losses, int64_t *N, int64_t *Vp) {
+    it_status st = check_common(kernel, logits, targets, valid, low, N, Vp);
+    return st ? st
+              : it_cpu_check_per_row(kernel, "losses", losses, "N", *N, low ? IT_DTYPE_FP32 : logits->dtype,
+                                     low ? "fp32 for half logits" : "the logits'", true);
+}
+
+/* The backward's: check_common, dlosses (N) as the forward's losses, dlogits like logits. */
+static it_status check_bwd(const char *kernel, const it_tdesc *logits, const it_tdesc *targets, int64_t valid, bool low,
+                           const it_tdesc *dlosses, const it_tdesc *dlogits, int64_t *N, int64_t *Vp) {
+    it_status st;
+    if ((st = check_common(kernel, logits, targets, valid, low, N, Vp)) ||
+        (st = it_cpu_check_per_row(kernel, "dlosses", dlosses, "N", *N, low ? IT_DTYPE_FP32 : logits->dtype,
+                                   low ? "fp32 for half logits" : "the logits'", false)) ||
+        (st = it_cpu_check_desc(kernel, "dlogits", dlogits, 0)))
+        return st;
+    if (dlogits->ndim != logits->ndim || dlogits->dtype != logits->dtype)
+        return it_error(IT_ERR_INVALID_ARG, "%s: dlogits (ndim %d, %s) differs from logits (ndim %d, %s)", kernel,
+                        dlogits->ndim, it_dtype_name(dlogits->dtype), logits->ndim, it_dtype_name(logits->dtype));
+    return it_cpu_check_same(kernel, "dlogits", dlogits, "logits", logits, true);
+}
+
 #define DEFINE_CE(T, SFX, EXP, LOG)                                                                                    \
     /* max and exp-sum of x[0..V); the exp pass fetches row `next` (NULL: none) into L2. */                            \
     ALWAYS_INLINE void stats_##SFX(const T *x, int64_t sx, int64_t V, const T *next, T *m, T *sum) {                   \
@@ -203,12 +228,9 @@ DEFINE_CE_LOW(lfp16, LD_FP16, it_sc_fp32_to_fp16)
 it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                    it_tdesc *losses) {
     (void)s;
-    const char *k = "cross_entropy_fwd";
     int64_t N, Vp;
-    it_status st;
-    if ((st = check_common(k, logits, targets, valid, false, &N, &Vp)) ||
-        (st = it_cpu_check_per_row(k, "losses", losses, "N", N, logits->dtype, "the logits'", true)))
-        return st;
+    it_status st = check_fwd("cross_entropy_fwd", logits, targets, valid, false, losses, &N, &Vp);
+    if (st) return st;
     if (N == 0) return IT_OK;
     if (logits->dtype == IT_DTYPE_FP32)
         fwd_f32(logits, targets, valid, losses, N);
@@ -221,17 +243,9 @@ it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const i
 it_status it_cpu_cross_entropy_bwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                    const it_tdesc *dlosses, it_tdesc *dlogits) {
     (void)s;
-    const char *k = "cross_entropy_bwd";
     int64_t N, Vp;
-    it_status st;
-    if ((st = check_common(k, logits, targets, valid, false, &N, &Vp)) ||
-        (st = it_cpu_check_per_row(k, "dlosses", dlosses, "N", N, logits->dtype, "the logits'", false)) ||
-        (st = it_cpu_check_desc(k, "dlogits", dlogits, 0)))
-        return st;
-    if (dlogits->ndim != logits->ndim || dlogits->dtype != logits->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: dlogits (ndim %d, %s) differs from logits (ndim %d, %s)", k,
-                        dlogits->ndim, it_dtype_name(dlogits->dtype), logits->ndim, it_dtype_name(logits->dtype));
-    if ((st = it_cpu_check_same(k, "dlogits", dlogits, "logits", logits, true))) return st;
+    it_status st = check_bwd("cross_entropy_bwd", logits, targets, valid, false, dlosses, dlogits, &N, &Vp);
+    if (st) return st;
     if (N == 0 || Vp == 0) return IT_OK;
     if (logits->dtype == IT_DTYPE_FP32)
         bwd_f32(logits, targets, valid, dlosses, dlogits, N, Vp);
@@ -258,10 +272,8 @@ it_status it_cpu_cross_entropy_low_fwd(it_stream *s, const it_tdesc *logits, con
     (void)s;
     const char *k = "cross_entropy_low_fwd";
     int64_t N, Vp;
-    it_status st;
-    if ((st = check_common(k, logits, targets, valid, true, &N, &Vp)) ||
-        (st = it_cpu_check_per_row(k, "losses", losses, "N", N, IT_DTYPE_FP32, "fp32 for half logits", true)))
-        return st;
+    it_status st = check_fwd(k, logits, targets, valid, true, losses, &N, &Vp);
+    if (st) return st;
     if (N == 0) return IT_OK;
     int nt;
     float *rows = take_rows(k, N, Vp, valid, &nt);
@@ -281,15 +293,8 @@ it_status it_cpu_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logits, con
     (void)s;
     const char *k = "cross_entropy_low_bwd";
     int64_t N, Vp;
-    it_status st;
-    if ((st = check_common(k, logits, targets, valid, true, &N, &Vp)) ||
-        (st = it_cpu_check_per_row(k, "dlosses", dlosses, "N", N, IT_DTYPE_FP32, "fp32 for half logits", false)) ||
-        (st = it_cpu_check_desc(k, "dlogits", dlogits, 0)))
-        return st;
-    if (dlogits->ndim != logits->ndim || dlogits->dtype != logits->dtype)
-        return it_error(IT_ERR_INVALID_ARG, "%s: dlogits (ndim %d, %s) differs from logits (ndim %d, %s)", k,
-                        dlogits->ndim, it_dtype_name(dlogits->dtype), logits->ndim, it_dtype_name(logits->dtype));
-    if ((st = it_cpu_check_same(k, "dlogits", dlogits, "logits", logits, true))) return st;
+    it_status st = check_bwd(k, logits, targets, valid, true, dlosses, dlogits, &N, &Vp);
+    if (st) return st;
     if (N == 0 || Vp == 0) return IT_OK;
     int nt;
     float *rows = take_rows(k, N, Vp, valid, &nt);

@@ -247,10 +247,12 @@ static const ce_shape ce_shapes[] = {
     {"0x13 valid 13", 2, {0, 13}, 13, CONF_CONTIG, CONF_CONTIG, false},
 };
 
-static void ce_cases(conf_ctx *ctx, bool bwd) {
-    const it_dtype tdt[2] = {IT_DTYPE_I32, IT_DTYPE_I64};
-    for (int t = 0; t < 4; t++) {
-        it_dtype dt = conf_float_dtypes[t];
+/* `low`: the fused half-logits slots (cross_entropy_low_fwd / _bwd): bf16 and fp16 logits,
+ * losses and dlosses fp32, dlogits in the logits' dtype. */
+static void ce_cases(conf_ctx *ctx, bool bwd, bool low) {
+    static const it_dtype lows[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16}, tdt[2] = {IT_DTYPE_I32, IT_DTYPE_I64};
+    for (int t = 0; t < (low ? 2 : 4); t++) {
+        it_dtype dt = low ? lows[t] : conf_float_dtypes[t], vdt = low ? IT_DTYPE_FP32 : dt; /* (d)losses' */
         bool noref = false;
         for (int j = 0; j < 2 && !noref; j++) {
             char dl[32];
@@ -259,9 +261,10 @@ static void ce_cases(conf_ctx *ctx, bool bwd) {
                 const ce_shape *e = &ce_shapes[k];
                 conf_case c;
                 conf_case_init(&c, dl, "%s", e->label);
-                conf_case_tol(&c, CONF_TOL_SUM, dt); /* the exp sum's order is the backend's */
+                /* the exp sum's order is the backend's: the sum bound of the output's dtype */
+                conf_case_tol(&c, CONF_TOL_SUM, bwd ? dt : vdt);
                 c.valid = e->valid;
-                conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * 3 + (uint64_t)j);
+                conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * (low ? 5 : 3) + (uint64_t)j);
                 int64_t Vp = e->shape[e->ndim - 1], N = 1;
                 for (int d = 0; d < e->ndim - 1; d++) N *= e->shape[d];
                 conf_operand *lg = conf_add(&c, "logits", CONF_IN, dt, e->ndim, e->shape, e->llog, 1);
@@ -273,9 +276,9 @@ static void ce_cases(conf_ctx *ctx, bool bwd) {
                 for (int64_t n = 0; n < N; n++)
                     conf_set_i64(tg, n, n == 0 ? e->valid - 1 : n == 1 ? 0 : conf_rng_int(&r, 0, e->valid - 1));
                 if (!bwd) {
-                    conf_add(&c, "losses", CONF_OUT, dt, e->ndim - 1, e->shape, CONF_CONTIG, 0);
+                    conf_add(&c, "losses", CONF_OUT, vdt, e->ndim - 1, e->shape, CONF_CONTIG, 0);
                 } else {
-                    conf_add(&c, "dlosses", CONF_IN, dt, e->ndim - 1, e->shape, CONF_CONTIG, 0);
+                    conf_add(&c, "dlosses", CONF_IN, vdt, e->ndim - 1, e->shape, CONF_CONTIG, 0);
                     conf_add(&c, "dlogits", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
                 }
                 noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
@@ -285,12 +288,10 @@ static void ce_cases(conf_ctx *ctx, bool bwd) {
     }
 }
 
-void conf_cases_cross_entropy_fwd(conf_ctx *ctx) { ce_cases(ctx, false); }
-void conf_cases_cross_entropy_bwd(conf_ctx *ctx) { ce_cases(ctx, true); }
+void conf_cases_cross_entropy_fwd(conf_ctx *ctx) { ce_cases(ctx, false, false); }
+void conf_cases_cross_entropy_bwd(conf_ctx *ctx) { ce_cases(ctx, true, false); }
 
-/* cross_entropy_low_fwd / _bwd (optional, fused): the same shapes over bf16 and fp16 logits;
- * losses and dlosses fp32, dlogits in the logits' dtype. The sums' order is the backend's,
- * so the bound is the sum one of the output's dtype (fp32 losses, half dlogits). */
+/* cross_entropy_low_fwd / _bwd (optional, fused): the same shapes over half logits. */
 it_status conf_call_cross_entropy_low_fwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
     return k->cross_entropy_low_fwd(s, d[0], d[1], c->valid, d[2]);
 }
@@ -299,46 +300,8 @@ it_status conf_call_cross_entropy_low_bwd(const it_kernels *k, it_stream *s, con
     return k->cross_entropy_low_bwd(s, d[0], d[1], c->valid, d[2], d[3]);
 }
 
-static void ce_low_cases(conf_ctx *ctx, bool bwd) {
-    static const it_dtype lows[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16}, tdt[2] = {IT_DTYPE_I32, IT_DTYPE_I64};
-    bool noref = false;
-    for (int li = 0; li < 2 && !noref; li++) {
-        for (int j = 0; j < 2 && !noref; j++) {
-            it_dtype dt = lows[li];
-            char dl[32];
-            snprintf(dl, sizeof dl, "%s/tgt=%s", conf_dtype_short(dt), conf_dtype_short(tdt[j]));
-            for (size_t k = 0; k < sizeof ce_shapes / sizeof ce_shapes[0] && !noref; k++) {
-                const ce_shape *e = &ce_shapes[k];
-                conf_case c;
-                conf_case_init(&c, dl, "%s", e->label);
-                conf_case_tol(&c, CONF_TOL_SUM, bwd ? dt : IT_DTYPE_FP32);
-                c.valid = e->valid;
-                conf_rng r = conf_rng_seed(c.label, (uint64_t)dt * 5 + (uint64_t)j);
-                int64_t Vp = e->shape[e->ndim - 1], N = 1;
-                for (int d = 0; d < e->ndim - 1; d++) N *= e->shape[d];
-                conf_operand *lg = conf_add(&c, "logits", CONF_IN, dt, e->ndim, e->shape, e->llog, 1);
-                conf_fill_uniform(lg, &r, -4, 4);
-                if (e->garbage_pad)
-                    for (int64_t n = 0; n < N; n++)
-                        for (int64_t v = e->valid; v < Vp; v++) conf_set(lg, n * Vp + v, (n + v) % 2 ? NAN : INFINITY);
-                conf_operand *tg = conf_add(&c, "targets", CONF_IN, tdt[j], e->ndim - 1, e->shape, e->ltgt, 0);
-                for (int64_t n = 0; n < N; n++)
-                    conf_set_i64(tg, n, n == 0 ? e->valid - 1 : n == 1 ? 0 : conf_rng_int(&r, 0, e->valid - 1));
-                if (!bwd) {
-                    conf_add(&c, "losses", CONF_OUT, IT_DTYPE_FP32, e->ndim - 1, e->shape, CONF_CONTIG, 0);
-                } else {
-                    conf_add(&c, "dlosses", CONF_IN, IT_DTYPE_FP32, e->ndim - 1, e->shape, CONF_CONTIG, 0);
-                    conf_add(&c, "dlogits", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
-                }
-                noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
-                conf_case_free(&c);
-            }
-        }
-    }
-}
-
-void conf_cases_cross_entropy_low_fwd(conf_ctx *ctx) { ce_low_cases(ctx, false); }
-void conf_cases_cross_entropy_low_bwd(conf_ctx *ctx) { ce_low_cases(ctx, true); }
+void conf_cases_cross_entropy_low_fwd(conf_ctx *ctx) { ce_cases(ctx, false, true); }
+void conf_cases_cross_entropy_low_bwd(conf_ctx *ctx) { ce_cases(ctx, true, true); }
 
 /* ---------------------------------------------------------------- optimizers */
 
