@@ -13,18 +13,10 @@
 #include "infinitrain/autograd.h"
 #include "infinitrain/ops.h"
 #include "infinitrain/optim.h"
-#include "it_test.h"
+#include "it_test_backend.h"
 
 enum { IN = 24, HID = 32, OUT = 8, ROWS = 16, STEPS = 5, MICRO = 2 };
 enum { N_W1 = HID * IN, N_B1 = HID, N_W2 = OUT * HID, N_PARAMS = N_W1 + N_B1 + N_W2 };
-
-static uint64_t slot_calls(it_device dev, const char *name) {
-    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
-    if (it_backend_kernel_stats(dev.backend, st)) return 0;
-    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++)
-        if (st[i].slot && strcmp(st[i].slot, name) == 0) return st[i].calls;
-    return 0;
-}
 
 static float hval(uint64_t *s) { /* deterministic values in [-0.5, 0.5) */
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -66,7 +58,8 @@ static void train(it_device dev, it_optim_kind kind, bool outside, result *r) {
     it_optim_config cfg = {kind, 0.9f, 0.95f, 1e-8f, 0.1f};
     it_optimizer *opt = NULL;
     CHECK_OK(it_optimizer_new(&cfg, flat, grads, &opt));
-    uint64_t r0 = slot_calls(dev, "adam_step_round"), c0 = slot_calls(dev, "cast"), a0 = slot_calls(dev, "adam_step");
+    uint64_t r0 = it_test_slot_calls(dev, "adam_step_round"), c0 = it_test_slot_calls(dev, "cast"),
+             a0 = it_test_slot_calls(dev, "adam_step");
     for (int step = 0; step < STEPS && opt; step++) {
         CHECK_OK(it_zero_grad(p, 3));
         double total = 0;
@@ -95,9 +88,9 @@ static void train(it_device dev, it_optim_kind kind, bool outside, result *r) {
         r->loss[step] = total;
         CHECK_OK(it_optimizer_step(opt, kind == IT_OPTIM_SGD ? 0.2f : 1e-2f, 1.0f));
     }
-    r->rounds = slot_calls(dev, "adam_step_round") - r0;
-    r->casts = slot_calls(dev, "cast") - c0;
-    r->adams = slot_calls(dev, "adam_step") - a0;
+    r->rounds = it_test_slot_calls(dev, "adam_step_round") - r0;
+    r->casts = it_test_slot_calls(dev, "cast") - c0;
+    r->adams = it_test_slot_calls(dev, "adam_step") - a0;
     CHECK_OK(it_tensor_copy_to_host(flat, r->params, sizeof r->params));
     it_optimizer_free(opt);
     it_scope_end();
@@ -154,25 +147,15 @@ static it_kernels nofused;
 static it_backend nofused_backend;
 
 int main(void) {
-    it_device cpu = it_device_cpu(), sim;
-    const it_backend *c = NULL;
-    CHECK_OK(it_backend_find("cpu", &c));
+    it_device cpu = it_device_cpu(), sim, d = {0};
     compare("cpu", cpu, true);
     if (it_device_parse("sim", &sim) == IT_OK)
         compare("sim", sim, true);
     else
         CHECK_MSG(false, "the sim backend did not load: %s", it_last_error());
-    if (c) {
-        nofused = *it_cpu_kernels();
-        nofused.adam_step_round = NULL;
-        nofused_backend = *c;
-        nofused_backend.name = "nofused";
-        nofused_backend.kernels = &nofused;
-        nofused_backend.kernels_size = sizeof nofused;
-        it_device d;
-        CHECK_OK(it_backend_register(&nofused_backend));
-        CHECK_OK(it_device_parse("nofused", &d));
-        compare("a backend without adam_step_round", d, false);
-    }
+    nofused = *it_cpu_kernels();
+    nofused.adam_step_round = NULL;
+    CHECK_OK(it_test_cpu_variant("nofused", &nofused, &nofused_backend, &d));
+    if (d.backend) compare("a backend without adam_step_round", d, false);
     return it_test_report("test_autocast_copy");
 }

@@ -21,15 +21,7 @@
 #include "infinitrain/models.h"
 #include "infinitrain/ops.h"
 #include "infinitrain/optim.h"
-#include "it_test.h"
-
-static uint64_t slot_calls(it_device dev, const char *name) {
-    it_kernel_stat st[IT_KERNEL_SLOT_COUNT];
-    if (it_backend_kernel_stats(dev.backend, st)) return 0;
-    for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT; i++)
-        if (st[i].slot && strcmp(st[i].slot, name) == 0) return st[i].calls;
-    return 0;
-}
+#include "it_test_backend.h"
 
 static uint64_t next(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -71,9 +63,11 @@ static void op_compare(const char *name, it_device dev, bool native) {
         float la = 0, lb = 1;
         static uint16_t ga[N * VP], gb[N * VP];
         memset(ga, 0, sizeof ga), memset(gb, 0xff, sizeof gb);
-        uint64_t f0 = slot_calls(dev, "cross_entropy_low_fwd"), b0 = slot_calls(dev, "cross_entropy_low_bwd");
+        uint64_t f0 = it_test_slot_calls(dev, "cross_entropy_low_fwd"),
+                 b0 = it_test_slot_calls(dev, "cross_entropy_low_bwd");
         op_run(dev, dts[i], false, &la, ga);
-        uint64_t f1 = slot_calls(dev, "cross_entropy_low_fwd"), b1 = slot_calls(dev, "cross_entropy_low_bwd");
+        uint64_t f1 = it_test_slot_calls(dev, "cross_entropy_low_fwd"),
+                 b1 = it_test_slot_calls(dev, "cross_entropy_low_bwd");
         op_run(dev, dts[i], true, &lb, gb);
         CHECK_MSG(memcmp(&la, &lb, sizeof la) == 0, "%s %s: loss %.9g, through an fp32 copy %.9g", name,
                   it_dtype_name(dts[i]), la, lb);
@@ -81,7 +75,8 @@ static void op_compare(const char *name, it_device dev, bool native) {
         CHECK_MSG(f1 - f0 == (native ? 1u : 0u) && b1 - b0 == (native ? 1u : 0u),
                   "%s %s: %llu fused forward and %llu fused backward calls", name, it_dtype_name(dts[i]),
                   (unsigned long long)(f1 - f0), (unsigned long long)(b1 - b0));
-        CHECK_MSG(slot_calls(dev, "cross_entropy_low_fwd") == f1, "%s: the fp32 path called the fused slot", name);
+        CHECK_MSG(it_test_slot_calls(dev, "cross_entropy_low_fwd") == f1, "%s: the fp32 path called the fused slot",
+                  name);
     }
 }
 
@@ -109,8 +104,9 @@ static void model_run(it_status (*load)(const char *, it_device, it_model **), c
     CHECK_OK(it_optimizer_new(&oc, it_model_params(m), it_model_grads(m), &opt));
     enum { B = 2, T = 8 };
     uint64_t s = 11;
-    uint64_t f0 = slot_calls(dev, "cross_entropy_low_fwd"), b0 = slot_calls(dev, "cross_entropy_low_bwd");
-    uint64_t c0 = slot_calls(dev, "cast");
+    uint64_t f0 = it_test_slot_calls(dev, "cross_entropy_low_fwd"),
+             b0 = it_test_slot_calls(dev, "cross_entropy_low_bwd");
+    uint64_t c0 = it_test_slot_calls(dev, "cast");
     for (int step = 0; step < STEPS && opt; step++) {
         int32_t x[B * T], y[B * T];
         for (int i = 0; i < B * T; i++) x[i] = (int32_t)(next(&s) % (uint64_t)info->vocab_size);
@@ -132,9 +128,9 @@ static void model_run(it_status (*load)(const char *, it_device, it_model **), c
         CHECK_OK(it_model_grads_final(m));
         CHECK_OK(it_optimizer_step(opt, 1e-3f, 1.0f));
     }
-    r->low_fwd = slot_calls(dev, "cross_entropy_low_fwd") - f0;
-    r->low_bwd = slot_calls(dev, "cross_entropy_low_bwd") - b0;
-    r->casts = slot_calls(dev, "cast") - c0;
+    r->low_fwd = it_test_slot_calls(dev, "cross_entropy_low_fwd") - f0;
+    r->low_bwd = it_test_slot_calls(dev, "cross_entropy_low_bwd") - b0;
+    r->casts = it_test_slot_calls(dev, "cast") - c0;
     r->params = malloc(sizeof(float) * (size_t)info->num_params);
     CHECK_OK(it_tensor_copy_to_host(it_model_params(m), r->params, sizeof(float) * (size_t)info->num_params));
     unsetenv("IT_AUTOCAST_KEEP_LOW");
@@ -182,21 +178,12 @@ int main(void) {
         op_compare("sim", sim, true);
     else
         CHECK_MSG(false, "the sim backend did not load: %s", it_last_error());
-    const it_backend *c = NULL;
-    CHECK_OK(it_backend_find("cpu", &c));
-    if (c) {
-        nofused = *it_cpu_kernels();
-        nofused.cross_entropy_low_fwd = NULL;
-        nofused.cross_entropy_low_bwd = NULL;
-        nofused_backend = *c;
-        nofused_backend.name = "nofusedce";
-        nofused_backend.kernels = &nofused;
-        nofused_backend.kernels_size = sizeof nofused;
-        it_device d;
-        CHECK_OK(it_backend_register(&nofused_backend));
-        CHECK_OK(it_device_parse("nofusedce", &d));
-        op_compare("a backend without the fused slots", d, false);
-    }
+    it_device d = {0};
+    nofused = *it_cpu_kernels();
+    nofused.cross_entropy_low_fwd = NULL;
+    nofused.cross_entropy_low_bwd = NULL;
+    CHECK_OK(it_test_cpu_variant("nofusedce", &nofused, &nofused_backend, &d));
+    if (d.backend) op_compare("a backend without the fused slots", d, false);
     const char *fx = IT_SOURCE_DIR "/tests/fixtures/";
     char path[3][512];
     snprintf(path[0], sizeof path[0], "%sgpt2/tiny_gpt2.bin", fx);
