@@ -28,6 +28,8 @@ static const it_kernels cpu_kernels = {
     .adam_step_round = it_cpu_adam_step_round,
     .cross_entropy_low_fwd = it_cpu_cross_entropy_low_fwd,
     .cross_entropy_low_bwd = it_cpu_cross_entropy_low_bwd,
+    .swiglu_low_fwd = it_cpu_swiglu_low_fwd,
+    .swiglu_low_bwd = it_cpu_swiglu_low_bwd,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

@@ -69,6 +69,10 @@ void it_cpu_sgemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
 /* elementwise.c */
 it_status it_cpu_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out);
 it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const it_tdesc *b, it_tdesc *out);
+/* SwiGLU over half inputs (backend.h's swiglu_low_*), in elementwise.c. */
+it_status it_cpu_swiglu_low_fwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, it_tdesc *y);
+it_status it_cpu_swiglu_low_bwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy, it_tdesc *da,
+                                it_tdesc *db);
 it_status it_cpu_reduce(it_stream *s, it_reduce_op op, const it_tdesc *x, it_tdesc *out);
 
 /* embedding.c */

@@ -85,12 +85,13 @@ ALWAYS_INLINE double gelu_bwd_f64(double x, double dy) {
     double local_grad = 0.5 * (1.0 + tanh_out) + x * 0.5 * sech_out * k * (1.0 + 3.0 * 0.044715 * x * x);
     return local_grad * dy;
 }
-ALWAYS_INLINE float silu_f32(float x) { return x / (1.0f + vexpf(-x)); }
+/* SiLU x / d and its derivative's s = 1 / d, d = 1 + e^-x: the pieces are shared with the fused
+ * SwiGLU backward, which computes d once for both (the same bits as each function alone). */
+ALWAYS_INLINE float silu_den(float x) { return 1.0f + vexpf(-x); }
+ALWAYS_INLINE float silu_bwd_s(float x, float s, float dy) { return dy * s * (1.0f + x * (1.0f - s)); }
+ALWAYS_INLINE float silu_f32(float x) { return x / silu_den(x); }
 ALWAYS_INLINE double silu_f64(double x) { return x / (1.0 + exp(-x)); }
-ALWAYS_INLINE float silu_bwd_f32(float x, float dy) {
-    float s = 1.0f / (1.0f + vexpf(-x));
-    return dy * s * (1.0f + x * (1.0f - s));
-}
+ALWAYS_INLINE float silu_bwd_f32(float x, float dy) { return silu_bwd_s(x, 1.0f / silu_den(x), dy); }
 ALWAYS_INLINE double silu_bwd_f64(double x, double dy) {
     double s = 1.0 / (1.0 + exp(-x));
     return dy * s * (1.0 + x * (1.0 - s));
@@ -349,6 +350,103 @@ it_status it_cpu_binary(it_stream *s, it_binary_op op, const it_tdesc *a, const 
     const it_tdesc *t[3] = {out, a, b};
     ew_job j = {true, (int)op, 0.0f, out->dtype, {out->data, a->data, b->data}};
     return ew_launch("binary", &j, t, 3);
+}
+
+/* ---------------------------------------------------------------- SwiGLU over half inputs
+ * The fused forms of autocast's widen -> silu -> mul -> round (backend.h's swiglu_low_*):
+ * each block of HBLOCK elements is widened into fp32 rows, the unary and binary maps' own
+ * element functions run on them (silu_f32, silu_bwd_f32, the products in the same operand
+ * order), and the results are rounded once, so the bits are the composition's. */
+static bool contiguous(const it_tdesc *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+/* Every operand is checked against a (dtype, shape), contiguous, the last nout of t written;
+ * a's dtype half. */
+static it_status swiglu_check(const char *k, const it_tdesc *a, const it_tdesc *const *t, const char *const *names,
+                              int nt, int nout) {
+    it_status st = it_cpu_check_desc(k, "a", a, 0);
+    if (st) return st;
+    if (a->dtype != IT_DTYPE_BF16 && a->dtype != IT_DTYPE_FP16)
+        return it_error(IT_ERR_INVALID_ARG, "%s: a is %s; the fused SwiGLU takes bf16 or fp16", k,
+                        it_dtype_name(a->dtype));
+    for (int i = 0; i < nt; i++) {
+        if ((st = it_cpu_check_like(k, names[i], t[i], 0, "a", a, i >= nt - nout))) return st;
+    }
+    for (int i = -1; i < nt; i++) {
+        const it_tdesc *x = i < 0 ? a : t[i];
+        if (!contiguous(x)) return it_error(IT_ERR_INVALID_ARG, "%s: %s is not contiguous", k, i < 0 ? "a" : names[i]);
+    }
+    return IT_OK;
+}
+
+static void swiglu_fwd_block(it_dtype dt, const uint16_t *a, const uint16_t *b, uint16_t *y, int64_t m) {
+    float wa[HBLOCK], wb[HBLOCK], r[HBLOCK];
+    half_load(dt, a, 1, wa, m);
+    half_load(dt, b, 1, wb, m);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) r[i] = silu_f32(wa[i]);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) r[i] = r[i] * wb[i];
+    half_store(dt, r, y, 1, m);
+}
+
+static void swiglu_bwd_block(it_dtype dt, const uint16_t *a, const uint16_t *b, const uint16_t *dy, uint16_t *da,
+                             uint16_t *db, int64_t m) {
+    float wa[HBLOCK], wb[HBLOCK], wd[HBLOCK], d[HBLOCK], r[HBLOCK];
+    half_load(dt, a, 1, wa, m);
+    half_load(dt, b, 1, wb, m);
+    half_load(dt, dy, 1, wd, m);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) d[i] = silu_den(wa[i]); /* one exp for silu(a) and its s */
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) r[i] = wd[i] * (wa[i] / d[i]); /* db = dy * silu(a) */
+    half_store(dt, r, db, 1, m);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) r[i] = silu_bwd_s(wa[i], 1.0f / d[i], wd[i] * wb[i]); /* da = silu_bwd(a, dy b) */
+    half_store(dt, r, da, 1, m);
+}
+
+it_status it_cpu_swiglu_low_fwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, it_tdesc *y) {
+    (void)s;
+    const it_tdesc *t[2] = {b, y};
+    const char *names[2] = {"b", "y"};
+    it_status st = swiglu_check("swiglu_low_fwd", a, t, names, 2, 1);
+    if (st) return st;
+    int64_t n = numel(a), tasks = (n + CHUNK - 1) / CHUNK;
+    const uint16_t *pa = a->data, *pb = b->data;
+    uint16_t *py = y->data;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t k = 0; k < tasks; k++)
+        for (int64_t i0 = k * CHUNK; i0 < n && i0 < (k + 1) * CHUNK; i0 += HBLOCK) {
+            int64_t m = n - i0 < HBLOCK ? n - i0 : HBLOCK;
+            swiglu_fwd_block(a->dtype, pa + i0, pb + i0, py + i0, m);
+        }
+    return IT_OK;
+}
+
+it_status it_cpu_swiglu_low_bwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy, it_tdesc *da,
+                                it_tdesc *db) {
+    (void)s;
+    const it_tdesc *t[4] = {b, dy, da, db};
+    const char *names[4] = {"b", "dy", "da", "db"};
+    it_status st = swiglu_check("swiglu_low_bwd", a, t, names, 4, 2);
+    if (st) return st;
+    int64_t n = numel(a), tasks = (n + CHUNK - 1) / CHUNK;
+    const uint16_t *pa = a->data, *pb = b->data, *pd = dy->data;
+    uint16_t *pda = da->data, *pdb = db->data;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (int64_t k = 0; k < tasks; k++)
+        for (int64_t i0 = k * CHUNK; i0 < n && i0 < (k + 1) * CHUNK; i0 += HBLOCK) {
+            int64_t m = n - i0 < HBLOCK ? n - i0 : HBLOCK;
+            swiglu_bwd_block(a->dtype, pa + i0, pb + i0, pd + i0, pda + i0, pdb + i0, m);
+        }
+    return IT_OK;
 }
 
 /* ---------------------------------------------------------------- reduce */

@@ -419,6 +419,33 @@ SIM_SLOT it_status sim_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logit
     return kernel_launch(s, k, "cross_entropy_low_bwd");
 }
 
+/* The optional fused SwiGLU over half inputs (a port may leave it NULL: the core widens the
+ * products and runs silu and mul in fp32 around the unary and binary slots). */
+static it_status call_swiglu_low_fwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->swiglu_low_fwd(NULL, D(k, 0), D(k, 1), D(k, 2));
+}
+SIM_SLOT it_status sim_swiglu_low_fwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, it_tdesc *y) {
+    sim_kernel *k = kernel_new("swiglu_low_fwd", call_swiglu_low_fwd);
+    ARG(k, "a", a);
+    ARG(k, "b", b);
+    ARG(k, "y", y);
+    return kernel_launch(s, k, "swiglu_low_fwd");
+}
+
+static it_status call_swiglu_low_bwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->swiglu_low_bwd(NULL, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4));
+}
+SIM_SLOT it_status sim_swiglu_low_bwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy,
+                                      it_tdesc *da, it_tdesc *db) {
+    sim_kernel *k = kernel_new("swiglu_low_bwd", call_swiglu_low_bwd);
+    ARG(k, "a", a);
+    ARG(k, "b", b);
+    ARG(k, "dy", dy);
+    ARG(k, "da", da);
+    ARG(k, "db", db);
+    return kernel_launch(s, k, "swiglu_low_bwd");
+}
+
 /* ---------------------------------------------------------------- optimizers */
 
 static it_status call_sgd_step(sim_kernel *k, const it_kernels *cpu) {
@@ -553,9 +580,11 @@ const it_kernels sim_kernels = {
     .adam_step_round = sim_adam_step_round,
     .cross_entropy_low_fwd = sim_cross_entropy_low_fwd,
     .cross_entropy_low_bwd = sim_cross_entropy_low_bwd,
+    .swiglu_low_fwd = sim_swiglu_low_fwd,
+    .swiglu_low_bwd = sim_swiglu_low_bwd,
 };
 #else
-/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 24 slots,
+/* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 28 slots,
  * the rest left empty so the core's CPU fallback serves them. It shows that a backend
  * with half its kernels trains identically, and what the coverage report says about it. */
 const it_kernels sim_kernels = {

@@ -339,6 +339,20 @@ typedef struct it_kernels {
      * that takes a forward call must take the backward of the same shapes. */
     it_status (*cross_entropy_low_bwd)(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
                                        const it_tdesc *dlosses, it_tdesc *dlogits);
+    /* SwiGLU over half-precision products (bf16 or fp16: autocast's gate and up projections of
+     * LLaMA's MLP and Mixtral's experts): y = silu(a) * b, computed in fp32 on a and b widened
+     * (exactly) and rounded once to their dtype (cast()'s rule). a, b and y have one dtype and
+     * one shape and are contiguous; y may be a or b. Composed: a and b cast to fp32, unary
+     * SILU, binary MUL, a cast back; a native kernel gives those bits (its fp32 silu is the
+     * unary slot's, so a last-bit difference there shows as one ulp of y). */
+    it_status (*swiglu_low_fwd)(it_stream *s, const it_tdesc *a, const it_tdesc *b, it_tdesc *y);
+    /* Its backward, with dy in a's dtype: on the widened a, b, dy in fp32, t = dy * b and
+     * da = binary SILU_BWD(a, t), db = dy * silu(a), each rounded once to a's dtype. All five
+     * contiguous, of one dtype and shape; da and db are new buffers (never a, b or dy).
+     * Composed: the casts, unary SILU, three binary calls, two casts back. A backend that
+     * takes a forward call must take the backward of the same shapes. */
+    it_status (*swiglu_low_bwd)(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy, it_tdesc *da,
+                                it_tdesc *db);
 } it_kernels;
 
 /* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
@@ -370,7 +384,9 @@ typedef struct it_kernels {
     X(attention_bwd)                                                                                                   \
     X(adam_step_round)                                                                                                 \
     X(cross_entropy_low_fwd)                                                                                           \
-    X(cross_entropy_low_bwd)
+    X(cross_entropy_low_bwd)                                                                                           \
+    X(swiglu_low_fwd)                                                                                                  \
+    X(swiglu_low_bwd)
 
 /* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
@@ -378,8 +394,8 @@ typedef struct it_kernels {
  * last. */
 IT_API const char *it_kernel_slot_name(size_t slot);
 /* True for the optional fused slots (attention_fwd, attention_bwd, adam_step_round,
- * cross_entropy_low_fwd, cross_entropy_low_bwd): empty, they are composed by the core from
- * the other slots, not served by the CPU fallback. */
+ * cross_entropy_low_fwd, cross_entropy_low_bwd, swiglu_low_fwd, swiglu_low_bwd): empty, they
+ * are composed by the core from the other slots, not served by the CPU fallback. */
 IT_API bool it_kernel_slot_fused(size_t slot);
 
 /* ---------------------------------------------------------------- collectives (optional) */

@@ -485,6 +485,13 @@ static it_status ds_cross_entropy_low_bwd(it_stream *s, const it_tdesc *logits, 
     (void)valid;
     DESCRIBE(T(logits), T(targets), T(dlosses), T(dlogits));
 }
+static it_status ds_swiglu_low_fwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, it_tdesc *y) {
+    DESCRIBE(T(a), T(b), T(y));
+}
+static it_status ds_swiglu_low_bwd(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy, it_tdesc *da,
+                                   it_tdesc *db) {
+    DESCRIBE(T(a), T(b), T(dy), T(da), T(db));
+}
 #undef T
 #undef DESCRIBE
 
@@ -516,6 +523,8 @@ static const it_kernels describe_kernels = {
     .adam_step_round = ds_adam_step_round,
     .cross_entropy_low_fwd = ds_cross_entropy_low_fwd,
     .cross_entropy_low_bwd = ds_cross_entropy_low_bwd,
+    .swiglu_low_fwd = ds_swiglu_low_fwd,
+    .swiglu_low_bwd = ds_swiglu_low_bwd,
 };
 
 const it_kernels *it__describe_kernels(void) { return &describe_kernels; }

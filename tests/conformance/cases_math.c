@@ -235,6 +235,71 @@ void conf_cases_binary(conf_ctx *ctx) {
     }
 }
 
+/* swiglu_low_fwd / _bwd (optional, fused): y = silu(a) * b and its backward over bf16 and
+ * fp16 operands of one contiguous shape, computed in fp32 and rounded once: the bound is the
+ * elementwise one of the half dtype (an exp that differs in fp32's last place moves a
+ * rounding tie by one half ulp). Sizes below, at and past a thread's share; NaN propagates. */
+it_status conf_call_swiglu_low_fwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    (void)c;
+    return k->swiglu_low_fwd(s, d[0], d[1], d[2]);
+}
+
+it_status conf_call_swiglu_low_bwd(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {
+    (void)c;
+    return k->swiglu_low_bwd(s, d[0], d[1], d[2], d[3], d[4]);
+}
+
+static const ew_shape swiglu_shapes[] = {
+    {"7x13", 2, {7, 13}, CONF_CONTIG, CONF_CONTIG, 0, 0, 0},
+    {"7x13 in-place y=a", 2, {7, 13}, CONF_CONTIG, CONF_CONTIG, 0, 0, 1},
+    {"7x13 in-place y=b", 2, {7, 13}, CONF_CONTIG, CONF_CONTIG, 0, 0, 2},
+    {"4099", 1, {4099}, CONF_CONTIG, CONF_CONTIG, 0, 0, 0},
+    {"3x64x300", 3, {3, 64, 300}, CONF_CONTIG, CONF_CONTIG, 0, 0, 0},
+    {"1", 1, {1}, CONF_CONTIG, CONF_CONTIG, 0, 0, 0},
+    {"0x13", 2, {0, 13}, CONF_CONTIG, CONF_CONTIG, 0, 0, 0},
+};
+
+static void swiglu_cases(conf_ctx *ctx, bool bwd) {
+    static const it_dtype lows[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16};
+    bool noref = false;
+    for (int t = 0; t < 2 && !noref; t++) {
+        it_dtype dt = lows[t];
+        for (size_t k = 0; k < sizeof swiglu_shapes / sizeof swiglu_shapes[0] && !noref; k++) {
+            const ew_shape *e = &swiglu_shapes[k];
+            if (bwd && e->inplace) continue; /* da and db are new buffers */
+            conf_case c;
+            conf_case_init(&c, conf_dtype_short(dt), "%s", e->label);
+            conf_case_tol(&c, CONF_TOL_ELEM, dt);
+            conf_operand *a =
+                conf_add(&c, "a", e->inplace == 1 ? CONF_INOUT : CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+            conf_operand *b =
+                conf_add(&c, "b", e->inplace == 2 ? CONF_INOUT : CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+            conf_rng r = conf_rng_seed(c.label, (uint64_t)dt + (bwd ? 7 : 0));
+            conf_fill_uniform(a, &r, -8, 8);
+            conf_fill_uniform(b, &r, -3, 3);
+            if (e->shape[0] > 1 || e->ndim > 1) {
+                conf_set(a, 0, NAN);
+                conf_set(b, 1, NAN);
+            }
+            if (bwd) {
+                conf_operand *dy = conf_add(&c, "dy", CONF_IN, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+                conf_fill_uniform(dy, &r, -2, 2);
+                conf_add(&c, "da", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+                conf_add(&c, "db", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+            } else if (e->inplace) {
+                conf_add_alias(&c, "y", e->inplace - 1);
+            } else {
+                conf_add(&c, "y", CONF_OUT, dt, e->ndim, e->shape, CONF_CONTIG, 0);
+            }
+            noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;
+            conf_case_free(&c);
+        }
+    }
+}
+
+void conf_cases_swiglu_low_fwd(conf_ctx *ctx) { swiglu_cases(ctx, false); }
+void conf_cases_swiglu_low_bwd(conf_ctx *ctx) { swiglu_cases(ctx, true); }
+
 /* ---------------------------------------------------------------- reduce */
 
 it_status conf_call_reduce(const it_kernels *k, it_stream *s, const conf_case *c, it_tdesc *const *d) {

@@ -236,6 +236,8 @@ CONF_DECLARE_SLOT(attention_bwd)
 CONF_DECLARE_SLOT(adam_step_round)
 CONF_DECLARE_SLOT(cross_entropy_low_fwd)
 CONF_DECLARE_SLOT(cross_entropy_low_bwd)
+CONF_DECLARE_SLOT(swiglu_low_fwd)
+CONF_DECLARE_SLOT(swiglu_low_bwd)
 
 /* cos / sin (T, D/2) tables of LLaMA's rotary angles (cases_llama.c). */
 void conf_rope_tables(conf_operand *cos_t, conf_operand *sin_t, int64_t D);

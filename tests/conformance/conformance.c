@@ -43,7 +43,9 @@
     X(attention_bwd, NULL)                                                                                             \
     X(adam_step_round, NULL)                                                                                           \
     X(cross_entropy_low_fwd, NULL)                                                                                     \
-    X(cross_entropy_low_bwd, NULL)
+    X(cross_entropy_low_bwd, NULL)                                                                                     \
+    X(swiglu_low_fwd, NULL)                                                                                            \
+    X(swiglu_low_bwd, NULL)
 
 #define PRESENT_FN(name, grad)                                                                                         \
     static bool present_##name(const it_kernels *k) { return k->name != NULL; }

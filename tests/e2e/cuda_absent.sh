@@ -24,7 +24,7 @@ fi
 out=$("$build/it-info" 2>&1)
 expect "cuda is a loaded plugin" "$out" "^  cuda +loaded +.*libit_backend_cuda\.so$"
 expect "cuda is registered with bf16 autocast, 20 native slots and no devices" "$out" \
-    "^  cuda +[0-9]+ +bfloat16 +device +none +20/26 native "
+    "^  cuda +[0-9]+ +bfloat16 +device +none +20/28 native "
 expect "it-info shows why, naming the driver" "$out" \
     "^  cuda +- +- +no devices: .*no usable NVIDIA GPU: cudaGetDeviceCount: cudaError[A-Za-z]+ \(.*\); \
 runtime CUDA [0-9]+\.[0-9]+, no NVIDIA driver \(libcuda\.so\.1\) found"

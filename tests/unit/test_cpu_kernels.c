@@ -1086,6 +1086,76 @@ static void test_ce_low(void) {
     CHECK_ERR(K->cross_entropy_low_bwd(NULL, &lh, &tt, 2, &of, &dh), IT_ERR_INVALID_ARG, "differs from logits");
 }
 
+/* swiglu_low_fwd / _bwd against the composition autocast ran before them (widen a, b and dy;
+ * unary SILU; binary MUL; binary SILU_BWD; round each result): bitwise, for bf16 and fp16,
+ * lengths around the 256-element blocks and past a thread's share, and the edge values
+ * (NaN, +-Inf, +-0, the exp's clamps, subnormal halves, the formats' largest). */
+static void test_swiglu_low(void) {
+    const it_dtype dts[2] = {IT_DTYPE_BF16, IT_DTYPE_FP16};
+    const int64_t lens[] = {1, 13, 255, 256, 257, 4099, 70001};
+    const float edge[] = {NAN,   INFINITY, -INFINITY, 0.0f,      -0.0f,   88.5f,    -88.5f, 104.0f, -104.0f,
+                          1e-7f, -3e-7f,   65504.0f,  -65504.0f, 3.0e38f, -3.0e38f, 1.0f,   -1.0f};
+    const size_t ne = sizeof edge / sizeof edge[0];
+    int bad = 0, cases = 0;
+    for (int di = 0; di < 2; di++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            it_dtype dt = dts[di];
+            int64_t n = lens[li];
+            uint16_t *h[8];
+            float *w[6];
+            for (int i = 0; i < 8; i++) h[i] = calloc((size_t)n, 2);
+            for (int i = 0; i < 6; i++) w[i] = calloc((size_t)n, 4);
+            for (int64_t i = 0; i < n; i++)
+                for (int q = 0; q < 3; q++) { /* a, b, dy */
+                    float x = (float)(urand() * (q == 0 ? 16.0 : 6.0) - (q == 0 ? 8.0 : 3.0));
+                    if ((i * 7 + q * 3) % 11 == 0) x = edge[(size_t)(i * 5 + q) % ne];
+                    h[q][i] = dt == IT_DTYPE_BF16 ? it_fp32_to_bf16(x) : it_fp32_to_fp16(x);
+                }
+            const int64_t sh[1] = {n};
+            it_tdesc A = mk(h[0], dt, 1, sh, NULL), B = mk(h[1], dt, 1, sh, NULL), D = mk(h[2], dt, 1, sh, NULL);
+            it_tdesc Y = mk(h[3], dt, 1, sh, NULL), DA = mk(h[4], dt, 1, sh, NULL), DB = mk(h[5], dt, 1, sh, NULL);
+            it_tdesc YR = mk(h[6], dt, 1, sh, NULL), DAR = mk(h[7], dt, 1, sh, NULL);
+            it_tdesc WA = mk(w[0], IT_DTYPE_FP32, 1, sh, NULL), WB = mk(w[1], IT_DTYPE_FP32, 1, sh, NULL);
+            it_tdesc WD = mk(w[2], IT_DTYPE_FP32, 1, sh, NULL), S = mk(w[3], IT_DTYPE_FP32, 1, sh, NULL);
+            it_tdesc R = mk(w[4], IT_DTYPE_FP32, 1, sh, NULL), R2 = mk(w[5], IT_DTYPE_FP32, 1, sh, NULL);
+            CHECK_OK(K->swiglu_low_fwd(NULL, &A, &B, &Y));
+            CHECK_OK(K->swiglu_low_bwd(NULL, &A, &B, &D, &DA, &DB));
+            CHECK_OK(K->cast(NULL, &A, &WA));
+            CHECK_OK(K->cast(NULL, &B, &WB));
+            CHECK_OK(K->cast(NULL, &D, &WD));
+            CHECK_OK(K->unary(NULL, IT_UNARY_SILU, 0.0f, &WA, &S));
+            CHECK_OK(K->binary(NULL, IT_BINARY_MUL, &S, &WB, &R)); /* y */
+            CHECK_OK(K->cast(NULL, &R, &YR));
+            bool same = memcmp(h[3], h[6], (size_t)n * 2) == 0;
+            CHECK_OK(K->binary(NULL, IT_BINARY_MUL, &WD, &S, &R)); /* db = dy * silu(a) */
+            CHECK_OK(K->cast(NULL, &R, &YR));
+            same = same && memcmp(h[5], h[6], (size_t)n * 2) == 0;
+            CHECK_OK(K->binary(NULL, IT_BINARY_MUL, &WD, &WB, &R)); /* t = dy * b */
+            CHECK_OK(K->binary(NULL, IT_BINARY_SILU_BWD, &WA, &R, &R2));
+            CHECK_OK(K->cast(NULL, &R2, &DAR));
+            same = same && memcmp(h[4], h[7], (size_t)n * 2) == 0;
+            /* in place: y over a */
+            CHECK_OK(K->swiglu_low_fwd(NULL, &A, &B, &A));
+            same = same && memcmp(h[0], h[3], (size_t)n * 2) == 0;
+            bad += !same;
+            cases++;
+            for (int i = 0; i < 8; i++) free(h[i]);
+            for (int i = 0; i < 6; i++) free(w[i]);
+        }
+    CHECK_MSG(bad == 0, "swiglu_low: %d of %d cases differ from the widened silu and mul", bad, cases);
+
+    float f[4] = {0};
+    uint16_t g[8] = {0};
+    const int64_t s4[1] = {4}, s22[2] = {2, 2}, st2[2] = {4, 1};
+    it_tdesc ff = mk(f, IT_DTYPE_FP32, 1, s4, NULL), hb = mk(g, IT_DTYPE_BF16, 1, s4, NULL);
+    it_tdesc hh = mk(g, IT_DTYPE_FP16, 1, s4, NULL), hs = mk(g, IT_DTYPE_BF16, 2, s22, st2);
+    it_tdesc hb22 = mk(g, IT_DTYPE_BF16, 2, s22, NULL);
+    CHECK_ERR(K->swiglu_low_fwd(NULL, &ff, &ff, &ff), IT_ERR_INVALID_ARG, "takes bf16 or fp16");
+    CHECK_ERR(K->swiglu_low_fwd(NULL, &hb, &hh, &hb), IT_ERR_INVALID_ARG, "b");
+    CHECK_ERR(K->swiglu_low_fwd(NULL, &hs, &hs, &hb22), IT_ERR_INVALID_ARG, "not contiguous");
+    CHECK_ERR(K->swiglu_low_bwd(NULL, &hb, &hb, &hb, &hb, &ff), IT_ERR_INVALID_ARG, "db");
+}
+
 int main(void) {
     K = it_cpu_kernels();
     CHECK(have_omp());
@@ -1100,5 +1170,6 @@ int main(void) {
     test_optim();
     test_adam_round();
     test_ce_low();
+    test_swiglu_low();
     return it_test_report("test_cpu_kernels");
 }
