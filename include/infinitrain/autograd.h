@@ -33,8 +33,10 @@ IT_API it_status it_backward(it_tensor *loss);
  * are cast to it, rounded once; the gemm kernel accumulates in float32 and rounds its result
  * to `dtype`; the result is cast back to float32 for what follows (the models keep it in
  * `dtype` where the next op would only round it back: GPT-2's qkv into attention, attention's
- * output into its projection, and the logits inside it_model_loss, which it_cross_entropy
- * reads widened; the same bits). Everything else (norms, softmax, the loss, the optimizer and the
+ * output into its projection, the gate and up products of LLaMA's and Mixtral's SwiGLU, whose
+ * silu and product run in float32 and are rounded once for the down projection, and the
+ * logits inside it_model_loss, which it_cross_entropy reads widened; the same bits).
+ * Everything else (norms, softmax, the loss, the optimizer and the
  * parameters themselves) stays float32. Gradients flow back through the casts. */
 IT_API void it_autocast_set(bool enabled, it_dtype dtype);
 /* Whether autocast is on; *dtype (may be NULL) gets its dtype. */

@@ -83,5 +83,16 @@ it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
  * already be in that dtype (it__linear_low's). Without autocast they are the public ops. */
 it_tensor *it__causal_self_attention_low(it_tensor *qkv, int n_head);
 it_tensor *it__attention_low(it_tensor *q, it_tensor *k, it_tensor *v);
+/* silu(a) * b over autocast's half-precision gate and up products, in fp32 and rounded once
+ * to their dtype (the backend's fused swiglu_low_* slots, else the widened composition: the
+ * same bits); fp32 a and b give it_mul(it_silu(a), b). */
+it_tensor *it__swiglu_low(it_tensor *a, it_tensor *b);
+/* x rounded once for n products that read it under autocast with the products kept low
+ * (it__autocast_keep_low): out[0..n) share one rounded copy, each with its own cast node, so
+ * that each product's gradient is widened and summed into x's as n it_cast()s would give it.
+ * Otherwise every out[i] is x. False on failure. */
+bool it__autocast_share(it_tensor *x, int n, it_tensor **out);
+/* it_grouped_linear whose output stays in the autocast dtype (as it__linear_low). */
+it_tensor *it__grouped_linear_low(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets);
 
 #endif

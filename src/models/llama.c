@@ -166,11 +166,21 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
         x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
     } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
         h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
-        it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
-        it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
-        fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
-        it_tensor *y =
-            IT_PREC_MODULE(it__tp_row_linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
+        it_tensor *y;
+        if (it__mlp_keeps_low(m, (it_tensor *[]){g->fc[l], g->fc2[l], g->fc_proj[l]}, 3)) {
+            /* under autocast: h rounded once for both products, whose outputs stay bf16 into
+             * the fused SwiGLU (the same bits as widened; no module outputs to report) */
+            it_tensor *hl[2] = {NULL, NULL};
+            y = it__autocast_share(h, 2, hl)
+                    ? it__swiglu_low(it__linear_low(hl[1], g->fc2[l], NULL), it__linear_low(hl[0], g->fc[l], NULL))
+                    : NULL;
+            y = it__tp_row_linear(m, y, g->fc_proj[l], NULL);
+        } else {
+            it_tensor *fc = IT_PREC_MODULE(it__linear(m, h, g->fc[l], NULL), l, "mlp.c_fc");
+            it_tensor *fc2 = IT_PREC_MODULE(it__linear(m, h, g->fc2[l], NULL), l, "mlp.c_fc2");
+            fc2 = IT_PREC_MODULE(it_silu(fc2), l, "mlp.silu");
+            y = IT_PREC_MODULE(it__tp_row_linear(m, it_mul(fc, fc2), g->fc_proj[l], NULL), l, "mlp.c_proj");
+        }
         x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
     }
     return IT_PREC_MODULE(x, l, "");

@@ -20,6 +20,7 @@
 
 #include "autograd/node.h"
 #include "core/afile.h"
+#include "core/precision_hooks.h"
 #include "infinitrain/dist.h"
 #include "models/model_impl.h"
 
@@ -379,6 +380,14 @@ bool it__lora_adapts(const it_model *m, const it_tensor *w) { return m->lora && 
 
 it_tensor *it__linear_keep(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b) {
     return it__lora_adapts(m, w) ? it__linear(m, x, w, b) : it__linear_low(x, w, b);
+}
+
+bool it__mlp_keeps_low(const it_model *m, it_tensor *const *w, int n) {
+    it_dtype ac;
+    if (IT_PREC_ON() || !it__autocast_keep_low() || !it_autocast_enabled(&ac) || ac == IT_DTYPE_FP32) return false;
+    for (int i = 0; i < n; i++)
+        if (it__lora_adapts(m, w[i])) return false;
+    return true;
 }
 
 it_tensor *it__lm_head(it_model *m, it_tensor *x, it_tensor *w) {

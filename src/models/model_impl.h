@@ -178,6 +178,11 @@ it_tensor *it__linear_keep(it_model *m, it_tensor *x, it_tensor *w, it_tensor *b
  * when that input is an fp32 tensor each product rounds; so an input kept in bf16 for w
  * (it__attention_low's y) is only for an unadapted w. */
 bool it__lora_adapts(const it_model *m, const it_tensor *w);
+/* Whether an MLP over these n weights keeps its products in the autocast dtype (LLaMA's
+ * SwiGLU): under autocast with the products kept low, none of them adapted by LoRA (whose
+ * two products' gradients would then be summed in bf16), and the precision checker off (it
+ * reports the widened modules' outputs). */
+bool it__mlp_keeps_low(const it_model *m, it_tensor *const *w, int n);
 /* The LM head's logits, x w^T (it__linear). In it_model_loss's forward without TP, with no
  * adapter on w, under autocast they stay in the autocast dtype the product gives them:
  * it_cross_entropy reads them widened, so no fp32 copy of them (nor of their gradient) is

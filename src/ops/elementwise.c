@@ -135,6 +135,84 @@ it_tensor *it_silu(it_tensor *x) { return unary_op("silu", IT_UNARY_SILU, 0.0f, 
 it_tensor *it_tanh(it_tensor *x) { return unary_op("tanh", IT_UNARY_TANH, 0.0f, x); }
 it_tensor *it_exp(it_tensor *x) { return unary_op("exp", IT_UNARY_EXP, 0.0f, x); }
 
+/* ---------------------------------------------------------------- SwiGLU over half products
+ * silu(a) * b for autocast's gate and up products (bf16/fp16), computed in fp32 and rounded
+ * once: the backend's fused swiglu_low_* slots where it has both, else the widened
+ * composition, which is what the models ran before (the same bits either way). */
+
+static bool half_dtype(it_dtype dt) { return dt == IT_DTYPE_BF16 || dt == IT_DTYPE_FP16; }
+
+static it_tensor *swiglu_composed(it_tensor *a, it_tensor *b) {
+    it_tensor *y = it_mul(it_silu(it_cast(a, IT_DTYPE_FP32)), it_cast(b, IT_DTYPE_FP32));
+    return half_dtype(a->dtype) ? it_cast(y, a->dtype) : y;
+}
+
+/* The slot's backward from the unary and binary kernels, into da and db (a native backend
+ * that declined the call): the arithmetic of the composition's backward. */
+static it_status swiglu_bwd_composed(it_device dev, it_tensor *a, it_tensor *b, it_tensor *dy, it_tensor *da,
+                                     it_tensor *db) {
+    it_tensor *wa = it_tensor_to_dtype(a, IT_DTYPE_FP32), *wb = it_tensor_to_dtype(b, IT_DTYPE_FP32);
+    it_tensor *wd = it_tensor_to_dtype(dy, IT_DTYPE_FP32);
+    it_tensor *s = wa ? it__empty_like(wa) : NULL, *r = wa ? it__empty_like(wa) : NULL;
+    if (!wb || !wd || !s || !r) return it_last_status();
+    it_tdesc dwa = it_tensor_desc(wa), dwb = it_tensor_desc(wb), dwd = it_tensor_desc(wd);
+    it_tdesc ds = it_tensor_desc(s), dr = it_tensor_desc(r), dda = it_tensor_desc(da), ddb = it_tensor_desc(db);
+    it_status st = KCALL(dev, unary, IT_UNARY_SILU, 0.0f, &dwa, &ds);
+    if (!st) st = KCALL(dev, binary, IT_BINARY_MUL, &dwd, &ds, &dr); /* db = dy * silu(a) */
+    if (!st) st = KCALL(dev, cast, &dr, &ddb);
+    if (!st) st = KCALL(dev, binary, IT_BINARY_MUL, &dwd, &dwb, &dr); /* t = dy * b */
+    if (!st) st = KCALL(dev, binary, IT_BINARY_SILU_BWD, &dwa, &dr, &ds);
+    if (!st) st = KCALL(dev, cast, &ds, &dda);
+    return st;
+}
+
+static it_status swiglu_backward(it_node *n, it_tensor *dy) {
+    it_tensor *a = n->saved[0], *b = n->saved[1], *d = it_tensor_contiguous(dy);
+    it_tensor *da = it__empty_like(a), *db = it__empty_like(b);
+    if (!d || !da || !db) return it_last_status();
+    it_device dev = it_tensor_device(a);
+    it_tdesc t[5] = {it_tensor_desc(a), it_tensor_desc(b), it_tensor_desc(d), it_tensor_desc(da), it_tensor_desc(db)};
+    it_status st = KCALL(dev, swiglu_low_bwd, &t[0], &t[1], &t[2], &t[3], &t[4]);
+    if (st == IT_ERR_UNSUPPORTED) { /* declined before writing */
+        it_error_clear();
+        st = swiglu_bwd_composed(dev, a, b, d, da, db);
+    }
+    if (st) return st;
+    st = it__accum_grad(n->in[0], da);
+    return st ? st : it__accum_grad(n->in[1], db);
+}
+
+it_tensor *it__swiglu_low(it_tensor *a, it_tensor *b) {
+    OP_REQUIRE(a && b);
+    it_tensor *ab[2] = {a, b};
+    if (it__check_same("swiglu", 2, ab)) return NULL;
+    if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim)) {
+        it_error(IT_ERR_INVALID_ARG, "swiglu: a and b must have one shape");
+        return NULL;
+    }
+    it_device dev = it_tensor_device(a);
+    if (!half_dtype(a->dtype)) return it_mul(it_silu(a), b);
+    if (!it__kernel_native(dev, IT_SLOT(swiglu_low_fwd)) || !it__kernel_native(dev, IT_SLOT(swiglu_low_bwd)))
+        return swiglu_composed(a, b);
+    it_tensor *ac = it_tensor_contiguous(a), *bc = it_tensor_contiguous(b);
+    it_tensor *y = ac && bc ? it__empty_like(ac) : NULL;
+    OP_REQUIRE(y);
+    it_tdesc da = it_tensor_desc(ac), db = it_tensor_desc(bc), dy = it_tensor_desc(y);
+    it_status st = KCALL(dev, swiglu_low_fwd, &da, &db, &dy);
+    if (st == IT_ERR_UNSUPPORTED) { /* declined before writing: composed after all */
+        it_error_clear();
+        return swiglu_composed(a, b);
+    }
+    if (st) return NULL;
+    if (it__needs_grad(2, ab)) {
+        it_node *n = it__node_record("swiglu", swiglu_backward, y, 2, ab);
+        OP_REQUIRE(n);
+        it__node_save(n, ac);
+        it__node_save(n, bc);
+    }
+    return y;
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 /* Normalize the dim list to a mask; error names the op. */

@@ -281,6 +281,26 @@ found:
     return y;
 }
 
+bool it__autocast_share(it_tensor *x, int n, it_tensor **out) {
+    for (int i = 0; i < n; i++) out[i] = x;
+    if (!x) return false;
+    it_dtype ac;
+    if (n < 2 || x->dtype != IT_DTYPE_FP32 || !it_autocast_enabled(&ac) || ac == IT_DTYPE_FP32 ||
+        !it__autocast_keep_low())
+        return true;
+    it_tensor *first = it_cast(x, ac);
+    if (!first) return false;
+    out[0] = first;
+    /* the later uses' cast nodes come before the products' nodes, in the order the uses'
+     * own casts had: the gradients reach x in the same order as well */
+    for (int i = 1; i < n; i++) {
+        out[i] = it__scope_add(it__tensor_view_owned(first, first->ndim, first->shape, first->strides, first->offset));
+        if (!out[i]) return false;
+        if (it__needs_grad(1, &x) && !it__node_record("cast", cast_backward, out[i], 1, &x)) return false;
+    }
+    return true;
+}
+
 /* The autocast dtype when a product of these operands should run in it (b fp32, a fp32 or
  * already in it). */
 static bool autocast_for(const it_tensor *a, const it_tensor *b, it_dtype *dt) {
@@ -517,6 +537,30 @@ static it_status grouped_linear_backward(it_node *n, it_tensor *dy) {
     return IT_OK;
 }
 
+/* Under autocast (autocast_for), the grouped product in ac: x and the weights rounded, the
+ * output as the products give it. */
+static it_tensor *grouped_in(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets, it_dtype ac) {
+    it_tensor **wc = malloc(sizeof *wc * (size_t)n_group);
+    if (!wc) {
+        it_error(IT_ERR_OOM, "grouped_linear: %d weight pointers", n_group);
+        return NULL;
+    }
+    it_autocast_set(false, ac);
+    bool ok = true;
+    for (int g = 0; g < n_group; g++) ok = (wc[g] = autocast_operand(w[g], ac)) != NULL && ok;
+    it_tensor *xc = it_cast(x, ac), *y = ok && xc ? it_grouped_linear(xc, n_group, wc, offsets) : NULL;
+    it_autocast_set(true, ac);
+    free(wc);
+    return y;
+}
+
+it_tensor *it__grouped_linear_low(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets) {
+    it_dtype ac;
+    if (it__autocast_keep_low() && x && n_group >= 1 && w && autocast_for(x, w[0], &ac))
+        return grouped_in(x, n_group, w, offsets, ac);
+    return it_grouped_linear(x, n_group, w, offsets);
+}
+
 it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets) {
     OP_REQUIRE(x);
     if (n_group < 1 || !w || !offsets) {
@@ -525,17 +569,7 @@ it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, con
     }
     it_dtype ac;
     if (autocast_for(x, w[0], &ac)) { /* in ac, then back to float32, like it_linear */
-        it_tensor **wc = malloc(sizeof *wc * (size_t)n_group);
-        if (!wc) {
-            it_error(IT_ERR_OOM, "grouped_linear: %d weight pointers", n_group);
-            return NULL;
-        }
-        it_autocast_set(false, ac);
-        bool ok = true;
-        for (int g = 0; g < n_group; g++) ok = (wc[g] = autocast_operand(w[g], ac)) != NULL && ok;
-        it_tensor *xc = it_cast(x, ac), *y = ok && xc ? it_grouped_linear(xc, n_group, wc, offsets) : NULL;
-        it_autocast_set(true, ac);
-        free(wc);
+        it_tensor *y = grouped_in(x, n_group, w, offsets, ac);
         return y ? it_cast(y, IT_DTYPE_FP32) : NULL;
     }
     if (x->ndim != 2) {

@@ -105,10 +105,15 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
         it_tensor *pi = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){NK}, pos, sizeof(int32_t) * (size_t)NK);
         it_tensor *wcol = it_reshape(w, 2, (int64_t[]){NK, 1});
         it_tensor *xs = it_embedding(ti, xf); /* (N*k, C): each expert's tokens, expert by expert */
-        /* expert(x) = down(silu(gate(x)) * up(x)) */
-        it_tensor *hs = it_grouped_linear(
-            it_mul(it_silu(it_grouped_linear(xs, n_expert, gate, off)), it_grouped_linear(xs, n_expert, up, off)),
-            n_expert, down, off);
+        /* expert(x) = down(silu(gate(x)) * up(x)); under autocast xs is rounded once for both
+         * products, whose outputs stay in its dtype into the fused SwiGLU (the same bits as
+         * widening them) */
+        it_tensor *xl[2] = {NULL, NULL};
+        it_tensor *hs = it__autocast_share(xs, 2, xl)
+                            ? it_grouped_linear(it__swiglu_low(it__grouped_linear_low(xl[0], n_expert, gate, off),
+                                                               it__grouped_linear_low(xl[1], n_expert, up, off)),
+                                                n_expert, down, off)
+                            : NULL;
         it_tensor *ys = it_mul(hs, it_embedding(pi, wcol)); /* weighted by its routing weight (N*k, 1) */
         out = it_index_add(N, ti, ys); /* a token's k contributions, added in expert order into zeros */
     } else {

@@ -1,8 +1,10 @@
 /* Autocast's products kept in bf16 where the next op would only round a widened copy back:
  * the LM head's logits inside it_model_loss, which cross entropy reads widened
  * (src/ops/crossentropy.c, the fused cross_entropy_low_fwd / _bwd slots), GPT-2's qkv into
- * attention, and attention's y into an unadapted projection (GPT-2, LLaMA, Mixtral). It must
- * change no bit:
+ * attention, attention's y into an unadapted projection (GPT-2, LLaMA, Mixtral), and the
+ * gate and up products of LLaMA's MLP and Mixtral's experts into the fused SwiGLU
+ * (swiglu_low_fwd / _bwd), whose common input is rounded once for both. It must change no
+ * bit:
  *  - the op: it_cross_entropy on bf16 / fp16 logits against it_cross_entropy on
  *    it_cast(logits, fp32) (the former path): the loss and the logits' gradient bitwise, on
  *    cpu, on sim, and on a backend with the CPU's kernels but without the two slots (the core
@@ -10,10 +12,10 @@
  *  - the models: GPT-2's, LLaMA-3's and Mixtral's tiny fixtures under bf16 autocast, three
  *    AdamW steps through it_model_loss, against IT_AUTOCAST_KEEP_LOW=0 (every product widened,
  *    the former dataflow): every loss and the final parameters bitwise, with the fused slots
- *    called once a step each (never with the knob off) and exactly the expected casts gone:
- *    per layer 8 for GPT-2 (qkv and y, widened and rounded again, forward and backward) and 4
- *    for LLaMA / Mixtral (y), and 2 a step for the logits (their widening, their gradient's
- *    rounding). */
+ *    called once a step each (SwiGLU once a layer; never with the knob off) and exactly the
+ *    expected casts gone (main's table); and on a backend without the fused slots, where the
+ *    core composes them, the same bits with only the casts the composition does not make
+ *    saved. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,20 +87,19 @@ enum { STEPS = 3 };
 typedef struct model_result {
     float loss[STEPS];
     float *params;
-    uint64_t low_fwd, low_bwd, casts;
+    uint64_t low_fwd, low_bwd, glu_fwd, glu_bwd, casts;
 } model_result;
 
 /* STEPS AdamW steps of m (loaded afresh by `load`) under bf16 autocast through
  * it_model_loss on fixed batches, the products kept low or (`widen`) all widened. */
-static void model_run(it_status (*load)(const char *, it_device, it_model **), const char *path, bool widen,
-                      model_result *r) {
+static void model_run(it_status (*load)(const char *, it_device, it_model **), const char *path, it_device dev,
+                      bool widen, model_result *r) {
     memset(r, 0, sizeof *r);
     it_model *m = NULL;
-    CHECK_OK(load(path, it_device_cpu(), &m));
+    CHECK_OK(load(path, dev, &m));
     if (!m) return;
     if (widen) setenv("IT_AUTOCAST_KEEP_LOW", "0", 1);
     const it_model_info *info = it_model_get_info(m);
-    it_device dev = it_model_device(m);
     it_optimizer *opt = NULL;
     it_optim_config oc = {IT_OPTIM_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f};
     CHECK_OK(it_optimizer_new(&oc, it_model_params(m), it_model_grads(m), &opt));
@@ -107,6 +108,7 @@ static void model_run(it_status (*load)(const char *, it_device, it_model **), c
     uint64_t f0 = it_test_slot_calls(dev, "cross_entropy_low_fwd"),
              b0 = it_test_slot_calls(dev, "cross_entropy_low_bwd");
     uint64_t c0 = it_test_slot_calls(dev, "cast");
+    uint64_t g0 = it_test_slot_calls(dev, "swiglu_low_fwd"), h0 = it_test_slot_calls(dev, "swiglu_low_bwd");
     for (int step = 0; step < STEPS && opt; step++) {
         int32_t x[B * T], y[B * T];
         for (int i = 0; i < B * T; i++) x[i] = (int32_t)(next(&s) % (uint64_t)info->vocab_size);
@@ -131,6 +133,8 @@ static void model_run(it_status (*load)(const char *, it_device, it_model **), c
     r->low_fwd = it_test_slot_calls(dev, "cross_entropy_low_fwd") - f0;
     r->low_bwd = it_test_slot_calls(dev, "cross_entropy_low_bwd") - b0;
     r->casts = it_test_slot_calls(dev, "cast") - c0;
+    r->glu_fwd = it_test_slot_calls(dev, "swiglu_low_fwd") - g0;
+    r->glu_bwd = it_test_slot_calls(dev, "swiglu_low_bwd") - h0;
     r->params = malloc(sizeof(float) * (size_t)info->num_params);
     CHECK_OK(it_tensor_copy_to_host(it_model_params(m), r->params, sizeof(float) * (size_t)info->num_params));
     unsetenv("IT_AUTOCAST_KEEP_LOW");
@@ -138,12 +142,13 @@ static void model_run(it_status (*load)(const char *, it_device, it_model **), c
     it_model_free(m);
 }
 
-/* `per_layer` casts a layer saves a step, with n_layer layers. */
+/* `per_layer` casts a layer saves a step, with n_layer layers, and `per_step` more (the
+ * logits'); `glu`: the model has a SwiGLU per layer. `fused`: dev has the fused slots. */
 static void model_compare(const char *name, it_status (*load)(const char *, it_device, it_model **), const char *path,
-                          int n_layer, int per_layer) {
+                          it_device dev, bool fused, int n_layer, int per_layer, int per_step, bool glu) {
     model_result a, b;
-    model_run(load, path, false, &a);
-    model_run(load, path, true, &b);
+    model_run(load, path, dev, false, &a);
+    model_run(load, path, dev, true, &b);
     if (!a.params || !b.params) {
         free(a.params), free(b.params);
         return;
@@ -157,10 +162,14 @@ static void model_compare(const char *name, it_status (*load)(const char *, it_d
               "%s: step losses %.9g %.9g %.9g kept low, %.9g %.9g %.9g widened", name, a.loss[0], a.loss[1], a.loss[2],
               b.loss[0], b.loss[1], b.loss[2]);
     CHECK_MSG(diff == 0, "%s: %zu of %zu parameters differ after %d steps", name, diff, n, STEPS);
-    CHECK_MSG(a.low_fwd == STEPS && a.low_bwd == STEPS, "%s: %llu / %llu fused cross entropy calls in %d steps", name,
+    uint64_t ce = fused ? STEPS : 0, gl = fused && glu ? (uint64_t)(STEPS * n_layer) : 0;
+    CHECK_MSG(a.low_fwd == ce && a.low_bwd == ce, "%s: %llu / %llu fused cross entropy calls in %d steps", name,
               (unsigned long long)a.low_fwd, (unsigned long long)a.low_bwd, STEPS);
-    CHECK_MSG(b.low_fwd == 0 && b.low_bwd == 0, "%s: the widened run took the fused slots", name);
-    uint64_t saved = (uint64_t)STEPS * (uint64_t)(n_layer * per_layer + 2);
+    CHECK_MSG(a.glu_fwd == gl && a.glu_bwd == gl, "%s: %llu / %llu fused SwiGLU calls in %d steps, expected %llu", name,
+              (unsigned long long)a.glu_fwd, (unsigned long long)a.glu_bwd, STEPS, (unsigned long long)gl);
+    CHECK_MSG(b.low_fwd == 0 && b.low_bwd == 0 && b.glu_fwd == 0 && b.glu_bwd == 0,
+              "%s: the widened run took the fused slots", name);
+    uint64_t saved = (uint64_t)STEPS * (uint64_t)(n_layer * per_layer + per_step);
     CHECK_MSG(b.casts - a.casts == saved, "%s: %llu casts kept low, %llu widened: %llu saved, expected %llu", name,
               (unsigned long long)a.casts, (unsigned long long)b.casts, (unsigned long long)(b.casts - a.casts),
               (unsigned long long)saved);
@@ -182,6 +191,8 @@ int main(void) {
     nofused = *it_cpu_kernels();
     nofused.cross_entropy_low_fwd = NULL;
     nofused.cross_entropy_low_bwd = NULL;
+    nofused.swiglu_low_fwd = NULL;
+    nofused.swiglu_low_bwd = NULL;
     CHECK_OK(it_test_cpu_variant("nofusedce", &nofused, &nofused_backend, &d));
     if (d.backend) op_compare("a backend without the fused slots", d, false);
     const char *fx = IT_SOURCE_DIR "/tests/fixtures/";
@@ -198,8 +209,18 @@ int main(void) {
         layers[i] = m ? it_model_get_info(m)->n_layer : 0;
         it_model_free(m);
     }
-    model_compare("GPT-2", it_gpt2_load, path[0], layers[0], 8);
-    model_compare("LLaMA-3", it_llama3_load, path[1], layers[1], 4);
-    model_compare("Mixtral", it_mixtral_load, path[2], layers[2], 4);
+    /* Casts saved per layer: GPT-2 8 (qkv and y, widened and rounded again, forward and
+     * backward); LLaMA and Mixtral 4 for y, 1 for the MLP's input rounded once for its two
+     * products (its second rounding), and 6 for the SwiGLU where fused (the gate's and up's
+     * widening and the product's rounding, and their gradients' back). 2 a step for the logits
+     * where fused. */
+    model_compare("GPT-2", it_gpt2_load, path[0], cpu, true, layers[0], 8, 2, false);
+    model_compare("LLaMA-3", it_llama3_load, path[1], cpu, true, layers[1], 11, 2, true);
+    model_compare("Mixtral", it_mixtral_load, path[2], cpu, true, layers[2], 11, 2, true);
+    if (d.backend) { /* composed: the same bits, only the casts the composition does not make saved */
+        model_compare("GPT-2 without the fused slots", it_gpt2_load, path[0], d, false, layers[0], 8, 0, false);
+        model_compare("LLaMA-3 without the fused slots", it_llama3_load, path[1], d, false, layers[1], 5, 0, true);
+        model_compare("Mixtral without the fused slots", it_mixtral_load, path[2], d, false, layers[2], 5, 0, true);
+    }
     return it_test_report("test_autocast_low");
 }
