@@ -38,6 +38,11 @@ enum kind {
     K_GELU,
     K_GELU_BWD,
     K_ADD,
+    K_SILU,
+    K_SILU_BWD,
+    K_MUL,
+    K_SWIGLU,
+    K_SWIGLU_BWD,
     K_COPY,
     K_CAST,
     K_ATT_FWD,
@@ -89,6 +94,11 @@ static it_status kb_call(const it_kernels *k, kbench *b) {
     case K_GELU: return k->unary(NULL, IT_UNARY_GELU, 0.0f, &d[0], &d[1]);
     case K_GELU_BWD: return k->binary(NULL, IT_BINARY_GELU_BWD, &d[0], &d[1], &d[2]);
     case K_ADD: return k->binary(NULL, IT_BINARY_ADD, &d[0], &d[1], &d[2]);
+    case K_SILU: return k->unary(NULL, IT_UNARY_SILU, 0.0f, &d[0], &d[1]);
+    case K_SILU_BWD: return k->binary(NULL, IT_BINARY_SILU_BWD, &d[0], &d[1], &d[2]);
+    case K_MUL: return k->binary(NULL, IT_BINARY_MUL, &d[0], &d[1], &d[2]);
+    case K_SWIGLU: return k->swiglu_low_fwd(NULL, &d[0], &d[1], &d[2]);
+    case K_SWIGLU_BWD: return k->swiglu_low_bwd(NULL, &d[0], &d[1], &d[2], &d[3], &d[4]);
     case K_COPY: return k->copy_strided(NULL, &d[0], &d[1]);
     case K_CAST: return k->cast(NULL, &d[0], &d[1]);
     case K_ATT_FWD:
@@ -437,6 +447,42 @@ static int bench_elementwise(enum kind kind, it_dtype dt, int64_t R, int64_t C) 
     return kb_run(&b);
 }
 
+/* LLaMA's / Mixtral's SwiGLU on (R, F) products: the fp32 pieces the widened composition runs
+ * (silu, mul, silu_bwd; the casts around them are the cast rows below) and the fused bf16
+ * slots that replace them with their casts (fwd: a, b -> y; bwd: a, b, dy -> da, db). */
+static int bench_swiglu(enum kind kind, int64_t R, int64_t F) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = kind;
+    bool fused = kind == K_SWIGLU || kind == K_SWIGLU_BWD;
+    it_dtype dt = fused ? IT_DTYPE_BF16 : IT_DTYPE_FP32;
+    snprintf(b.name, sizeof b.name, "%s",
+             kind == K_SILU       ? "silu fwd (unary)"
+             : kind == K_SILU_BWD ? "silu bwd (binary)"
+             : kind == K_MUL      ? "mul (binary)"
+             : kind == K_SWIGLU   ? "swiglu_low fwd, bf16"
+                                  : "swiglu_low bwd, bf16");
+    snprintf(b.shape, sizeof b.shape, "(%lld, %lld)", (long long)R, (long long)F);
+    int64_t s[2] = {R, F};
+    size_t n = (size_t)(R * F);
+    int nops = kind == K_SILU ? 2 : kind == K_SWIGLU_BWD ? 5 : 3;
+    for (int i = 0; i < nops; i++) {
+        float *x = kb_buf(&b, i, n, i < 2 ? 3.0f : 1.0f);
+        if (!x) {
+            kb_free(&b);
+            return 1;
+        }
+        if (fused) /* ascending: half j lands where float j/2 was read */
+            for (size_t j = 0; j < n; j++) {
+                uint16_t h = it_fp32_to_bf16(x[j]);
+                memcpy((char *)x + 2 * j, &h, 2);
+            }
+        b.d[i] = bench_desc(x, dt, 2, s);
+    }
+    b.bytes = (double)nops * (double)n * (double)it_dtype_size(dt);
+    return kb_run(&b);
+}
+
 /* GPT-2 attention's head split: qkv (B, T, 3, nh, hd) permuted to (3, B, nh, T, hd) and
  * made contiguous (src/ops/attention.c), and the merge (B, nh, T, hd) -> (B, T, nh, hd). */
 /* Autocast's roundings: a contiguous (R, C) cast between fp32 and bf16 (an fp32 buffer of
@@ -608,7 +654,15 @@ int main(int argc, char **argv) {
     fails += bench_elementwise(K_GELU_BWD, IT_DTYPE_FP32, R, 4 * C);
     fails += bench_elementwise(K_ADD, IT_DTYPE_FP32, R, C);
     fails += bench_elementwise(K_GELU, IT_DTYPE_BF16, R, 4 * C);
+    fails += bench_elementwise(K_GELU_BWD, IT_DTYPE_BF16, R, 4 * C);
     fails += bench_elementwise(K_ADD, IT_DTYPE_BF16, B * NH * T, T); /* attention's scores */
+    fails += bench_swiglu(K_SILU, 2048, 768);                        /* Mixtral 6L/384's experts, B=4 T=256 top-2 */
+    fails += bench_swiglu(K_MUL, 2048, 768);
+    fails += bench_swiglu(K_SILU_BWD, 2048, 768);
+    fails += bench_swiglu(K_SWIGLU, 2048, 768);
+    fails += bench_swiglu(K_SWIGLU_BWD, 2048, 768);
+    fails += bench_cast(true, 2048, 768);
+    fails += bench_cast(false, 2048, 768);
     fails += bench_copy(true, B, T, NH, HD);
     fails += bench_copy(false, B, T, NH, HD);
     fails += bench_cast(true, C, 4 * C); /* a weight */
