@@ -7,12 +7,14 @@
  *   (0: the one matrix broadcast over the batch); fp32 sums, C rounded once, to nearest even.
  *
  * Two ways of asking, chosen once from a probe product's implementation name:
- *  - shape-free (CPUs with AVX512_BF16, oneDNN's "brg:avx512_core_bf16"): one primitive per
- *    layout (2-D or batched, op(A), op(B), beta) with every dim, leading dimension and alpha
- *    given at run time, which oneDNN serves with its jit bf16 GEMM (vdpbf16ps) at the speed
- *    of its brgemm; a shaped primitive would be compiled anew for every new shape (Mixtral's
- *    experts see a new row count every step: 3-4 ms each). Products of 2^30 multiply-adds
- *    and more with a transposed operand (LM heads) are asked shaped even so (below).
+ *  - shape-free (CPUs with AVX512_BF16, oneDNN's "brg:avx512_core_bf16"): products with a
+ *    dim that is not a multiple of 64 (Mixtral's tokens per expert, a new row count every
+ *    step, where a shaped primitive would be compiled anew each time: 3-4 ms) take one
+ *    primitive per layout (2-D or batched, op(A), op(B), beta) with every dim, leading
+ *    dimension and alpha given at run time, which oneDNN serves with its jit bf16 GEMM
+ *    (vdpbf16ps). A model's own sizes (every dim a multiple of 64, repeated every step) are
+ *    asked shaped, on the brgemm, which is faster for them (GPT-2's 256 x 3072 x 768 tB:
+ *    393 against 311 GFLOP/s on Zen 4), except the largest untransposed ones (below).
  *  - shaped (AMX, "brg:avx512_core_amx"): a primitive per call, of the call's shape, since
  *    only the shaped brgemm reaches the tiles; oneDNN's primitive cache keeps repeats at ~2 us.
  *    Only for products whose every dim is a multiple of 64 (a model's own sizes, which repeat
@@ -41,8 +43,8 @@
 
 enum { MODE_NONE, MODE_SHAPE_FREE, MODE_SHAPED };
 
-/* Products of at least this many multiply-adds with a transposed operand are asked shaped in
- * either mode. */
+/* Products of at least this many multiply-adds ("big") are asked shaped with a transposed
+ * operand whatever their dims, and shape-free without one, on AVX512_BF16 (below). */
 #define SHAPED_MACS 1073741824.0 /* 2^30 */
 
 static dnnl_engine_t g_engine;
@@ -209,13 +211,16 @@ bool it_cpu_sbgemm_onednn(int64_t batch, bool ta, bool tb, int64_t m, int64_t n,
     dnnl_stream_t stream = thread_stream();
     if (stream == NULL) return false;
     const call cl = {batch, m, n, k, lda, sa, ldb, sb, ldc, sc, ta, tb, alpha, beta};
-    /* the largest products with a transposed operand shaped even so: oneDNN's shape-free
-     * GEMM is slow for them (50304 x 768 x 256 tA at a quarter of its brgemm's speed, 1024 x
-     * 32000 x 384 tB at half), while one compile (~3 ms) is small beside their time and
-     * their shapes (an LM head's) repeat every step; untransposed, it is the faster one
-     * (1024 x 384 x 32000: 851 against 665 GFLOP/s) */
+    /* AVX512_BF16: shaped where every dim is a multiple of 64, shape-free otherwise, but for
+     * the big products, whose shapes (an LM head's) repeat every step and dwarf one compile
+     * (~3 ms): oneDNN's shape-free GEMM is slow for them with a transposed operand (50304 x
+     * 768 x 256 tA at a quarter of its brgemm's speed, 1024 x 32000 x 384 tB at half) and
+     * the faster one without (1024 x 384 x 32000: 851 against 665 GFLOP/s on Zen 5).
+     * AMX: shaped where every dim is a multiple of 64 (the tiles), else shape-free when a
+     * bf16 kernel serves that. */
     bool big = (double)batch * (double)m * (double)n * (double)k >= SHAPED_MACS;
-    bool free = g_mode == MODE_SHAPE_FREE ? !(big && (ta || tb)) : g_free_too && (m % 64 || n % 64 || k % 64);
+    bool irregular = m % 64 || n % 64 || k % 64;
+    bool free = g_mode == MODE_SHAPE_FREE ? (big ? !(ta || tb) : irregular) : g_free_too && irregular;
     /* a layout past the table's room is asked shaped */
     dnnl_primitive_t p = free ? layout_primitive(&cl) : NULL, owned = NULL;
     if (p == NULL) {
