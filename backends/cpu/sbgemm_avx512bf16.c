@@ -53,53 +53,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ------------------------------------------------------------------ scratch */
 
-/* Buffers kept between calls (a training step's GEMMs must not go to malloc); concurrent
- * callers (gemm.c's batch loop) take free slots, and allocate when all are taken. */
-enum { SLOTS = 8 };
-static struct {
-    void *p;
-    size_t cap;
-    int busy;
-} g_slots[SLOTS];
-static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void *scratch_take(size_t bytes, int *slot) {
-    bytes = (bytes + 63) / 64 * 64;
-    void *p = NULL;
-    int pick = -1;
-    pthread_mutex_lock(&g_slots_lock);
-    for (int i = 0; i < SLOTS; i++) {
-        if (g_slots[i].busy) continue;
-        if (g_slots[i].cap >= bytes) {
-            pick = i;
-            break;
-        }
-        if (pick < 0) pick = i;
-    }
-    if (pick >= 0) {
-        g_slots[pick].busy = 1;
-        if (g_slots[pick].cap < bytes) {
-            free(g_slots[pick].p);
-            g_slots[pick].p = aligned_alloc(64, bytes);
-            g_slots[pick].cap = g_slots[pick].p ? bytes : 0;
-        }
-        p = g_slots[pick].p;
-        if (p == NULL) g_slots[pick].busy = 0, pick = -1;
-    }
-    pthread_mutex_unlock(&g_slots_lock);
-    *slot = pick;
-    return p ? p : aligned_alloc(64, bytes);
-}
-
-static void scratch_give(void *p, int slot) {
-    if (slot < 0) {
-        free(p);
-        return;
-    }
-    pthread_mutex_lock(&g_slots_lock);
-    g_slots[slot].busy = 0;
-    pthread_mutex_unlock(&g_slots_lock);
-}
+/* Buffers kept between calls (cpu_scratch.h); concurrent callers are gemm.c's batch loop. */
+#include "cpu/cpu_scratch.h"
 
 /* ------------------------------------------------------------------ rounding */
 

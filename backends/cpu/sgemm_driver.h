@@ -25,56 +25,8 @@
 
 /* ------------------------------------------------------------------ scratch buffers */
 
-/* Packing buffers are kept between calls: a GEMM of a training step must not go to malloc
- * (and page faults on fresh memory would cost more than small products take). Callers on
- * several threads at once (the batched path, several devices in one process) each take a
- * free slot; when all are taken the call allocates for itself. */
-enum { SLOTS = 8 };
-static struct {
-    float *p;
-    size_t cap; /* floats */
-    int busy;
-} g_slots[SLOTS];
-static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static float *scratch_take(size_t floats, int *slot) {
-    float *p = NULL;
-    pthread_mutex_lock(&g_slots_lock);
-    int pick = -1;
-    for (int i = 0; i < SLOTS; i++) {
-        if (g_slots[i].busy) continue;
-        if (g_slots[i].cap >= floats) {
-            pick = i;
-            break;
-        }
-        if (pick < 0) pick = i;
-    }
-    if (pick >= 0) {
-        g_slots[pick].busy = 1;
-        p = g_slots[pick].p;
-        if (g_slots[pick].cap < floats) {
-            free(g_slots[pick].p);
-            p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-            g_slots[pick].p = p;
-            g_slots[pick].cap = p ? floats : 0;
-            if (p == NULL) g_slots[pick].busy = 0;
-        }
-    }
-    pthread_mutex_unlock(&g_slots_lock);
-    *slot = pick;
-    if (pick < 0) p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    return p;
-}
-
-static void scratch_give(float *p, int slot) {
-    if (slot < 0) {
-        free(p);
-        return;
-    }
-    pthread_mutex_lock(&g_slots_lock);
-    g_slots[slot].busy = 0;
-    pthread_mutex_unlock(&g_slots_lock);
-}
+/* Packing buffers are kept between calls (cpu_scratch.h). */
+#include "cpu/cpu_scratch.h"
 
 /* ------------------------------------------------------------------ driver */
 
@@ -265,7 +217,7 @@ static bool sgemm_threads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
     _Static_assert(MA >= MR, "abuf holds a short last A panel too");
     size_t per = (size_t)KCB * ((NC + NR - 1) / NR * NR) + (size_t)MA * KCB; /* floats per thread */
     int slot;
-    float *buf = scratch_take(per * (size_t)threads, &slot);
+    float *buf = scratch_take(per * (size_t)threads * sizeof(float), &slot);
     if (buf == NULL) return false;
     /* Threads share C out in blocks that need no locks: whole 48-column panels
      * when op(A) is the smaller operand (each thread then reads all of A, and packs its own
