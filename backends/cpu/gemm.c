@@ -7,15 +7,18 @@
  * stride in one of its two dims: row-major with ld = row stride, or column-major, which is
  * the row-major transpose with ld = column stride (its trans flag flips). A column-major C
  * is computed as C^T = op(B)^T @ op(A)^T. Anything else (both strides > 1, overlapping
- * rows) goes through a contiguous temporary, as do fp16 and bf16 (converted to fp32, computed
- * with sgemm, rounded back), except bf16 on CPUs with bf16 units: oneDNN's matmul
- * (sbgemm_onednn.c) or the own vdpbf16ps kernel (sbgemm_avx512bf16.c) takes the operands
- * where they lie (sgemm_select.h says which). beta == 0 never reads C (BLAS's contract; NaN in C ignored).
+ * rows) goes through a contiguous temporary, as do fp16 and bf16 (widened exactly to fp32 by
+ * the cast slot's vectorized loops, computed with sgemm, C rounded back once), except bf16 on
+ * CPUs with bf16 units: oneDNN's matmul (sbgemm_onednn.c) or the own vdpbf16ps kernel
+ * (sbgemm_avx512bf16.c) takes the operands where they lie (sgemm_select.h says which). The
+ * temporaries are kept between calls (cpu_scratch.h): on a CPU without bf16 units a bf16
+ * GPT-2 124M step keeps its largest, the LM head's widened weight and logits (~200 MB).
+ * beta == 0 never reads C (BLAS's contract; NaN in C ignored).
  *
  * Threads: with at least 2 matrices per thread (or one per thread when they are small)
  * the batch runs as an OpenMP loop with single-threaded BLAS inside (OpenBLAS's OpenMP build
- * does not fork inside a parallel region); otherwise the matrices run one after another,
- * each on all of BLAS's threads. */
+ * does not fork inside a parallel region), each thread with its own temporaries; otherwise
+ * the matrices run one after another, each on all of BLAS's threads. */
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/cpu_scratch.h"
 #include "cpu/sgemm_select.h"
 #include "infinitrain/scalar/it_scalar_cast.h"
 
@@ -99,22 +103,33 @@ static void store(const operand *o, int64_t batch, int64_t i, int64_t j, double 
     }
 }
 
-/* tmp (rows, cols) row-major <- stored matrix `batch` of o (converted to fp32 or fp64). */
-static void gather(const operand *o, int64_t batch, void *tmp, bool f64) {
-    for (int64_t i = 0; i < o->rows; i++)
-        for (int64_t j = 0; j < o->cols; j++) {
-            double v = load(o, batch, i, j);
-            if (f64)
-                ((double *)tmp)[i * o->cols + j] = v;
-            else
-                ((float *)tmp)[i * o->cols + j] = (float)v;
-        }
+/* The stored matrix `batch` of o as a 2-D descriptor, and a row-major (rows, cols) buffer
+ * of dtype dt at tmp. */
+static it_tdesc matrix_desc(const operand *o, int64_t batch) {
+    it_tdesc d = {.data = (char *)o->d->data + (size_t)(batch * o->sbatch) * it_dtype_size(o->d->dtype),
+                  .dtype = o->d->dtype,
+                  .ndim = 2,
+                  .shape = {o->rows, o->cols},
+                  .strides = {o->srow, o->scol}};
+    return d;
+}
+static it_tdesc tmp_desc(const operand *o, void *tmp, it_dtype dt) {
+    it_tdesc d = {.data = tmp, .dtype = dt, .ndim = 2, .shape = {o->rows, o->cols}, .strides = {o->cols, 1}};
+    return d;
 }
 
-static void scatter(const operand *o, int64_t batch, const void *tmp, bool f64) {
-    for (int64_t i = 0; i < o->rows; i++)
-        for (int64_t j = 0; j < o->cols; j++)
-            store(o, batch, i, j, f64 ? ((const double *)tmp)[i * o->cols + j] : ((const float *)tmp)[i * o->cols + j]);
+/* tmp (rows, cols) row-major <- stored matrix `batch` of o, widened to fp32 / fp64 (exact),
+ * and back, C rounded once (round to nearest even): the cast slot's loops, vectorized and
+ * threaded when the matrix is large (a single-thread OpenMP team inside a parallel batch).
+ * The descriptors were checked by it_cpu_gemm, so the casts cannot fail. */
+static void gather(const operand *o, int64_t batch, void *tmp, it_dtype tdt) {
+    it_tdesc src = matrix_desc(o, batch), dst = tmp_desc(o, tmp, tdt);
+    (void)it_cpu_cast(NULL, &src, &dst);
+}
+
+static void scatter(const operand *o, int64_t batch, const void *tmp, it_dtype tdt) {
+    it_tdesc src = tmp_desc(o, (void *)tmp, tdt), dst = matrix_desc(o, batch);
+    (void)it_cpu_cast(NULL, &src, &dst);
 }
 
 /* The BLAS view of an operand whose matrix lives at p (row-major with o->ld, or the
@@ -201,6 +216,46 @@ static void init_operand(operand *o, const it_tdesc *d, bool trans, int64_t batc
     classify(o);
 }
 
+/* Whole matrices per thread, single-threaded GEMMs inside, when there are enough of them
+ * to share out evenly, or when they are too small for the GEMM's own threading to pay.
+ * Forking a team costs microseconds: below ~64K multiply-adds in all it costs more than the
+ * work (tiny attention matmuls in tests), so those run on the calling thread. */
+static bool batch_per_thread(int64_t batches, int64_t M, int64_t N, int64_t K) {
+    int64_t threads = omp_get_max_threads();
+    bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
+    bool worth = (double)batches * (double)M * (double)N * (double)K >= 65536.0;
+    return threads > 1 && worth && (batches >= 2 * threads || (small && batches >= threads));
+}
+
+/* The copy path's product (it_cpu_gemm): operands as given (A, B, C), as the GEMM sees them
+ * (Ac, Bc, Cc: a copied one row-major, ld = its columns), and the temporaries in tmp: the
+ * broadcast operands' copies (`shared` elements, A's first), then `own` elements per team
+ * member (A's, B's, C's copies, each where it is copied per matrix). */
+typedef struct copy_job {
+    operand A, B, C, Ac, Bc, Cc;
+    int64_t M, N, K;
+    float alpha, beta;
+    bool f64, shared_a, shared_b;
+    it_dtype tdt;
+    size_t ts, na, nb, nc, shared, own;
+    char *tmp;
+} copy_job;
+
+/* Matrix i of the batch on team member `member`'s temporaries. */
+static void copy_one(const copy_job *j, int64_t i, int member) {
+    char *mine = j->tmp + (j->shared + j->own * (size_t)member) * j->ts;
+    char *ta = j->shared_a ? j->tmp : mine;
+    char *tb = j->shared_b ? j->tmp + (j->shared_a ? j->na : 0) * j->ts : mine + (j->shared_a ? 0 : j->na) * j->ts;
+    char *tc = mine + (j->own - j->nc) * j->ts;
+    if (j->na && !j->shared_a) gather(&j->A, i, ta, j->tdt);
+    if (j->nb && !j->shared_b) gather(&j->B, i, tb, j->tdt);
+    if (j->nc && j->beta != 0.0f) gather(&j->C, i, tc, j->tdt);
+    char *pc = j->nc ? tc : (char *)j->C.d->data + (size_t)(i * j->C.sbatch) * it_dtype_size(j->C.d->dtype);
+    gemm_one(j->f64, &j->Ac, j->na ? ta : elem(&j->A, i), &j->Bc, j->nb ? tb : elem(&j->B, i), &j->Cc, pc, j->M, j->N,
+             j->K, j->alpha, j->beta);
+    if (j->nc) scatter(&j->C, i, tc, j->tdt);
+}
+
 it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     (void)s;
     if (args == NULL) return it_error(IT_ERR_INVALID_ARG, "gemm: args is NULL");
@@ -257,11 +312,8 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     if (dt == IT_DTYPE_BF16 && it_cpu_sbgemm_usable() && A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY &&
         C.layout != LAYOUT_COPY) {
         /* bf16 on the bf16 units, operands where they lie; matrices per thread as for fp32 */
-        int64_t threads = omp_get_max_threads();
-        bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
-        bool worth = (double)batches * (double)M * (double)N * (double)K >= 65536.0;
         int failed = 0;
-        if (threads > 1 && worth && (batches >= 2 * threads || (small && batches >= threads))) {
+        if (batch_per_thread(batches, M, N, K)) {
 #pragma omp parallel for schedule(static) reduction(| : failed)
             for (int64_t i = 0; i < batches; i++)
                 failed |= !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
@@ -276,15 +328,8 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     if (half) A.layout = B.layout = C.layout = LAYOUT_COPY;
 
     if (A.layout != LAYOUT_COPY && B.layout != LAYOUT_COPY && C.layout != LAYOUT_COPY) {
-        /* Whole matrices per thread when there are enough of them to share out evenly, or
-         * when they are too small for BLAS's own threading to pay. */
-        int64_t threads = omp_get_max_threads();
-        bool small = (double)M * (double)N * (double)K <= 128.0 * 128.0 * 128.0;
         size_t es = it_dtype_size(dt);
-        /* Forking a team costs microseconds: below ~64K multiply-adds in all it costs more
-         * than the work (tiny attention matmuls in tests), so those run on this thread. */
-        bool worth = (double)batches * (double)M * (double)N * (double)K >= 65536.0;
-        if (threads > 1 && worth && (batches >= 2 * threads || (small && batches >= threads))) {
+        if (batch_per_thread(batches, M, N, K)) {
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < batches; i++)
                 gemm_one(f64, &A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * es, M, N,
@@ -298,28 +343,39 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
     }
 
     /* Copy path: every operand that is not BLAS-usable (or every one, for half types) goes
-     * through a contiguous fp32/fp64 temporary. */
-    size_t ts = f64 ? sizeof(double) : sizeof(float);
-    size_t na = A.layout == LAYOUT_COPY ? (size_t)(A.rows * A.cols) : 0;
-    size_t nb = B.layout == LAYOUT_COPY ? (size_t)(B.rows * B.cols) : 0;
-    size_t nc = C.layout == LAYOUT_COPY ? (size_t)(C.rows * C.cols) : 0;
-    char *tmp = malloc((na + nb + nc) * ts);
-    if (tmp == NULL) return it_error(IT_ERR_OOM, "gemm: no memory for a %zu-byte contiguous copy", (na + nb + nc) * ts);
-    void *ta = tmp, *tb = tmp + na * ts, *tc = tmp + (na + nb) * ts;
-    operand Ac = A, Bc = B, Cc = C;
-    if (na) Ac.layout = LAYOUT_ROW, Ac.ld = A.cols;
-    if (nb) Bc.layout = LAYOUT_ROW, Bc.ld = B.cols;
-    if (nc) Cc.layout = LAYOUT_ROW, Cc.ld = C.cols;
-    size_t es = it_dtype_size(dt);
-    for (int64_t i = 0; i < batches; i++) {
-        /* A broadcast operand is gathered once. */
-        if (na && (i == 0 || A.sbatch != 0)) gather(&A, i, ta, f64);
-        if (nb && (i == 0 || B.sbatch != 0)) gather(&B, i, tb, f64);
-        if (nc && args->beta != 0.0f) gather(&C, i, tc, f64);
-        gemm_one(f64, &Ac, na ? ta : elem(&A, i), &Bc, nb ? tb : elem(&B, i), &Cc,
-                 nc ? tc : (char *)c->data + (size_t)(i * C.sbatch) * es, M, N, K, args->alpha, args->beta);
-        if (nc) scatter(&C, i, tc, f64);
+     * through a contiguous fp32/fp64 temporary, row-major as stored, so the GEMM sees the
+     * same operands and flags whichever way the batch is shared out. A broadcast operand is
+     * gathered once; the others per matrix, into each thread's own temporaries when the
+     * matrices run in parallel (batch_per_thread). Otherwise no parallel region encloses the
+     * GEMM: inside even a one-thread region its team would be a nested one, whose new threads
+     * compete for the cores with the idle pool's spinning ones. */
+    copy_job j = {.A = A, .B = B, .C = C, .Ac = A, .Bc = B, .Cc = C, .M = M, .N = N, .K = K,
+                  .alpha = args->alpha, .beta = args->beta, .f64 = f64};
+    j.tdt = f64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32;
+    j.ts = it_dtype_size(j.tdt);
+    j.na = A.layout == LAYOUT_COPY ? (size_t)(A.rows * A.cols) : 0;
+    j.nb = B.layout == LAYOUT_COPY ? (size_t)(B.rows * B.cols) : 0;
+    j.nc = C.layout == LAYOUT_COPY ? (size_t)(C.rows * C.cols) : 0;
+    j.shared_a = j.na && A.sbatch == 0;
+    j.shared_b = j.nb && B.sbatch == 0;
+    int teams = batch_per_thread(batches, M, N, K) ? omp_get_max_threads() : 1;
+    j.shared = (j.shared_a ? j.na : 0) + (j.shared_b ? j.nb : 0);
+    j.own = (j.shared_a ? 0 : j.na) + (j.shared_b ? 0 : j.nb) + j.nc;
+    size_t total = (j.shared + j.own * (size_t)teams) * j.ts;
+    int slot;
+    j.tmp = scratch_take(total, &slot);
+    if (j.tmp == NULL) return it_error(IT_ERR_OOM, "gemm: no memory for a %zu-byte contiguous copy", total);
+    if (j.shared_a) gather(&A, 0, j.tmp, j.tdt);
+    if (j.shared_b) gather(&B, 0, j.tmp + (j.shared_a ? j.na : 0) * j.ts, j.tdt);
+    if (j.na) j.Ac.layout = LAYOUT_ROW, j.Ac.ld = A.cols;
+    if (j.nb) j.Bc.layout = LAYOUT_ROW, j.Bc.ld = B.cols;
+    if (j.nc) j.Cc.layout = LAYOUT_ROW, j.Cc.ld = C.cols;
+    if (teams > 1) {
+#pragma omp parallel for schedule(static) num_threads(teams)
+        for (int64_t i = 0; i < batches; i++) copy_one(&j, i, omp_get_thread_num());
+    } else {
+        for (int64_t i = 0; i < batches; i++) copy_one(&j, i, 0);
     }
-    free(tmp);
+    scratch_give(j.tmp, slot);
     return IT_OK;
 }

@@ -94,6 +94,73 @@ static void gemm_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, 
     free(pc);
 }
 
+/* A bf16/fp16 product on the widening path (fp16 always; bf16 where the CPU has no bf16
+ * units, or IT_CPU_SBGEMM=fp32) is by definition: the operands widened exactly to fp32, the
+ * fp32 gemm slot on row-major copies of the stored matrices with the same transposes, C
+ * (widened when beta != 0) rounded once. Checked bitwise against that composition here,
+ * for every layout of each operand, broadcast operands, beta 0 over NaN and beta != 0, and
+ * batches large enough to be shared out over the threads (each with its own copies) as well
+ * as single products whose copies are made by all threads. */
+static void half_widening_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, bool ta, bool tb, int la,
+                               int lb, int lc, int bca, int bcb, float beta) {
+    it_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.a = gemm_desc(dt, B, ta ? Kd : M, ta ? M : Kd, la, bca);
+    g.b = gemm_desc(dt, B, tb ? N : Kd, tb ? Kd : N, lb, bcb);
+    g.c = gemm_desc(dt, B, M, N, lc, 0);
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.alpha = 1.25f;
+    g.beta = beta;
+    void *pa = alloc_rand(&g.a, -1, 1), *pb = alloc_rand(&g.b, -1, 1);
+    void *pc = beta == 0.0f ? alloc_fill(&g.c, NAN) : alloc_rand(&g.c, -1, 1);
+    /* the composition: contiguous fp32 copies (a broadcast keeps its stride 0 / batch 1) */
+    it_gemm_args w = g;
+    const it_tdesc *src[3] = {&g.a, &g.b, &g.c};
+    it_tdesc *dst[3] = {&w.a, &w.b, &w.c};
+    void *wp[3];
+    for (int o = 0; o < 3; o++) {
+        *dst[o] = mk(NULL, IT_DTYPE_FP32, 3, src[o]->shape, NULL);
+        if (src[o]->strides[0] == 0) dst[o]->strides[0] = 0;
+        wp[o] = alloc_fill(dst[o], 0.0);
+        for (int64_t i = 0; i < t_numel(src[o]); i++) set(dst[o], i, get(src[o], i));
+    }
+    CHECK_OK(K->gemm(NULL, &w));
+    CHECK_OK(K->gemm(NULL, &g));
+    int64_t bad = -1;
+    for (int64_t i = 0; i < B * M * N && bad < 0; i++) {
+        uint16_t want = dt == IT_DTYPE_BF16 ? it_fp32_to_bf16((float)get(&w.c, i)) : it_fp32_to_fp16((float)get(&w.c, i));
+        if (((const uint16_t *)g.c.data)[t_off(&g.c, i)] != want) bad = i;
+    }
+    CHECK_MSG(bad < 0, "%s gemm B%lld M%lld N%lld K%lld ta%d tb%d layouts %d%d%d bcast %d%d beta %g: element %lld is not "
+                       "the widened fp32 product rounded once",
+              it_dtype_name(dt), (long long)B, (long long)M, (long long)N, (long long)Kd, ta, tb, la, lb, lc, bca, bcb,
+              (double)beta, (long long)bad);
+    free(pa);
+    free(pb);
+    free(pc);
+    for (int o = 0; o < 3; o++) free(wp[o]);
+}
+
+static void test_gemm_half_widening(void) {
+    bool bf16_widens = it_cpu_sbgemm_isa() == IT_CPU_SBGEMM_FP32;
+    printf("test_cpu_kernels: bf16 gemm through %s\n", it_cpu_sbgemm_name(it_cpu_sbgemm_isa()));
+    for (int d = 0; d < 2; d++) {
+        it_dtype dt = d ? IT_DTYPE_FP16 : IT_DTYPE_BF16;
+        if (dt == IT_DTYPE_BF16 && !bf16_widens) continue; /* test_sbgemm checks the bf16 units' paths */
+        for (int t = 0; t < 4; t++)
+            for (int l = 0; l < L_COUNT; l++) {
+                /* a few small matrices (one thread), many (shared out), one large (threaded copies) */
+                half_widening_case(dt, 3, 7, 13, 5, t & 1, t >> 1, l, (l + 1) % L_COUNT, (l + 2) % L_COUNT, 0, 0,
+                                   t == 1 ? 0.0f : 0.5f);
+                half_widening_case(dt, 48, 16, 24, 20, t & 1, t >> 1, l, (l + 3) % L_COUNT, l, t == 2, t == 3,
+                                   t == 0 ? 0.0f : 1.0f);
+                half_widening_case(dt, 1, 130, 270, 300, t & 1, t >> 1, (l + 1) % L_COUNT, l, (l + 1) % L_COUNT, 0, 0,
+                                   t == 3 ? 0.0f : 1.0f);
+            }
+    }
+}
+
 static void test_gemm(void) {
     /* Every transpose combination x every layout of A, B and C, fp32 and fp64. */
     it_dtype dts[2] = {IT_DTYPE_FP32, IT_DTYPE_FP64};
@@ -199,6 +266,9 @@ static void test_gemm(void) {
         gemm_case(IT_DTYPE_BF16, 2, 7, 13, 5, t & 1, t >> 1, L_ROW, L_COL, L_ROW, 0, 0, 1.0f, 0.5f, false);
         gemm_case(IT_DTYPE_FP16, 2, 7, 13, 5, t & 1, t >> 1, L_STRIDED, L_ROW, L_ROW, 0, 2, 1.0f, 0.0f, true);
     }
+
+    /* The widening path's bits, whatever the layouts and the batch's sharing (below). */
+    test_gemm_half_widening();
 
     /* Errors. */
     float buf[64] = {0};
