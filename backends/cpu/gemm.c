@@ -178,8 +178,8 @@ static void gemm_one(bool f64, const operand *A, const void *pa, const operand *
 
 /* The same for bf16 operands and C on the bf16 kernel (sbgemm_avx512bf16.c): false when it
  * had no scratch memory. */
-static bool gemm_one_bf16(const operand *A, const void *pa, const operand *B, const void *pb, const operand *C, void *pc,
-                          int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+static bool gemm_one_bf16(const operand *A, const void *pa, const operand *B, const void *pb, const operand *C,
+                          void *pc, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
     rowmajor r = rowmajor_form(A, pa, B, pb, C, M, N);
     return it_cpu_sbgemm(r.ta, r.tb, r.m, r.n, K, alpha, r.p1, r.ld1, r.p2, r.ld2, beta, pc, true, C->ld);
 }
@@ -316,12 +316,14 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
         if (batch_per_thread(batches, M, N, K)) {
 #pragma omp parallel for schedule(static) reduction(| : failed)
             for (int64_t i = 0; i < batches; i++)
-                failed |= !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
-                                         M, N, K, args->alpha, args->beta);
+                failed |=
+                    !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
+                                   M, N, K, args->alpha, args->beta);
         } else {
             for (int64_t i = 0; i < batches && !failed; i++)
-                failed |= !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
-                                         M, N, K, args->alpha, args->beta);
+                failed |=
+                    !gemm_one_bf16(&A, elem(&A, i), &B, elem(&B, i), &C, (char *)c->data + (size_t)(i * C.sbatch) * 2,
+                                   M, N, K, args->alpha, args->beta);
         }
         return failed ? it_error(IT_ERR_OOM, "gemm: no memory for the bf16 kernel's packing buffers") : IT_OK;
     }
@@ -349,8 +351,18 @@ it_status it_cpu_gemm(it_stream *s, const it_gemm_args *args) {
      * matrices run in parallel (batch_per_thread). Otherwise no parallel region encloses the
      * GEMM: inside even a one-thread region its team would be a nested one, whose new threads
      * compete for the cores with the idle pool's spinning ones. */
-    copy_job j = {.A = A, .B = B, .C = C, .Ac = A, .Bc = B, .Cc = C, .M = M, .N = N, .K = K,
-                  .alpha = args->alpha, .beta = args->beta, .f64 = f64};
+    copy_job j = {.A = A,
+                  .B = B,
+                  .C = C,
+                  .Ac = A,
+                  .Bc = B,
+                  .Cc = C,
+                  .M = M,
+                  .N = N,
+                  .K = K,
+                  .alpha = args->alpha,
+                  .beta = args->beta,
+                  .f64 = f64};
     j.tdt = f64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32;
     j.ts = it_dtype_size(j.tdt);
     j.na = A.layout == LAYOUT_COPY ? (size_t)(A.rows * A.cols) : 0;

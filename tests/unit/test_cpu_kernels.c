@@ -129,11 +129,13 @@ static void half_widening_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int
     CHECK_OK(K->gemm(NULL, &g));
     int64_t bad = -1;
     for (int64_t i = 0; i < B * M * N && bad < 0; i++) {
-        uint16_t want = dt == IT_DTYPE_BF16 ? it_fp32_to_bf16((float)get(&w.c, i)) : it_fp32_to_fp16((float)get(&w.c, i));
+        uint16_t want =
+            dt == IT_DTYPE_BF16 ? it_fp32_to_bf16((float)get(&w.c, i)) : it_fp32_to_fp16((float)get(&w.c, i));
         if (((const uint16_t *)g.c.data)[t_off(&g.c, i)] != want) bad = i;
     }
-    CHECK_MSG(bad < 0, "%s gemm B%lld M%lld N%lld K%lld ta%d tb%d layouts %d%d%d bcast %d%d beta %g: element %lld is not "
-                       "the widened fp32 product rounded once",
+    CHECK_MSG(bad < 0,
+              "%s gemm B%lld M%lld N%lld K%lld ta%d tb%d layouts %d%d%d bcast %d%d beta %g: element %lld is not "
+              "the widened fp32 product rounded once",
               it_dtype_name(dt), (long long)B, (long long)M, (long long)N, (long long)Kd, ta, tb, la, lb, lc, bca, bcb,
               (double)beta, (long long)bad);
     free(pa);
@@ -227,8 +229,9 @@ static void test_gemm(void) {
      * same bits, one product sharing rows out and one sharing columns. (OpenBLAS only
      * promises the same bits for the same thread count.) */
     bool own_kernel = it_cpu_sgemm_is_own();
-    printf("test_cpu_kernels: fp32 gemm through %s\n",
-           !own_kernel ? "the BLAS" : it_cpu_sgemm_is_avx512() ? "the AVX-512 kernel" : "the AVX2 kernel");
+    printf("test_cpu_kernels: fp32 gemm through %s\n", !own_kernel                ? "the BLAS"
+                                                       : it_cpu_sgemm_is_avx512() ? "the AVX-512 kernel"
+                                                                                  : "the AVX2 kernel");
     for (int shape = 0; own_kernel && shape < 2; shape++) {
         int64_t M = shape ? 40 : 300, N = shape ? 1000 : 200, Kd = 700;
         it_gemm_args g;
@@ -1049,9 +1052,10 @@ static void test_adam_round(void) {
                         /* p: some exact ties (1 + 2^-8 + 2^-9: halfway between bf16 neighbours,
                          * a plain value for fp16), large values, NaN and Inf; g, m, v small */
                         int64_t k = i % n, which = i / n;
-                        double x = which == 0 ? urand() * (k % 7 == 0 ? 1e5 : 1.0) : which == 1 ? urand() * 0.1
-                                                                          : which == 2 ? urand() * 0.01
-                                                                                       : fabs(urand()) * 1e-4;
+                        double x = which == 0   ? urand() * (k % 7 == 0 ? 1e5 : 1.0)
+                                   : which == 1 ? urand() * 0.1
+                                   : which == 2 ? urand() * 0.01
+                                                : fabs(urand()) * 1e-4;
                         if (which == 0 && k % 11 == 3) x = 1.0 + 0x1p-8 + 0x1p-9;
                         if (which == 0 && k % 97 == 5) x = k % 2 ? NAN : -INFINITY;
                         if (dt == IT_DTYPE_FP32)
