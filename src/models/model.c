@@ -145,15 +145,18 @@ static int64_t kv_rows_kept(int64_t kv_rows, int64_t head_dim, int tp) {
     return 0;
 }
 
-/* Append the entry for `spec` at lo->off (views left to the caller). */
-static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_spec *spec, const char *fmt, va_list ap) {
+/* name <- fmt's expansion; false (lo->st set) when it does not fit. */
+static bool format_name(it__layout *lo, char name[256], const char *fmt, va_list ap) {
+    int len = vsnprintf(name, 256, fmt, ap);
+    if (len >= 0 && len < 256) return true;
+    lo->st = it_error(IT_ERR_INTERNAL, "model: parameter name too long: %s", name);
+    return false;
+}
+
+/* Append the entry for `spec` at `at` (views left to the caller). */
+static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_spec *spec, const char *name) {
     it_model *m = lo->m;
-    char name[256];
-    int len = vsnprintf(name, sizeof name, fmt, ap);
-    if (len < 0 || (size_t)len >= sizeof name) {
-        lo->st = it_error(IT_ERR_INTERNAL, "model: parameter name too long: %s", name);
-        return NULL;
-    }
+    int len = (int)strlen(name);
     if (m->n_entries == m->cap_entries) {
         int cap = m->cap_entries ? 2 * m->cap_entries : 64;
         it__param_entry *e = realloc(m->entries, sizeof *e * (size_t)cap);
@@ -207,11 +210,6 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
     }
     return e;
 }
-
-/* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
- * model bug, reported). */
-/* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
- * model bug, reported). */
 
 /* spec's shape cut for tp ranks by its split (the caller checked divisibility; a misfit is a
  * model bug, reported). */
@@ -275,20 +273,35 @@ static int layout_tp(const it__layout *lo) {
     return m ? m->tp_size : 1;
 }
 
+/* What take and alias share: the name, the one-rank layout's visit and offset, and this
+ * rank's cut. *spec becomes this rank's shape; false when lo holds none of it (counting,
+ * another pipeline stage's, a failure). */
+static bool layout_enter(it__layout *lo, it__param_spec *spec, int64_t *full_at, char name[256], const char *fmt,
+                         va_list ap) {
+    *full_at = lo->full_off;
+    if (!format_name(lo, name, fmt, ap)) return false;
+    if (lo->visit) lo->visit(lo->visit_ctx, spec, *full_at, name);
+    lo->full_off += spec_numel(spec);
+    if (!it__layout_owns(lo, spec)) return false; /* another pipeline stage's */
+    return cut_spec(spec, layout_tp(lo), &lo->st);
+}
+
+/* The entry's full (one-rank) shape and offset beside this rank's. */
+static void set_full(it__param_entry *e, const it__param_spec *full, int64_t full_at) {
+    e->info.full_shape[0] = full->shape[0];
+    e->info.full_shape[1] = full->ndim == 1 ? 0 : full->shape[1];
+    e->info.full_offset = full_at;
+}
+
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
-    int64_t at = lo->off, full_at = lo->full_off;
+    int64_t at = lo->off, full_at;
     it__param_spec full = spec;
-    if (lo->visit) {
-        char name[256];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(name, sizeof name, fmt, ap);
-        va_end(ap);
-        lo->visit(lo->visit_ctx, &spec, full_at, name);
-    }
-    lo->full_off += spec_numel(&spec);
-    if (!it__layout_owns(lo, &spec)) return NULL; /* another pipeline stage's */
-    if (!cut_spec(&spec, layout_tp(lo), &lo->st)) return NULL;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    bool mine = layout_enter(lo, &spec, &full_at, name, fmt, ap);
+    va_end(ap);
+    if (!mine) return NULL;
     lo->off += spec_numel(&spec);
     if (!lo->m || lo->st) return NULL;
     it_tensor *t = it__model_param(lo->m, at, spec.ndim, spec.shape);
@@ -296,16 +309,11 @@ it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt,
         lo->st = it_last_status() ? it_last_status() : IT_ERR_OOM;
         return NULL;
     }
-    va_list ap;
-    va_start(ap, fmt);
-    it__param_entry *e = add_entry(lo, at, &spec, fmt, ap);
-    va_end(ap);
+    it__param_entry *e = add_entry(lo, at, &spec, name);
     if (!e) return NULL;
     e->info.param = t;
     e->info.grad = it_tensor_grad(t);
-    e->info.full_shape[0] = full.shape[0];
-    e->info.full_shape[1] = full.ndim == 1 ? 0 : full.shape[1];
-    e->info.full_offset = full_at;
+    set_full(e, &full, full_at);
     return t;
 }
 
@@ -325,12 +333,17 @@ it_tensor *it__layout_tied_copy(it__layout *lo, it__param_spec spec, const char 
 }
 
 it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt, ...) {
-    if (!lo->m || lo->st) return NULL;
+    int64_t full_at;
+    it__param_spec full = spec;
+    char name[256];
     va_list ap;
     va_start(ap, fmt);
-    it__param_entry *e = add_entry(lo, lo->off, &spec, fmt, ap);
+    bool mine = layout_enter(lo, &spec, &full_at, name, fmt, ap);
     va_end(ap);
+    if (!mine || !lo->m || lo->st) return NULL;
+    it__param_entry *e = add_entry(lo, lo->off, &spec, name);
     if (!e) return NULL;
+    set_full(e, &full, full_at);
     int64_t strides[IT_MAX_DIMS];
     it__contiguous_strides(spec.ndim, spec.shape, strides);
     e->alias = true;
@@ -341,6 +354,13 @@ it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt
         return NULL;
     }
     return e->info.param;
+}
+
+void it__layout_qkv_rows(const it__layout *lo, int64_t q_rows, int64_t kv_rows, int64_t head_dim, int64_t *q,
+                         int64_t *kv) {
+    int tp = layout_tp(lo);
+    *q = tp > 1 ? q_rows / tp : q_rows;
+    *kv = tp > 1 ? kv_rows_kept(kv_rows, head_dim, tp) : kv_rows;
 }
 
 it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b) {

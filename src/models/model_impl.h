@@ -158,8 +158,13 @@ it_tensor *it__layout_tied_copy(it__layout *lo, it__param_spec spec, const char 
 it_tensor *it__layout_take(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);
 /* A named entry over the next `spec` elements that the model keeps as several leaves of its
  * own: the entry gets views of its own and lo->off does not move (take the leaves next with
- * it__layout_leaf, which must cover the entry exactly). */
+ * it__layout_leaf, which must cover this rank's cut of the entry exactly; a c_attn's leaves
+ * Q, K and V take it__layout_qkv_rows's rows). */
 it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt, ...) IT_PRINTF(3, 4);
+/* The Q and the K (= V) rows of a c_attn that lo's TP rank keeps: q_rows / TP, and its share
+ * of kv_rows (or the one kv head its queries use when TP is a multiple of the kv heads). */
+void it__layout_qkv_rows(const it__layout *lo, int64_t q_rows, int64_t kv_rows, int64_t head_dim, int64_t *q,
+                         int64_t *kv);
 /* An unnamed leaf under the last alias: a view at lo->off, which moves past it. */
 it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b);
 
