@@ -169,11 +169,19 @@ IT_API const int *it_dist_grid_members(const it_dist_grid *g, it_dist_axis ax);
  *                        [r*T/N, (r+1)*T/N)), backward reduce-scatter along dim 1
  *   it_sp_reduce_scatter (B, T, ...) -> (B, T/N, ...): the sum over ranks, this rank's rows;
  *                        backward all-gather along dim 1
+ * and for a computation every rank repeats on the whole sequence (Mixtral's router; Megatron's
+ * gather with tensor_parallel_output_grad=False and its scatter-to-sequence-parallel region):
+ *   it_sp_gather_split   forward as it_sp_gather, backward this rank's rows of dy (no sum:
+ *                        every rank's gradient is the whole one)
+ *   it_sp_split          (B, T, ...) -> (B, T/N, ...): this rank's rows of x, the same on every
+ *                        rank; backward all-gather along dim 1
  * Every rank of d calls them in the same order (they are collectives), forward and backward. */
 IT_API it_tensor *it_tp_copy(it_dist *d, it_tensor *x);
 IT_API it_tensor *it_tp_reduce(it_dist *d, it_tensor *x);
 IT_API it_tensor *it_sp_gather(it_dist *d, it_tensor *x);
 IT_API it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x);
+IT_API it_tensor *it_sp_gather_split(it_dist *d, it_tensor *x);
+IT_API it_tensor *it_sp_split(it_dist *d, it_tensor *x);
 /* Vocab-parallel embedding's local part: w holds rows [lo, lo + V/N) of the table; ids outside
  * them give zero rows (InfiniTrain's mask). Not reduced: follow with it_tp_reduce or
  * it_sp_reduce_scatter. idx (...) int32/int64 -> (..., C). */

@@ -297,6 +297,11 @@ IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int mu
 
 /* ---- Mixtral (InfiniTrain tiny-Mixtral checkpoint, magic 20260513 version 2) */
 IT_API it_status it_mixtral_load(const char *path, it_device dev, it_model **out);
+/* Under tensor parallelism (par->tp with more than one rank), with or without sequence
+ * parallelism: attention cut as LLaMA-3's, each expert's gate and up by columns and down by
+ * rows, the router whole on every rank, the vocabulary cut. Not yet under pipeline parallelism
+ * (refused, naming the flag). */
+IT_API it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
 /* Weight of the load-balancing loss added by it_model_loss (0 = off; mean over layers); no
  * effect on a model without experts. */
 IT_API void it_model_set_aux_loss_coeff(it_model *m, float coeff);

@@ -94,5 +94,12 @@ it_tensor *it__swiglu_low(it_tensor *a, it_tensor *b);
 bool it__autocast_share(it_tensor *x, int n, it_tensor **out);
 /* it_grouped_linear whose output stays in the autocast dtype (as it__linear_low). */
 it_tensor *it__grouped_linear_low(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets);
+/* it_moe, with the experts reading x_experts (x's values, a TP region's entry) while the
+ * router reads x, and the (N*k, C) down products passed through sum(ctx, .) before their
+ * routing weights scale them (a TP all-reduce of the experts' partial products). x_experts ==
+ * x and sum == NULL is it_moe. */
+it_tensor *it__moe(it_tensor *x, it_tensor *x_experts, it_tensor *(*sum)(void *ctx, it_tensor *partial), void *ctx,
+                   it_tensor *router, int n_expert, it_tensor *const *gate, it_tensor *const *up,
+                   it_tensor *const *down, int k, int64_t *tokens_per_expert, it_tensor **aux_loss);
 
 #endif

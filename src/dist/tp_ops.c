@@ -146,6 +146,33 @@ it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x) {
     return record("sp_reduce_scatter", sp_reduce_scatter_backward, d, x, reduce_scatter_rows(d, x));
 }
 
+/* x (B, T, ...) -> this rank's rows [r*T/N, (r+1)*T/N) of each batch row, contiguous. */
+static it_tensor *own_rows(it_dist *d, it_tensor *x) {
+    int64_t tl = x->shape[1] / it_dist_world(d), r = it_dist_rank(d);
+    it_tensor *v = it_tensor_slice(x, 1, r * tl, (r + 1) * tl, 1);
+    return v ? it_tensor_contiguous(v) : NULL;
+}
+
+static it_status sp_gather_split_backward(it_node *n, it_tensor *dy) {
+    it_tensor *g = own_rows(n->ctx, dy);
+    return g ? it__accum_grad(n->in[0], g) : it_last_status();
+}
+
+it_tensor *it_sp_gather_split(it_dist *d, it_tensor *x) {
+    OP_REQUIRE(x);
+    if (alone(d)) return x;
+    OP_REQUIRE(check_rows("sp_gather_split", d, x, true));
+    return record("sp_gather_split", sp_gather_split_backward, d, x, all_gather_rows(d, x));
+}
+
+it_tensor *it_sp_split(it_dist *d, it_tensor *x) {
+    OP_REQUIRE(x);
+    if (alone(d)) return x;
+    OP_REQUIRE(check_rows("sp_split", d, x, false));
+    /* the backward is reduce-scatter's: every rank's rows gathered */
+    return record("sp_split", sp_reduce_scatter_backward, d, x, own_rows(d, x));
+}
+
 /* ---------------------------------------------------------------- vocab-parallel embedding */
 
 /* Host copy of an int32/int64 tensor's values as int64 (n of them), or NULL after an error. */

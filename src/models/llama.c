@@ -118,6 +118,10 @@ static it_status rope_tables(llama *g, it_device dev, int T) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* it__moe's hook under TP: the (N*k, C) partial down products summed over the TP ranks
+ * (forward all-reduce, backward identity). */
+static it_tensor *moe_tp_sum(void *ctx, it_tensor *partial) { return it_tp_reduce(((it_model *)ctx)->tp, partial); }
+
 /* Block l on x (the residual stream, B x T x C or T/TP rows under SP): attention, then the
  * SwiGLU MLP or the experts, each added to x. The batch shape and the RoPE tables are the
  * forward's (g->B, g->Tcur; recomputation at backward finds them unchanged). */
@@ -130,11 +134,12 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
     it_tensor *q, *k, *v;
     if (g->moe) {
-        q = it_linear(h, g->q[l], NULL);
-        k = it_linear(h, g->k[l], NULL);
-        v = it_linear(h, g->v[l], NULL);
+        it_tensor *ha = it__tp_enter(m, h); /* one entry into the TP region for Q, K and V */
+        q = it_linear(ha, g->q[l], NULL);
+        k = it_linear(ha, g->k[l], NULL);
+        v = it_linear(ha, g->v[l], NULL);
         bool none; /* an adapter on the packed c_attn: its rows Q|K|V added to each */
-        it_tensor *d = it__lora_delta(m, h, g->qkv[l], &none);
+        it_tensor *d = it__lora_delta(m, ha, g->qkv[l], &none);
         if (!none) {
             q = it_add(q, it_slice(d, 2, 0, C, 1));
             k = it_add(k, it_slice(d, 2, C, C + kvd, 1));
@@ -157,8 +162,20 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     if (g->moe) {
         int64_t counts[256];
         it_tensor *aux = NULL;
-        it_tensor *y = it_moe(h, g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
-                              g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
+        /* Under TP each expert is cut as the dense MLP is (gate and up by columns, down by rows)
+         * and the router is whole on every rank: the experts read h through the TP region's
+         * entry, the router reads it as it is (its gradient is the same on every rank and is
+         * added once), and each assignment's partial down product is summed over the ranks
+         * before its routing weight scales it, so the router's gradient is the same on every
+         * rank too. Under SP h is this rank's rows: the router reads the gathered sequence
+         * (its gradient split back without a sum), the experts read that through the copy
+         * region (their partial gradients summed), and the output, the same on every rank,
+         * is split back to this rank's rows (docs/parallelism.md). */
+        it_tensor *hr = m->sp ? it_sp_gather_split(m->tp, h) : h; /* SP: every token, for the router */
+        it_tensor *y = it__moe(hr, m->sp ? it_tp_copy(m->tp, hr) : it__tp_enter(m, h), m->tp ? moe_tp_sum : NULL, m,
+                               g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
+                               g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
+        if (m->sp) y = it_sp_split(m->tp, y); /* the same on every rank: this rank's rows */
         /* training tokens only: validation and sampling run without autograd */
         if (y && g->expert_tokens && it_grad_enabled())
             for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
@@ -357,14 +374,18 @@ static it_status llama_walk(llama *g, it__layout *lo) {
         g->up = per_layer(lo, g->L * g->E, &failed);
         g->down = per_layer(lo, g->L * g->E, &failed);
         if (failed) return it_error(IT_ERR_OOM, "mixtral: out of host memory");
+        /* under TP the alias and its leaves are this rank's heads: [Q_r | K_r | V_r] */
+        it__param_spec qkv_spec = spec2(IT_PARAM_ROLE_ATTN_QKV, -1, -1, C + 2 * kvd, C);
+        qkv_spec.kv_rows = kvd;
+        qkv_spec.head_dim = g->hd;
+        int64_t q_r, kv_r;
+        it__layout_qkv_rows(lo, C, kvd, g->hd, &q_r, &kv_r);
         for (int l = 0; l < g->L; l++) {
             put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
-            put(g->qkv, l,
-                it__layout_alias(lo, spec2(IT_PARAM_ROLE_ATTN_QKV, l, -1, C + 2 * kvd, C),
-                                 "transformer.h.%d.attn.c_attn.weight", l));
-            put(g->q, l, it__layout_leaf(lo, 2, C, C));
-            put(g->k, l, it__layout_leaf(lo, 2, kvd, C));
-            put(g->v, l, it__layout_leaf(lo, 2, kvd, C));
+            put(g->qkv, l, it__layout_alias(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
+            put(g->q, l, it__layout_leaf(lo, 2, q_r, C));
+            put(g->k, l, it__layout_leaf(lo, 2, kv_r, C));
+            put(g->v, l, it__layout_leaf(lo, 2, kv_r, C));
             put(g->proj, l,
                 it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, C), "transformer.h.%d.attn.c_proj.weight",
                                 l));
@@ -464,15 +485,11 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
         g->F = h[16];
     }
     st = check_config(path, g);
-    if (!st && moe && par && par->tp && it_dist_world(par->tp) > 1)
-        st = it_error(IT_ERR_INVALID_ARG,
-                      "--tensor_parallel: %d: Mixtral is not supported under tensor parallelism (its experts and "
-                      "router are not cut); use 1",
-                      it_dist_world(par->tp));
     if (!st && moe && par && par->pp && it_dist_world(par->pp) > 1)
-        st = it_error(IT_ERR_INVALID_ARG, "--pipeline_parallel: %d: Mixtral is not supported under pipeline parallelism; use 1",
+        st = it_error(IT_ERR_INVALID_ARG,
+                      "--pipeline_parallel: %d: Mixtral is not supported with pipeline parallelism yet; use 1",
                       it_dist_world(par->pp));
-    if (!st && !moe) st = it__tp_check(par, "LLaMA-3", g->nh, g->nkv, g->F, g->V);
+    if (!st) st = it__tp_check(par, moe ? "Mixtral" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);
         return st;
@@ -536,6 +553,9 @@ it_status it_llama3_load_tp(const char *path, it_device dev, const it_model_para
     return llama_load(path, dev, false, par, out);
 }
 it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, true, NULL, out); }
+it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
+    return llama_load(path, dev, true, par, out);
+}
 
 int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
     return llama3_ffn_hidden(n_embd, ffn_dim_multiplier, multiple_of);

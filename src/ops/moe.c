@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/node.h"
 #include "ops/ops_common.h"
 
 /* Host copy of (N, k) int32 indices. */
@@ -54,7 +55,13 @@ it_tensor *it_topk(it_tensor *x, int64_t k, it_tensor **indices) {
 
 it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate, it_tensor *const *up,
                   it_tensor *const *down, int k, int64_t *tokens_per_expert, it_tensor **aux_loss) {
-    OP_REQUIRE(x && router);
+    return it__moe(x, x, NULL, NULL, router, n_expert, gate, up, down, k, tokens_per_expert, aux_loss);
+}
+
+it_tensor *it__moe(it_tensor *x, it_tensor *x_experts, it_tensor *(*sum)(void *ctx, it_tensor *partial), void *ctx,
+                   it_tensor *router, int n_expert, it_tensor *const *gate, it_tensor *const *up,
+                   it_tensor *const *down, int k, int64_t *tokens_per_expert, it_tensor **aux_loss) {
+    OP_REQUIRE(x && x_experts && router);
     if (x->ndim < 1 || router->ndim != 2 || router->shape[0] != n_expert || k < 1 || k > n_expert) {
         it_error(IT_ERR_INVALID_ARG, "moe: router must be (E, C) with E = %d and 1 <= k = %d <= E", n_expert, k);
         return NULL;
@@ -104,7 +111,8 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
         it_tensor *ti = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){NK}, tok, sizeof(int32_t) * (size_t)NK);
         it_tensor *pi = it_tensor_from_host(dev, IT_DTYPE_I32, 1, (int64_t[]){NK}, pos, sizeof(int32_t) * (size_t)NK);
         it_tensor *wcol = it_reshape(w, 2, (int64_t[]){NK, 1});
-        it_tensor *xs = it_embedding(ti, xf); /* (N*k, C): each expert's tokens, expert by expert */
+        it_tensor *xe = x_experts == x ? xf : it_reshape(x_experts, 2, (int64_t[]){N, C});
+        it_tensor *xs = it_embedding(ti, xe); /* (N*k, C): each expert's tokens, expert by expert */
         /* expert(x) = down(silu(gate(x)) * up(x)); under autocast xs is rounded once for both
          * products, whose outputs stay in its dtype into the fused SwiGLU (the same bits as
          * widening them) */
@@ -114,6 +122,7 @@ it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *cons
                                                                it__grouped_linear_low(xl[1], n_expert, up, off)),
                                                 n_expert, down, off)
                             : NULL;
+        if (sum) hs = sum(ctx, hs);
         it_tensor *ys = it_mul(hs, it_embedding(pi, wcol)); /* weighted by its routing weight (N*k, 1) */
         out = it_index_add(N, ti, ys); /* a token's k contributions, added in expert order into zeros */
     } else {

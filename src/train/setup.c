@@ -63,8 +63,9 @@ typedef struct grid_dims {
 } grid_dims;
 
 static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
-    bool gpt2 = strcmp(c->app, "gpt2") == 0, llama = strcmp(c->app, "llama3") == 0;
-    d->what = gpt2 ? "GPT-2" : "LLaMA-3";
+    bool gpt2 = strcmp(c->app, "gpt2") == 0, llama = strcmp(c->app, "llama3") == 0,
+         mixtral = strcmp(c->app, "mixtral") == 0;
+    d->what = gpt2 ? "GPT-2" : llama ? "LLaMA-3" : "Mixtral";
     if (!c->llmc_filepath) {
         it_gpt2_config cfg;
         if (!gpt2 || it_gpt2_preset(c->model, &cfg)) return false;
@@ -79,11 +80,11 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         d->vocab = cfg.padded_vocab_size;
         return true;
     }
-    int32_t h[16];
-    FILE *f = (gpt2 || llama) ? fopen(c->llmc_filepath, "rb") : NULL;
-    size_t got = f ? fread(h, sizeof h[0], 16, f) : 0;
+    int32_t h[32];
+    FILE *f = (gpt2 || llama || mixtral) ? fopen(c->llmc_filepath, "rb") : NULL;
+    size_t got = f ? fread(h, sizeof h[0], 32, f) : 0;
     if (f) fclose(f);
-    if (got != 16) return false;
+    if (got != 32) return false;
     d->from = "from the --llmc_filepath header";
     if (gpt2 && h[0] == 20240326) { /* [4] n_layer, [5] n_head, [6] n_embd, [7] padded vocab */
         d->n_layer = h[4];
@@ -100,6 +101,14 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         d->n_head = h[5];
         d->n_kv_head = h[6];
         d->ffn = it_llama3_ffn_hidden(h[7], mult, h[9]);
+        d->vocab = h[3];
+        return true;
+    }
+    if (mixtral && h[0] == 20260513) { /* [3] vocab, [4] n_layer, [5] n_head, [6] n_kv_head, [16] FFN */
+        d->n_layer = h[4];
+        d->n_head = h[5];
+        d->n_kv_head = h[6];
+        d->ffn = h[16];
         d->vocab = h[3];
         return true;
     }
@@ -186,10 +195,9 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG,
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
-    if (strcmp(c->app, "mixtral") == 0)
-        return it_error(IT_ERR_INVALID_ARG, "--%s %d: Mixtral is not supported with model parallelism yet (its experts "
-                                            "and router are not cut); use 1",
-                        tp > 1 ? "tensor_parallel" : "pipeline_parallel", tp > 1 ? tp : pp);
+    if (strcmp(c->app, "mixtral") == 0 && pp > 1)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--pipeline_parallel %d: Mixtral is not supported with pipeline parallelism yet; use 1", pp);
     if (pp > 1 && c->freq_generate_txt > 0)
         return it_error(IT_ERR_INVALID_ARG,
                         "--pipeline_parallel %d: --freq_generate_txt (sampling; InfiniTrain refuses it too) is not "
@@ -285,7 +293,7 @@ static it_status setup_model(it_train_ctx *ctx) {
         else if (strcmp(c->app, "llama3") == 0)
             st = it_llama3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else if (strcmp(c->app, "mixtral") == 0)
-            st = it_mixtral_load(c->llmc_filepath, ctx->dev, &ctx->model);
+            st = it_mixtral_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else
             return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
         if (st) return it_error_context("--llmc_filepath: ");
