@@ -90,6 +90,11 @@ IT_API it_status it_model_save(const it_model *m, const char *path);
  * except for its shape; NULL clears it. A non-last stage's forward returns its last layer's
  * output instead of logits. */
 IT_API void it_model_set_stage_input(it_model *m, it_tensor *act);
+/* After a non-last stage's forward: the auxiliary loss of its layers (Mixtral's load balancing,
+ * already weighted as it_model_loss weights it; NULL when there is none), which the loss on the
+ * last stage does not include. The caller adds its value to the step's loss and its gradient
+ * to the backward (it_attach_loss). Taken once: a second call returns NULL. */
+IT_API it_tensor *it_model_take_stage_aux(it_model *m);
 /* Virtual stages: the chunk (0 .. virtual_stages-1) the next forward runs; it embeds on the
  * first stage's chunk 0 and ends in the head on the last stage's last chunk. */
 IT_API void it_model_set_chunk(it_model *m, int v);
@@ -299,8 +304,8 @@ IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int mu
 IT_API it_status it_mixtral_load(const char *path, it_device dev, it_model **out);
 /* Under tensor parallelism (par->tp with more than one rank), with or without sequence
  * parallelism: attention cut as LLaMA-3's, each expert's gate and up by columns and down by
- * rows, the router whole on every rank, the vocabulary cut. Not yet under pipeline parallelism
- * (refused, naming the flag). */
+ * rows, the router whole on every rank, the vocabulary cut. Under pipeline parallelism a stage
+ * holds its layers; a non-last stage's auxiliary loss is it_model_take_stage_aux's. */
 IT_API it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
 /* Weight of the load-balancing loss added by it_model_loss (0 = off; mean over layers); no
  * effect on a model without experts. */

@@ -74,6 +74,10 @@ IT_API it_tensor *it_index_add(int64_t rows, it_tensor *idx, it_tensor *src);
 IT_API it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate,
                          it_tensor *const *up, it_tensor *const *down, int k, int64_t *tokens_per_expert,
                          it_tensor **aux_loss);
+/* x itself, whose backward also gives `loss` (any shape) a gradient of ones, as if loss were
+ * added to the scalar that backward starts from (Megatron's MoEAuxLossAutoScaler): a pipeline
+ * stage's auxiliary loss joins the backward of its output, whose root is on another rank. */
+IT_API it_tensor *it_attach_loss(it_tensor *x, it_tensor *loss);
 
 /* ---- reductions: over the listed dims (negative counts from the end) */
 IT_API it_tensor *it_sum(it_tensor *x, int ndims, const int *dims, bool keepdim);

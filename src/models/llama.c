@@ -241,7 +241,10 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
     x = it__run_layers(m, x, m->l0, m->l1 < g->L ? m->l1 : g->L, llama_layer);
     it_tensor *aux_total = g->aux_total;
     g->aux_total = NULL;
-    if (!m->last) return x; /* to the next pipeline stage */
+    if (!m->last) { /* to the next pipeline stage; its layers' auxiliary loss for the pipeline */
+        m->stage_aux = aux_total ? it_scale(aux_total, g->aux_coeff / (float)g->L) : NULL;
+        return x;
+    }
     IT_PREC_LAYER(-1);
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
     it_tensor *logits = IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), g->lm_head), -1, "lm_head");
@@ -485,10 +488,6 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
         g->F = h[16];
     }
     st = check_config(path, g);
-    if (!st && moe && par && par->pp && it_dist_world(par->pp) > 1)
-        st = it_error(IT_ERR_INVALID_ARG,
-                      "--pipeline_parallel: %d: Mixtral is not supported with pipeline parallelism yet; use 1",
-                      it_dist_world(par->pp));
     if (!st) st = it__tp_check(par, moe ? "Mixtral" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);

@@ -338,6 +338,7 @@ it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt
     char name[256];
     va_list ap;
     va_start(ap, fmt);
+    lo->leaves_elsewhere = !it__layout_owns(lo, &spec);
     bool mine = layout_enter(lo, &spec, &full_at, name, fmt, ap);
     va_end(ap);
     if (!mine || !lo->m || lo->st) return NULL;
@@ -364,6 +365,7 @@ void it__layout_qkv_rows(const it__layout *lo, int64_t q_rows, int64_t kv_rows, 
 }
 
 it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b) {
+    if (lo->leaves_elsewhere) return NULL;
     int64_t shape[2] = {a, b}, at = lo->off;
     lo->off += ndim == 1 ? a : a * b;
     if (!lo->m || lo->st) return NULL;
@@ -530,6 +532,12 @@ void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
 }
 
 void it_model_set_stage_input(it_model *m, it_tensor *act) { m->stage_in = act; }
+
+it_tensor *it_model_take_stage_aux(it_model *m) {
+    it_tensor *a = m->stage_aux;
+    m->stage_aux = NULL;
+    return a;
+}
 int it_model_pp_size(const it_model *m) { return m && m->pp_size > 1 ? m->pp_size : 1; }
 int it_model_pp_rank(const it_model *m) { return m ? m->pp_rank : 0; }
 

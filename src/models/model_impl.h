@@ -43,6 +43,7 @@ struct it_model {
     /* An auxiliary loss the last forward produced (MoE load balancing), owned by that
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
+    it_tensor *stage_aux; /* a non-last pipeline chunk's auxiliary loss (it_model_take_stage_aux) */
     /* True during it_model_loss's forward: the LM head may then leave the logits in the
      * autocast dtype (it__lm_head), since cross entropy is all that reads them. */
     bool loss_forward;
@@ -146,6 +147,7 @@ typedef struct it__layout {
      * one-rank layout (a new model's initialization draws the whole model's values). */
     void (*visit)(void *ctx, const struct it__param_spec *spec, int64_t full_off, const char *name);
     void *visit_ctx;
+    bool leaves_elsewhere; /* the last alias is another pipeline stage's: so are its leaves */
 } it__layout;
 /* Under PP: whether lo's stage holds a parameter of this spec (its layer, or the embedding on
  * the first stage and the final norm and head on the last). */
@@ -165,7 +167,8 @@ it_tensor *it__layout_alias(it__layout *lo, it__param_spec spec, const char *fmt
  * of kv_rows (or the one kv head its queries use when TP is a multiple of the kv heads). */
 void it__layout_qkv_rows(const it__layout *lo, int64_t q_rows, int64_t kv_rows, int64_t head_dim, int64_t *q,
                          int64_t *kv);
-/* An unnamed leaf under the last alias: a view at lo->off, which moves past it. */
+/* An unnamed leaf under the last alias: a view at lo->off, which moves past it (nothing, and
+ * NULL, when the alias is another pipeline stage's). */
 it_tensor *it__layout_leaf(it__layout *lo, int ndim, int64_t a, int64_t b);
 
 /* x W^T + b, plus (alpha/r) B (A x) when W has a LoRA adapter: every linear layer of a model's

@@ -157,3 +157,25 @@ it_tensor *it__moe(it_tensor *x, it_tensor *x_experts, it_tensor *(*sum)(void *c
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     return it_reshape(out, x->ndim, shape);
 }
+
+/* ---------------------------------------------------------------- a loss carried by an activation */
+
+/* dx = dy; dloss = 1 (loss's own shape, its dtype). */
+static it_status attach_backward(it_node *n, it_tensor *dy) {
+    it_status st = it__accum_grad(n->in[0], dy);
+    if (st || !n->in[1]->requires_grad) return st;
+    it_tensor *one = it_tensor_full(it_tensor_device(n->in[1]), n->in[1]->dtype, n->in[1]->ndim, n->in[1]->shape,
+                                    it_scalar_f64(1.0));
+    return one ? it__accum_grad(n->in[1], one) : it_last_status();
+}
+
+it_tensor *it_attach_loss(it_tensor *x, it_tensor *loss) {
+    OP_REQUIRE(x && loss);
+    it_tensor *in[2] = {x, loss};
+    if (!it__needs_grad(2, in)) return x;
+    it_tensor *c = it_tensor_contiguous(x);
+    it_tensor *out = c ? it_tensor_view(c, c->ndim, c->shape) : NULL;
+    OP_REQUIRE(out);
+    OP_REQUIRE(it__node_record("attach_loss", attach_backward, out, 2, in));
+    return out;
+}

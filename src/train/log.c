@@ -159,15 +159,26 @@ static it_status log_loss_line(it_train_ctx *ctx) {
     return st;
 }
 
-/* Mixtral: tokens routed to each expert since the last such line, layer by layer. */
-static void print_expert_counts(const it_train_ctx *ctx) {
+/* Mixtral: tokens routed to each expert since the last such line, layer by layer. Every rank
+ * takes its counts (a collective under PP: each stage counted its own layers, the rest are 0,
+ * and the sum over the stages is the whole model's); rank 0 prints them. */
+static it_status expert_counts(const it_train_ctx *ctx) {
     int64_t counts[4096];
     int n = it_model_expert_tokens(ctx->model, counts, 4096, true);
-    if (n <= 0) return;
+    if (n <= 0) return IT_OK;
+    if (ctx->pp) {
+        double sum[4096];
+        for (int i = 0; i < n; i++) sum[i] = (double)counts[i];
+        it_status st = it_dist_all_reduce_host(ctx->pp, sum, (size_t)n, IT_DTYPE_FP64, IT_CCL_SUM);
+        if (st) return it_error_context("expert counts: ");
+        for (int i = 0; i < n; i++) counts[i] = (int64_t)sum[i];
+    }
+    if (ctx->quiet) return IT_OK;
     int E = ctx->info->n_expert, every = ctx->cfg->log_interval;
     printf("experts: tokens per expert over the last %d step%s:", every, every == 1 ? "" : "s");
     for (int i = 0; i < n; i++) printf("%s%lld", i % E == 0 ? (i ? " | L" : " L") : " ", (long long)counts[i]);
     printf("\n");
+    return IT_OK;
 }
 
 static void print_progress(const it_train_ctx *ctx, double now) {
@@ -192,13 +203,14 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_used = mem.peak_used;
         ctx->result->peak_reserved = mem.peak_reserved;
     }
-    if (!ctx->quiet) {
+    if (!ctx->quiet)
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
                "%5zu MB, DP=%d, TP=%d, SP=%d, PP=%d)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world, ctx->tp_size,
                c->sequence_parallel ? ctx->tp_size : 1, ctx->pp_size); /* InfiniTrain: SP printed as TP when on */
-        if (step % c->log_interval == 0) print_expert_counts(ctx);
+    if (step % c->log_interval == 0 && (st = expert_counts(ctx))) return st;
+    if (!ctx->quiet) {
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
         fflush(stdout);
     }

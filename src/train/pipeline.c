@@ -115,8 +115,15 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
         *loss_sum += loss;
         mb->root = it_scope_keep(l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l);
     } else if (!st) {
-        mb->root = it_scope_keep(it_model_forward(m, x));
-        st = mb->root ? it_dist_send(ctx->pp, mb->root, to, tag_of(i, g + 1, chunks, false)) : it_last_status();
+        it_tensor *out = it_model_forward(m, x), *aux = it_model_take_stage_aux(m);
+        if (out && aux) { /* Mixtral: this chunk's layers' auxiliary loss joins the step's loss */
+            double a = 0;
+            st = it_tensor_item(aux, NULL, &a);
+            *loss_sum += a;
+            out = it_attach_loss(out, parts > 1 ? it_scale(aux, 1.0f / (float)parts) : aux);
+        }
+        mb->root = it_scope_keep(out);
+        if (!st) st = mb->root ? it_dist_send(ctx->pp, mb->root, to, tag_of(i, g + 1, chunks, false)) : it_last_status();
     }
     mb->hi = it_tape_size();
     it_model_set_stage_input(m, NULL);
@@ -245,7 +252,8 @@ static it_status run_rules(pp_run *r, bool interleaved, double *loss_sum) {
 static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum);
 
 /* Evaluation: one batch's forward through every chunk in turn (no graph), the loss from the
- * last stage's last chunk, summed over PP so every stage has it. */
+ * last stage's last chunk plus the other chunks' auxiliary losses (Mixtral), summed over PP so
+ * every stage has it. */
 it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, double *loss) {
     pp_run r = {.ctx = ctx, .M = 1, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
                 .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
@@ -262,13 +270,16 @@ it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, dou
             st = in ? it_dist_recv(ctx->pp, in, from, tag_of(0, g, chunks, false)) : it_last_status();
             it_model_set_stage_input(m, in);
         }
+        double part = 0;
         if (!st && to < 0) {
             it_tensor *l = it_model_loss(m, x, y);
-            st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
+            st = l ? it_tensor_item(l, NULL, &part) : it_last_status();
         } else if (!st) {
-            it_tensor *out = it_model_forward(m, x);
-            st = out ? it_dist_send(ctx->pp, out, to, tag_of(0, g + 1, chunks, false)) : it_last_status();
+            it_tensor *out = it_model_forward(m, x), *aux = it_model_take_stage_aux(m);
+            if (out && aux) st = it_tensor_item(aux, NULL, &part); /* Mixtral: its layers' auxiliary loss */
+            if (!st) st = out ? it_dist_send(ctx->pp, out, to, tag_of(0, g + 1, chunks, false)) : it_last_status();
         }
+        *loss += part;
         it_model_set_stage_input(m, NULL);
         it_scope_end();
     }

@@ -195,9 +195,6 @@ static it_status setup_grid(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG,
                         "--sequence_parallel: --sequence_length %lld is not divisible by --tensor_parallel %d",
                         (long long)c->sequence_length, tp);
-    if (strcmp(c->app, "mixtral") == 0 && pp > 1)
-        return it_error(IT_ERR_INVALID_ARG,
-                        "--pipeline_parallel %d: Mixtral is not supported with pipeline parallelism yet; use 1", pp);
     if (pp > 1 && c->freq_generate_txt > 0)
         return it_error(IT_ERR_INVALID_ARG,
                         "--pipeline_parallel %d: --freq_generate_txt (sampling; InfiniTrain refuses it too) is not "
