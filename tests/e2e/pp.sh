@@ -2,7 +2,8 @@
 # Pipeline parallelism under mpirun: LLaMA-3 with 2 and 4 stages and 2 x 2 virtual (1F1B and
 # interleaved, no clipping) bitwise equal to one rank with the same accumulation, GPipe within
 # 1e-6; GPT-2 (tied embedding: the last stage's copy of wte and the first stage's summed) with
-# 2 stages and a 4-layer GPT-2 with 4, within 1e-6; 3-D (DP2 x TP2 + SP x PP2, ZeRO-1, 8
+# 2 stages and a 4-layer GPT-2 with 4, within 1e-6; Mixtral with 2 stages (its auxiliary loss
+# carried across them), alone and under TP + SP; 3-D (DP2 x TP2 + SP x PP2, ZeRO-1, 8
 # ranks) within 1e-5; every schedule, case 8 and validation on p2pccl (activations on a device
 # ccl with NCCL's rendezvous) bitwise the cpu device's; validation and the precision checker's
 # records (every op's, equal to one rank's) under PP; a 3-D checkpoint resumed bitwise; the
@@ -116,6 +117,38 @@ for s in gpipe 1f1b; do
     --pipeline_schedule "$s"
   within "4-layer gpt2 PP=2 x VPP=2 $s vs 1 rank" "$tmp/d1" "$tmp/v2_$s" 1e-6
 done
+
+# 2c. Mixtral (2 layers, 4 experts top-2) on 2 stages. Without its auxiliary loss, 1F1B is one
+#     rank's accumulation order: bitwise. With it (--moe_aux_loss_coeff 0.01), stage 0's
+#     layers' share joins the backward through it_attach_loss (without it: 1.7e-4 off) and the
+#     step's loss as an fp64 sum over the stages (one rank adds it in fp32): within 1e-6, for
+#     1F1B, GPipe and TP2 + SP x PP2 (1e-5: TP's order). The routing counts are one rank's
+#     (each stage counts its layers; the sum over PP is printed), validation prints one rank's
+#     losses, the gathered file with no steps is the input, a resumed run is bitwise.
+x=$src/tests/fixtures/mixtral
+mixtral=(--llmc_filepath "$x/tiny_mixtral.bin" --input_bin "$x/tiny_shard.bin" "${common[@]}" --grad_clip 0
+  --total_batch_size 256)
+aux=(--moe_aux_loss_coeff 0.01)
+run1 mixtral "$tmp/x1" "${mixtral[@]}"
+runn 2 mixtral "$tmp/x2" "${mixtral[@]}" --pipeline_parallel 2 --pipeline_schedule 1f1b
+same "mixtral PP=2 1f1b vs 1 rank" "$tmp/x1" "$tmp/x2"
+xval=(--input_val_bin "$x/tiny_shard.bin" --val_loss_every 5 --val_max_steps 2)
+run1 mixtral "$tmp/xa1" "${mixtral[@]}" "${aux[@]}" "${xval[@]}"
+for s in 1f1b gpipe; do
+  runn 2 mixtral "$tmp/xa2_$s" "${mixtral[@]}" "${aux[@]}" --pipeline_parallel 2 --pipeline_schedule "$s" "${xval[@]}"
+  within "mixtral PP=2 $s with its auxiliary loss vs 1 rank" "$tmp/xa1" "$tmp/xa2_$s" 1e-6
+done
+a=$(grep -E '^(experts|val loss)' "$tmp/xa1.out") b=$(grep -E '^(experts|val loss)' "$tmp/xa2_1f1b.out")
+[[ -n $a && $a == "$b" ]] && ok || bad "mixtral PP=2: routing counts or validation differ from one rank's: '$a' vs '$b'"
+runn 4 mixtral "$tmp/xa4" "${mixtral[@]}" "${aux[@]}" --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 \
+  --pipeline_schedule 1f1b
+within "mixtral TP2+SP x PP2 with its auxiliary loss vs 1 rank" "$tmp/xa1" "$tmp/xa4" 1e-5
+runn 2 mixtral "$tmp/xg" "${mixtral[@]}" --pipeline_parallel 2 --num_iteration 0 --lr_decay_iters 1 \
+  --output_checkpoint "$tmp/xg.bin"
+cmp -s "$x/tiny_mixtral.bin" "$tmp/xg.bin" && ok || bad "mixtral PP=2 with 0 steps: the gathered file differs"
+runn 2 mixtral "$tmp/xcf" "${mixtral[@]}" "${aux[@]}" --pipeline_parallel 2 --save "$tmp/xck" --save_interval 5
+runn 2 mixtral "$tmp/xcr" "${mixtral[@]}" "${aux[@]}" --pipeline_parallel 2 --load "$tmp/xck/checkpoint_step_000005"
+[[ -s $tmp/xcr ]] && tail -n 5 "$tmp/xcf" | cmp -s - "$tmp/xcr" && ok || bad "mixtral PP=2 resumed from step 5 differs"
 
 # 3. 3-D, InfiniTrain's case 8: DP2 x TP2 + SP x PP2 x VPP2 with ZeRO-1 on 8 ranks, interleaved
 #    1F1B, against one rank with the same global batch; 1e-5 for TP's summation order.
