@@ -95,14 +95,19 @@ IT_API void it_model_set_stage_input(it_model *m, it_tensor *act);
  * last stage does not include. The caller adds its value to the step's loss and its gradient
  * to the backward (it_attach_loss). Taken once: a second call returns NULL. */
 IT_API it_tensor *it_model_take_stage_aux(it_model *m);
+/* The factor the caller's backward root applies to it_model_loss's loss (1 by default; the
+ * trainer's 1/(accumulation x DP)). Under activation recomputation a recomputed Mixtral layer
+ * gives its auxiliary loss, counted in the loss without a graph when it first ran, the gradient
+ * this scale implies. */
+IT_API void it_model_set_loss_scale(it_model *m, float scale);
 /* Virtual stages: the chunk (0 .. virtual_stages-1) the next forward runs; it embeds on the
  * first stage's chunk 0 and ends in the head on the last stage's last chunk. */
 IT_API void it_model_set_chunk(it_model *m, int v);
 IT_API int it_model_pp_size(const it_model *m);
 IT_API int it_model_pp_rank(const it_model *m);
 /* Recompute as `how` says (layers: uniform's and block's k, >= 1); the losses and gradients
- * are bitwise those without, the activations kept fewer. Mixtral is refused (its routing
- * statistics and auxiliary loss are gathered during the forward). */
+ * are bitwise those without, the activations kept fewer. Mixtral: its routing is counted when a
+ * layer is recomputed, its auxiliary loss's gradient joins there (it_model_set_loss_scale). */
 IT_API it_status it_model_set_recompute(it_model *m, it_recompute how, int layers);
 /* Tensor parallelism: the group size (1 without), this rank's place in it, sequence parallel. */
 IT_API int it_model_tp_size(const it_model *m);

@@ -92,6 +92,9 @@ it_tensor *it__swiglu_low(it_tensor *a, it_tensor *b);
  * that each product's gradient is widened and summed into x's as n it_cast()s would give it.
  * Otherwise every out[i] is x. False on failure. */
 bool it__autocast_share(it_tensor *x, int n, it_tensor **out);
+/* True while a checkpoint's backward runs its region again (it_checkpoint): the forward that
+ * runs then is a recomputation, not a new one (a model counts statistics only once). */
+bool it__recomputing(void);
 /* it_grouped_linear whose output stays in the autocast dtype (as it__linear_low). */
 it_tensor *it__grouped_linear_low(it_tensor *x, int n_group, it_tensor *const *w, const int64_t *offsets);
 /* it_moe, with the experts reading x_experts (x's values, a TP region's entry) while the

@@ -12,6 +12,7 @@ static _Thread_local size_t tape_len, tape_cap;
 
 void it_grad_set_enabled(bool enabled) { grad_disabled = !enabled; }
 
+static _Thread_local int recomputing; /* checkpoint backwards running their region again */
 static _Thread_local bool autocast_on;
 static _Thread_local it_dtype autocast_dtype = IT_DTYPE_BF16;
 
@@ -359,7 +360,9 @@ static it_status checkpoint_backward(it_node *n, it_tensor *dy) {
     bool was = it_grad_enabled();
     it_grad_set_enabled(true);
     size_t lo = tape_len;
+    recomputing++;
     it_tensor *y = fn(n->blob, leaf);
+    recomputing--;
     size_t hi = tape_len;
     it_grad_set_enabled(was);
     if (!y) return it_last_status();
@@ -368,6 +371,8 @@ static it_status checkpoint_backward(it_node *n, it_tensor *dy) {
     if (!st && x->requires_grad && leaf->grad) st = it__accum_grad(x, leaf->grad);
     return st;
 }
+
+bool it__recomputing(void) { return recomputing > 0; }
 
 it_tensor *it_checkpoint(it_checkpoint_fn fn, const void *ctx, size_t ctx_bytes, it_tensor *x) {
     if (!x) return NULL;

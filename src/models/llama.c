@@ -38,6 +38,12 @@ typedef struct llama {
     float aux_coeff;
     int64_t *expert_tokens; /* L * E routed assignments since the last read */
     it_tensor *aux_total;   /* during a forward: the experts' auxiliary losses so far */
+    /* ... and those of layers that ran without autograd, as a value: a recomputed layer's first
+     * forward runs inside the checkpoint's own scope, which its tensors do not outlive. Summed
+     * in fp32 in layer order, as aux_total's adds would (the same bits), and folded into
+     * aux_total before the next layer's tensor joins it or when the forward ends. */
+    float aux_value;
+    bool aux_pending;
     int64_t B, Tcur;        /* the forward's batch and (whole) sequence length */
 } llama;
 
@@ -118,6 +124,16 @@ static it_status rope_tables(llama *g, it_device dev, int T) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* aux_total with the pending value (the earlier layers that ran without autograd) folded in. */
+static it_tensor *aux_fold(it_model *m) {
+    llama *g = m->impl;
+    if (!g->aux_pending) return g->aux_total;
+    g->aux_pending = false;
+    it_tensor *v = it_tensor_from_host(m->dev, IT_DTYPE_FP32, 0, NULL, &g->aux_value, sizeof(float));
+    g->aux_total = g->aux_total ? it_add(g->aux_total, v) : v;
+    return g->aux_total;
+}
+
 /* it__moe's hook under TP: the (N*k, C) partial down products summed over the TP ranks
  * (forward all-reduce, backward identity). */
 static it_tensor *moe_tp_sum(void *ctx, it_tensor *partial) { return it_tp_reduce(((it_model *)ctx)->tp, partial); }
@@ -176,11 +192,26 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
                                g->router[l], g->E, g->gate + (size_t)l * g->E, g->up + (size_t)l * g->E,
                                g->down + (size_t)l * g->E, g->topk, counts, g->aux_coeff > 0 ? &aux : NULL);
         if (m->sp) y = it_sp_split(m->tp, y); /* the same on every rank: this rank's rows */
-        /* training tokens only: validation and sampling run without autograd */
+        /* training tokens only: validation and sampling run without autograd, and so does a
+         * recomputed layer's first forward (it is counted when it runs again, at backward) */
         if (y && g->expert_tokens && it_grad_enabled())
             for (int e = 0; e < g->E; e++) g->expert_tokens[l * g->E + e] += counts[e];
-        if (aux) g->aux_total = g->aux_total ? it_add(g->aux_total, aux) : aux;
+        bool again = it__recomputing();
+        if (aux && !again && !it_grad_enabled()) {
+            double v = 0;
+            if (it_tensor_item(aux, NULL, &v)) return NULL;
+            g->aux_value = g->aux_pending ? g->aux_value + (float)v : (float)v;
+            g->aux_pending = true;
+        } else if (aux && !again) {
+            it_tensor *before = aux_fold(m);
+            g->aux_total = before ? it_add(before, aux) : aux;
+        }
         x = it_add(x, IT_PREC_MODULE(y, l, "mlp"));
+        /* Recomputed: the loss counted this layer's auxiliary loss as a value when it first ran
+         * without a graph; its gradient joins here, as the loss's would have reached it (the
+         * same two factors, in the same order). */
+        if (aux && again)
+            x = it_attach_loss(x, it_scale(it_scale(aux, g->aux_coeff / (float)g->L), m->loss_scale));
     } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
         h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
         it_tensor *y;
@@ -236,10 +267,11 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         return NULL;
     }
     g->aux_total = NULL;
+    g->aux_pending = false;
     g->B = B;
     g->Tcur = T;
     x = it__run_layers(m, x, m->l0, m->l1 < g->L ? m->l1 : g->L, llama_layer);
-    it_tensor *aux_total = g->aux_total;
+    it_tensor *aux_total = aux_fold(m);
     g->aux_total = NULL;
     if (!m->last) { /* to the next pipeline stage; its layers' auxiliary loss for the pipeline */
         m->stage_aux = aux_total ? it_scale(aux_total, g->aux_coeff / (float)g->L) : NULL;

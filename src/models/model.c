@@ -15,6 +15,7 @@
 it_status it__model_init(it_model *m, const it_model_vtable *vt, it_device dev, int64_t num_params) {
     m->vt = vt;
     m->dev = dev;
+    m->loss_scale = 1.0f;
     m->info.num_params = num_params;
     int64_t shape[1] = {num_params};
     m->params = it__tensor_new_owned(dev, IT_DTYPE_FP32, 1, shape);
@@ -533,6 +534,8 @@ void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
 
 void it_model_set_stage_input(it_model *m, it_tensor *act) { m->stage_in = act; }
 
+void it_model_set_loss_scale(it_model *m, float scale) { m->loss_scale = scale; }
+
 it_tensor *it_model_take_stage_aux(it_model *m) {
     it_tensor *a = m->stage_aux;
     m->stage_aux = NULL;
@@ -890,10 +893,6 @@ it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t
 /* ---------------------------------------------------------------- activation recomputation */
 
 it_status it_model_set_recompute(it_model *m, it_recompute how, int layers) {
-    if (how != IT_RECOMPUTE_OFF && m->vt->expert_tokens)
-        return it_error(IT_ERR_INVALID_ARG, "--activation_recompute: not supported for %s (its routing statistics and "
-                                            "auxiliary loss are gathered while the forward runs)",
-                        m->info.family);
     if ((how == IT_RECOMPUTE_UNIFORM || how == IT_RECOMPUTE_BLOCK) && layers < 1)
         return it_error(IT_ERR_INVALID_ARG, "--recompute_num_layers: %d; methods uniform and block need >= 1", layers);
     m->recompute = how;

@@ -44,6 +44,7 @@ struct it_model {
      * forward's scope; it_model_loss adds it and clears it. */
     it_tensor *aux_loss;
     it_tensor *stage_aux; /* a non-last pipeline chunk's auxiliary loss (it_model_take_stage_aux) */
+    float loss_scale;     /* it_model_set_loss_scale's (1 until set) */
     /* True during it_model_loss's forward: the LM head may then leave the logits in the
      * autocast dtype (it__lm_head), since cross entropy is all that reads them. */
     bool loss_forward;

@@ -94,6 +94,7 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     int64_t parts = ctx->accum * ctx->world, shape[2] = {ctx->B, ctx->T};
     size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
     it_model_set_chunk(m, v);
+    it_model_set_loss_scale(m, parts > 1 ? 1.0f / (float)parts : 1.0f); /* recomputed auxiliary losses' */
     it_precision_pipeline_micro_step(i); /* no-op unless --precision_check */
     it_scope_begin();
     it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hx, bytes);

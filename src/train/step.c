@@ -62,6 +62,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_tensor *l = it_model_loss(m, x, y);
     st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
     it_tensor *root = l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l;
+    it_model_set_loss_scale(m, parts > 1 ? 1.0f / (float)parts : 1.0f); /* recomputed auxiliary losses' */
     if (!st && last && ctx->gsync && !(st = it_grad_sync_begin(ctx->gsync, first ? NULL : ctx->acc)))
         st = it_backward_hooked(root, it_grad_sync_ready, ctx->gsync);
     else if (!st && hooked && !(st = it_zero_begin(ctx->zero, first ? NULL : ctx->acc)))

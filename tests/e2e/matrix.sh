@@ -3,10 +3,10 @@
 #
 # Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
 # --device cpu and again on --device sim, the sim run judged against the cpu run (--baseline, the
-# loss by InfiniTrain's rules): 52 cases, of which Mixtral with activation recomputation is
-# unsupported today (the app refuses it when it runs) and the other 51 (tensor, sequence and
-# pipeline parallel ones, LoRA under both, activation recomputation, Mixtral under tensor,
-# sequence and pipeline parallelism, included) must pass. it-compare then compares the two log trees and draws them: every
+# loss by InfiniTrain's rules): 53 cases, of which one asks for a flag value the apps do not
+# offer (ZeRO stage 3) and is unsupported, and the other 52 (tensor, sequence and pipeline
+# parallel ones, LoRA under both, activation recomputation, Mixtral under tensor, sequence and
+# pipeline parallelism and with recomputation, included) must pass. it-compare then compares the two log trees and draws them: every
 # case's plot must exist and hold both loss curves. A doctored baseline must fail the case at the
 # step that was changed. Checks the exit status, every log file with
 # InfiniTrain's header lines and the app's step lines, the summary table and counts, the progress
@@ -62,7 +62,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     exit 0
 fi
 
-# The 51 cases small.json runs, as <tag>/<log name>, and the one it cannot.
+# The 52 cases small.json runs, as <tag>/<log name>, and the one it cannot.
 runnable=""
 for m in gpt2 llama3; do
     for id in 1 1_bfloat16 3 3_bfloat16 4 4_bfloat16 5 6; do runnable="$runnable basic/${m}_$id"; done
@@ -74,8 +74,8 @@ for m in gpt2 llama3; do
         runnable="$runnable checkpoint/${m}_$id"
     done
 done
-for id in 1 1_bfloat16 2 2_bfloat16 3_tp 3_tp_sp 3_pp; do runnable="$runnable moe/tiny_mixtral_$id"; done
-unsupported="moe/tiny_mixtral_4_recompute"
+for id in 1 1_bfloat16 2 2_bfloat16 3_tp 3_tp_sp 3_pp 4_recompute; do runnable="$runnable moe/tiny_mixtral_$id"; done
+unsupported="moe/tiny_mixtral_5_zero3"
 
 for dev in cpu sim; do
     logs="$tmp/logs-$dev"
@@ -85,20 +85,20 @@ for dev in cpu sim; do
     out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" "${judge[@]}" 2>"$tmp/err-$dev"); rc=$?
     err=$(cat "$tmp/err-$dev")
     expect_rc "$dev: small matrix" "$rc" 0 "$out$err"
-    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 51 passed, 0 failed, 1 unsupported$'
+    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 52 passed, 0 failed, 1 unsupported$'
     expect "$dev: table header" "$out" '^case +status +time$'
     expect "$dev: a passed row with its time" "$(row basic/gpt2_3)" '^basic/gpt2_3 +passed +[0-9]+\.[0-9] s$'
-    expect "$dev: an unsupported row says why" "$(row moe/tiny_mixtral_4_recompute)" \
-        '^moe/tiny_mixtral_4_recompute +unsupported: mixtral: --activation_recompute: not supported for mixtral \(its routing statistics and auxiliary loss are gathered while the forward runs\) +-$'
+    expect "$dev: an unsupported row says why" "$(row moe/tiny_mixtral_5_zero3)" \
+        '^moe/tiny_mixtral_5_zero3 +unsupported: --zero_stage 3 \(supported: 0\|1\|2\) +-$'
     expect "$dev: Mixtral PP case trains on 2 stages" "$(cat "$logs/moe/tiny_mixtral_3_pp.log")" 'DP=1, TP=1, SP=1, PP=2\)$'
     expect "$dev: Mixtral TP case trains on 2 ranks" "$(cat "$logs/moe/tiny_mixtral_3_tp.log")" 'DP=1, TP=2, SP=1, PP=1\)$'
     expect "$dev: Mixtral TP+SP case trains on 2 ranks" "$(cat "$logs/moe/tiny_mixtral_3_tp_sp.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
     expect "$dev: PP case trains on 2 stages" "$(cat "$logs/basic/gpt2_6.log")" 'DP=1, TP=1, SP=1, PP=2\)$'
     expect "$dev: TP+SP case trains on 2 ranks" "$(cat "$logs/basic/gpt2_5.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
-    expect "$dev: progress line with ETA" "$err" '^it-matrix \[48/52\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
+    expect "$dev: progress line with ETA" "$err" '^it-matrix \[48/53\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
     expect "$dev: build commands reported as not run" "$err" '^it-matrix: 1 basic_compile_commands not run'
     nlogs=$(find "$logs" -name '*.log' | wc -l)
-    if [ "$nlogs" -eq 51 ]; then ok "$dev: 51 log files"; else bad "$dev: $nlogs log files, expected 51" "$(find "$logs")"; fi
+    if [ "$nlogs" -eq 52 ]; then ok "$dev: 52 log files"; else bad "$dev: $nlogs log files, expected 52" "$(find "$logs")"; fi
     missing=""
     badlog=""
     for c in $runnable; do
@@ -135,11 +135,11 @@ for dev in cpu sim; do
     fi
 done
 
-# it-compare over the two trees: 51 cases paired, all pass, one plot each with both curves.
+# it-compare over the two trees: 52 cases paired, all pass, one plot each with both curves.
 cmp="$build/it-compare"
 out=$("$cmp" "$tmp/logs-cpu" "$tmp/logs-sim" --no-tps --plots "$tmp/plots" 2>&1); rc=$?
 expect_rc "it-compare cpu vs sim" "$rc" 0 "$out"
-expect "it-compare: 51 cases pass" "$(printf '%s\n' "$out" | tail -n 1)" '^it-compare: 51 passed, 0 failed$'
+expect "it-compare: 52 cases pass" "$(printf '%s\n' "$out" | tail -n 1)" '^it-compare: 52 passed, 0 failed$'
 noplot=""
 for c in $runnable; do
     svg="$tmp/plots/${c#*/}.svg"
@@ -149,9 +149,9 @@ for c in $runnable; do
         noplot="$noplot $c"
     fi
 done
-if [ -z "$noplot" ]; then ok "a plot with both loss curves for each of the 51 cases"; else bad "plots missing or without both curves:$noplot"; fi
+if [ -z "$noplot" ]; then ok "a plot with both loss curves for each of the 52 cases"; else bad "plots missing or without both curves:$noplot"; fi
 n=$(grep -c '<img src="[^"]*\.svg"' "$tmp/plots/index.html" 2>/dev/null || true)
-if [ "${n:-0}" -eq 51 ]; then ok "index.html shows the 51 plots"; else bad "index.html shows ${n:-0} plots, expected 51"; fi
+if [ "${n:-0}" -eq 52 ]; then ok "index.html shows the 52 plots"; else bad "index.html shows ${n:-0} plots, expected 52"; fi
 
 # A baseline whose step 3 of one case was changed by 1e-3 (more than fp32's 1e-5): the runner
 # (judging the loss only: two cpu runs' tok/s differ on a loaded machine)
@@ -163,7 +163,7 @@ rm "$tmp/doctored/moe/tiny_mixtral_2.log"
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/judged" --only-run moe \
     --baseline "$tmp/doctored" --no-tps 2>/dev/null); rc=$?
 expect_rc "doctored baseline" "$rc" 1 "$out"
-expect "doctored baseline: counts" "$out" '^it-matrix: 5 passed, 2 failed, 1 unsupported$'
+expect "doctored baseline: counts" "$out" '^it-matrix: 6 passed, 2 failed, 1 unsupported$'
 expect "the changed case fails at step 3" "$(row moe/tiny_mixtral_1)" \
     '^moe/tiny_mixtral_1 +failed: differs from baseline: step 3: [0-9.]+ vs [0-9.]+ \(diff 1\.00e-03 > 1e-05\)'
 expect "a case without a baseline log fails, naming it" "$(row moe/tiny_mixtral_2)" \
@@ -175,16 +175,15 @@ expect_rc "--no-tps without --baseline" "$rc" 2 "$out"
 # --only-run selects one tag.
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/only" --only-run moe 2>/dev/null); rc=$?
 expect_rc "--only-run moe" "$rc" 0 "$out"
-expect "--only-run moe: counts" "$out" '^it-matrix: 7 passed, 0 failed, 1 unsupported$'
+expect "--only-run moe: counts" "$out" '^it-matrix: 8 passed, 0 failed, 1 unsupported$'
 expect_not "--only-run moe: no other group" "$out" '^(basic|zero|lr_scheduler|checkpoint)/'
 dirs=$(cd "$tmp/only" && ls)
 if [ "$dirs" = "moe" ]; then ok "--only-run moe: only logs/moe/"; else bad "--only-run moe: log dirs: $dirs"; fi
 
-# A failing case: exit 1, with the exit code and the app's error line (the recompute case too:
-# the missing file stops it before its refusal).
+# A failing case: exit 1, with the exit code and the app's error line.
 out=$("$mx" "$small" --device cpu --var FIXTURES=/nonexistent --log-dir "$tmp/fail" --only-run moe 2>/dev/null); rc=$?
 expect_rc "missing model files" "$rc" 1 "$out"
-expect "failures counted" "$out" '^it-matrix: 0 passed, 8 failed, 0 unsupported$'
+expect "failures counted" "$out" '^it-matrix: 0 passed, 8 failed, 1 unsupported$'
 expect "failed row: exit code and error line" "$(row moe/tiny_mixtral_1)" \
     '^moe/tiny_mixtral_1 +failed: exit 2: mixtral: --llmc_filepath: /nonexistent/mixtral/tiny_mixtral.bin: cannot open'
 expect "failed case still has its log" "$(cat "$tmp/fail/moe/tiny_mixtral_1.log" 2>&1)" '^\[COMMAND\] '
