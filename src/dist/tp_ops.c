@@ -122,30 +122,6 @@ static it_tensor *check_rows(const char *op, it_dist *d, it_tensor *x, bool gath
     return x;
 }
 
-static it_status sp_gather_backward(it_node *n, it_tensor *dy) {
-    it_tensor *g = reduce_scatter_rows(n->ctx, dy);
-    return g ? it__accum_grad(n->in[0], g) : it_last_status();
-}
-
-it_tensor *it_sp_gather(it_dist *d, it_tensor *x) {
-    OP_REQUIRE(x);
-    if (alone(d)) return x;
-    OP_REQUIRE(check_rows("sp_gather", d, x, true));
-    return record("sp_gather", sp_gather_backward, d, x, all_gather_rows(d, x));
-}
-
-static it_status sp_reduce_scatter_backward(it_node *n, it_tensor *dy) {
-    it_tensor *g = all_gather_rows(n->ctx, dy);
-    return g ? it__accum_grad(n->in[0], g) : it_last_status();
-}
-
-it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x) {
-    OP_REQUIRE(x);
-    if (alone(d)) return x;
-    OP_REQUIRE(check_rows("sp_reduce_scatter", d, x, false));
-    return record("sp_reduce_scatter", sp_reduce_scatter_backward, d, x, reduce_scatter_rows(d, x));
-}
-
 /* x (B, T, ...) -> this rank's rows [r*T/N, (r+1)*T/N) of each batch row, contiguous. */
 static it_tensor *own_rows(it_dist *d, it_tensor *x) {
     int64_t tl = x->shape[1] / it_dist_world(d), r = it_dist_rank(d);
@@ -153,24 +129,37 @@ static it_tensor *own_rows(it_dist *d, it_tensor *x) {
     return v ? it_tensor_contiguous(v) : NULL;
 }
 
-static it_status sp_gather_split_backward(it_node *n, it_tensor *dy) {
-    it_tensor *g = own_rows(n->ctx, dy);
-    return g ? it__accum_grad(n->in[0], g) : it_last_status();
+/* dx = rows(dy) for each region's backward. */
+#define SP_BACKWARD(name, rows)                                                                                        \
+    static it_status name(it_node *n, it_tensor *dy) {                                                                 \
+        it_tensor *g = rows(n->ctx, dy);                                                                               \
+        return g ? it__accum_grad(n->in[0], g) : it_last_status();                                                     \
+    }
+SP_BACKWARD(gathered_backward, reduce_scatter_rows) /* it_sp_gather's */
+SP_BACKWARD(scattered_backward, all_gather_rows)    /* it_sp_reduce_scatter's and it_sp_split's */
+SP_BACKWARD(own_rows_backward, own_rows)            /* it_sp_gather_split's */
+
+/* A sequence-parallel region over x: forward rows(d, x), the node's backward bwd. `gather`:
+ * x holds this rank's rows (else all T, which the group must divide). */
+static it_tensor *sp_region(const char *name, it_tensor *(*rows)(it_dist *, it_tensor *), it_backward_fn bwd,
+                            it_dist *d, it_tensor *x, bool gather) {
+    OP_REQUIRE(x);
+    if (alone(d)) return x;
+    OP_REQUIRE(check_rows(name, d, x, gather));
+    return record(name, bwd, d, x, rows(d, x));
 }
 
+it_tensor *it_sp_gather(it_dist *d, it_tensor *x) {
+    return sp_region("sp_gather", all_gather_rows, gathered_backward, d, x, true);
+}
+it_tensor *it_sp_reduce_scatter(it_dist *d, it_tensor *x) {
+    return sp_region("sp_reduce_scatter", reduce_scatter_rows, scattered_backward, d, x, false);
+}
 it_tensor *it_sp_gather_split(it_dist *d, it_tensor *x) {
-    OP_REQUIRE(x);
-    if (alone(d)) return x;
-    OP_REQUIRE(check_rows("sp_gather_split", d, x, true));
-    return record("sp_gather_split", sp_gather_split_backward, d, x, all_gather_rows(d, x));
+    return sp_region("sp_gather_split", all_gather_rows, own_rows_backward, d, x, true);
 }
-
 it_tensor *it_sp_split(it_dist *d, it_tensor *x) {
-    OP_REQUIRE(x);
-    if (alone(d)) return x;
-    OP_REQUIRE(check_rows("sp_split", d, x, false));
-    /* the backward is reduce-scatter's: every rank's rows gathered */
-    return record("sp_split", sp_reduce_scatter_backward, d, x, own_rows(d, x));
+    return sp_region("sp_split", own_rows, scattered_backward, d, x, false);
 }
 
 /* ---------------------------------------------------------------- vocab-parallel embedding */

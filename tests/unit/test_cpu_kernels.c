@@ -71,8 +71,10 @@ static void gemm_check(const it_gemm_args *g, const char *what) {
     free(c0);
 }
 
-static void gemm_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, bool ta, bool tb, int la, int lb,
-                      int lc, int bca, int bcb, float alpha, float beta, bool nan_c) {
+/* The descriptors (no data yet) of C (B, M, N) = alpha op(A) op(B) + beta C in the given
+ * layouts and broadcasts. */
+static it_gemm_args gemm_args(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, bool ta, bool tb, int la,
+                              int lb, int lc, int bca, int bcb, float alpha, float beta) {
     it_gemm_args g;
     memset(&g, 0, sizeof g);
     g.a = gemm_desc(dt, B, ta ? Kd : M, ta ? M : Kd, la, bca);
@@ -82,6 +84,12 @@ static void gemm_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, 
     g.trans_b = tb;
     g.alpha = alpha;
     g.beta = beta;
+    return g;
+}
+
+static void gemm_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, bool ta, bool tb, int la, int lb,
+                      int lc, int bca, int bcb, float alpha, float beta, bool nan_c) {
+    it_gemm_args g = gemm_args(dt, B, M, N, Kd, ta, tb, la, lb, lc, bca, bcb, alpha, beta);
     void *pa = alloc_rand(&g.a, -1, 1), *pb = alloc_rand(&g.b, -1, 1);
     void *pc = nan_c ? alloc_fill(&g.c, NAN) : alloc_rand(&g.c, -1, 1);
     char what[160];
@@ -103,15 +111,7 @@ static void gemm_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, 
  * as single products whose copies are made by all threads. */
 static void half_widening_case(it_dtype dt, int64_t B, int64_t M, int64_t N, int64_t Kd, bool ta, bool tb, int la,
                                int lb, int lc, int bca, int bcb, float beta) {
-    it_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.a = gemm_desc(dt, B, ta ? Kd : M, ta ? M : Kd, la, bca);
-    g.b = gemm_desc(dt, B, tb ? N : Kd, tb ? Kd : N, lb, bcb);
-    g.c = gemm_desc(dt, B, M, N, lc, 0);
-    g.trans_a = ta;
-    g.trans_b = tb;
-    g.alpha = 1.25f;
-    g.beta = beta;
+    it_gemm_args g = gemm_args(dt, B, M, N, Kd, ta, tb, la, lb, lc, bca, bcb, 1.25f, beta);
     void *pa = alloc_rand(&g.a, -1, 1), *pb = alloc_rand(&g.b, -1, 1);
     void *pc = beta == 0.0f ? alloc_fill(&g.c, NAN) : alloc_rand(&g.c, -1, 1);
     /* the composition: contiguous fp32 copies (a broadcast keeps its stride 0 / batch 1) */
