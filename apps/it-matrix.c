@@ -25,6 +25,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,6 +538,14 @@ static int contains_ci(const char *s, const char *needle) {
     return 0;
 }
 
+/* An app's line refusing a flag it does not know or a combination it does not support yet
+ * ("... is not supported with pipeline parallelism"). A file's unsupported version or the
+ * like ("..., not supported") is an error of the case, not a refusal. */
+static bool refusal_line(const char *line) {
+    return strstr(line, "unknown flag") || strstr(line, "is not supported") || strstr(line, "not supported with") ||
+           strstr(line, "not supported for") || strstr(line, "not supported yet");
+}
+
 /* The app's last line that mentions an error, else its last non-empty line. */
 static char *last_error_line(const char *log, long from, int *unknown_flag) {
     FILE *f = fopen(log, "r");
@@ -550,7 +559,7 @@ static char *last_error_line(const char *log, long from, int *unknown_flag) {
             if (contains_ci(line, "error") || contains_ci(line, "unknown flag")) snprintf(err, sizeof err, "%s", line);
             /* a flag the app does not know, or a combination it refuses as not supported yet:
              * that line, whatever mpirun prints after it */
-            if (!refused[0] && (strstr(line, "unknown flag") || strstr(line, "not supported"))) {
+            if (!refused[0] && refusal_line(line)) {
                 *unknown_flag = 1;
                 snprintf(refused, sizeof refused, "%s", line);
             }

@@ -3,8 +3,9 @@
 #
 # Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
 # --device cpu and again on --device sim, the sim run judged against the cpu run (--baseline, the
-# loss by InfiniTrain's rules): 53 cases, of which one asks for a flag value the apps do not
-# offer (ZeRO stage 3) and is unsupported, and the other 52 (tensor, sequence and pipeline
+# loss by InfiniTrain's rules): 54 cases, of which two are unsupported, one asking for a flag
+# value the apps do not offer (ZeRO stage 3), one for a combination the app refuses when it
+# runs (sampling under pipeline parallelism), and the other 52 (tensor, sequence and pipeline
 # parallel ones, LoRA under both, activation recomputation, Mixtral under tensor, sequence and
 # pipeline parallelism and with recomputation, included) must pass. it-compare then compares the two log trees and draws them: every
 # case's plot must exist and hold both loss curves. A doctored baseline must fail the case at the
@@ -62,7 +63,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     exit 0
 fi
 
-# The 52 cases small.json runs, as <tag>/<log name>, and the one it cannot.
+# The 52 cases small.json runs, as <tag>/<log name>, and the two it cannot.
 runnable=""
 for m in gpt2 llama3; do
     for id in 1 1_bfloat16 3 3_bfloat16 4 4_bfloat16 5 6; do runnable="$runnable basic/${m}_$id"; done
@@ -75,7 +76,7 @@ for m in gpt2 llama3; do
     done
 done
 for id in 1 1_bfloat16 2 2_bfloat16 3_tp 3_tp_sp 3_pp 4_recompute; do runnable="$runnable moe/tiny_mixtral_$id"; done
-unsupported="moe/tiny_mixtral_5_zero3"
+unsupported="moe/tiny_mixtral_5_zero3 moe/tiny_mixtral_6_pp_sample"
 
 for dev in cpu sim; do
     logs="$tmp/logs-$dev"
@@ -85,17 +86,20 @@ for dev in cpu sim; do
     out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" "${judge[@]}" 2>"$tmp/err-$dev"); rc=$?
     err=$(cat "$tmp/err-$dev")
     expect_rc "$dev: small matrix" "$rc" 0 "$out$err"
-    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 52 passed, 0 failed, 1 unsupported$'
+    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 52 passed, 0 failed, 2 unsupported$'
     expect "$dev: table header" "$out" '^case +status +time$'
     expect "$dev: a passed row with its time" "$(row basic/gpt2_3)" '^basic/gpt2_3 +passed +[0-9]+\.[0-9] s$'
     expect "$dev: an unsupported row says why" "$(row moe/tiny_mixtral_5_zero3)" \
         '^moe/tiny_mixtral_5_zero3 +unsupported: --zero_stage 3 \(supported: 0\|1\|2\) +-$'
+    expect "$dev: a combination refused when it runs is unsupported, with the app's line" \
+        "$(row moe/tiny_mixtral_6_pp_sample)" \
+        '^moe/tiny_mixtral_6_pp_sample +unsupported: mixtral: --pipeline_parallel 2: --freq_generate_txt \(sampling; InfiniTrain refuses it too\) is not supported with pipeline parallelism +-$'
     expect "$dev: Mixtral PP case trains on 2 stages" "$(cat "$logs/moe/tiny_mixtral_3_pp.log")" 'DP=1, TP=1, SP=1, PP=2\)$'
     expect "$dev: Mixtral TP case trains on 2 ranks" "$(cat "$logs/moe/tiny_mixtral_3_tp.log")" 'DP=1, TP=2, SP=1, PP=1\)$'
     expect "$dev: Mixtral TP+SP case trains on 2 ranks" "$(cat "$logs/moe/tiny_mixtral_3_tp_sp.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
     expect "$dev: PP case trains on 2 stages" "$(cat "$logs/basic/gpt2_6.log")" 'DP=1, TP=1, SP=1, PP=2\)$'
     expect "$dev: TP+SP case trains on 2 ranks" "$(cat "$logs/basic/gpt2_5.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
-    expect "$dev: progress line with ETA" "$err" '^it-matrix \[48/53\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
+    expect "$dev: progress line with ETA" "$err" '^it-matrix \[48/54\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
     expect "$dev: build commands reported as not run" "$err" '^it-matrix: 1 basic_compile_commands not run'
     nlogs=$(find "$logs" -name '*.log' | wc -l)
     if [ "$nlogs" -eq 52 ]; then ok "$dev: 52 log files"; else bad "$dev: $nlogs log files, expected 52" "$(find "$logs")"; fi
@@ -163,7 +167,7 @@ rm "$tmp/doctored/moe/tiny_mixtral_2.log"
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/judged" --only-run moe \
     --baseline "$tmp/doctored" --no-tps 2>/dev/null); rc=$?
 expect_rc "doctored baseline" "$rc" 1 "$out"
-expect "doctored baseline: counts" "$out" '^it-matrix: 6 passed, 2 failed, 1 unsupported$'
+expect "doctored baseline: counts" "$out" '^it-matrix: 6 passed, 2 failed, 2 unsupported$'
 expect "the changed case fails at step 3" "$(row moe/tiny_mixtral_1)" \
     '^moe/tiny_mixtral_1 +failed: differs from baseline: step 3: [0-9.]+ vs [0-9.]+ \(diff 1\.00e-03 > 1e-05\)'
 expect "a case without a baseline log fails, naming it" "$(row moe/tiny_mixtral_2)" \
@@ -175,7 +179,7 @@ expect_rc "--no-tps without --baseline" "$rc" 2 "$out"
 # --only-run selects one tag.
 out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --log-dir "$tmp/only" --only-run moe 2>/dev/null); rc=$?
 expect_rc "--only-run moe" "$rc" 0 "$out"
-expect "--only-run moe: counts" "$out" '^it-matrix: 8 passed, 0 failed, 1 unsupported$'
+expect "--only-run moe: counts" "$out" '^it-matrix: 8 passed, 0 failed, 2 unsupported$'
 expect_not "--only-run moe: no other group" "$out" '^(basic|zero|lr_scheduler|checkpoint)/'
 dirs=$(cd "$tmp/only" && ls)
 if [ "$dirs" = "moe" ]; then ok "--only-run moe: only logs/moe/"; else bad "--only-run moe: log dirs: $dirs"; fi
@@ -183,10 +187,20 @@ if [ "$dirs" = "moe" ]; then ok "--only-run moe: only logs/moe/"; else bad "--on
 # A failing case: exit 1, with the exit code and the app's error line.
 out=$("$mx" "$small" --device cpu --var FIXTURES=/nonexistent --log-dir "$tmp/fail" --only-run moe 2>/dev/null); rc=$?
 expect_rc "missing model files" "$rc" 1 "$out"
-expect "failures counted" "$out" '^it-matrix: 0 passed, 8 failed, 1 unsupported$'
+expect "failures counted" "$out" '^it-matrix: 0 passed, 8 failed, 2 unsupported$'
 expect "failed row: exit code and error line" "$(row moe/tiny_mixtral_1)" \
     '^moe/tiny_mixtral_1 +failed: exit 2: mixtral: --llmc_filepath: /nonexistent/mixtral/tiny_mixtral.bin: cannot open'
 expect "failed case still has its log" "$(cat "$tmp/fail/moe/tiny_mixtral_1.log" 2>&1)" '^\[COMMAND\] '
+
+# A model file the app cannot read ("version 5 is llm.c's bf16 format, not supported") is the
+# case's failure, not an unsupported combination: only a refusal's wording ("is not supported
+# with ...", "unknown flag") makes a case unsupported.
+cp "$src/tests/fixtures/gpt2/tiny_gpt2.bin" "$tmp/v5.bin" # header[1], the version, little-endian 5
+printf '\005\000\000\000' | dd of="$tmp/v5.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
+out=$("$mx" "$small" --device cpu --var "FIXTURES=$fixtures" --var "GPT2_LLMC_FILEPATH=$tmp/v5.bin" \
+    --log-dir "$tmp/v5" --only-run basic 2>/dev/null)
+expect "an unreadable model file fails the case" "$(row basic/gpt2_1)" \
+    "^basic/gpt2_1 +failed: exit 2: .*version 5 is llm.c's bf16 format, not supported"
 
 # Config and argument errors: exit 2, no run.
 out=$("$mx" "$small" --device cpu --log-dir "$tmp/novar" 2>&1); rc=$?
