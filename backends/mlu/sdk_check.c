@@ -43,35 +43,57 @@ SAME(MLU_cnclMax, cnclMax);
 _Static_assert(sizeof(cnclCliqueId) <= sizeof(mlu_cnclCliqueId), "cnclCliqueId larger than mlu_cnclCliqueId");
 
 bool mlu_cnnl_cast_value(it_dtype from, it_dtype to, int *value) {
-#define C(f, t, v)                                                                                                     \
-    if (from == IT_DTYPE_##f && to == IT_DTYPE_##t) return *value = (int)(v), true;
-    C(FP32, FP16, CNNL_CAST_FLOAT_TO_HALF)
-    C(FP32, BF16, CNNL_CAST_FLOAT_TO_BFLOAT16) C(FP32, I32, CNNL_CAST_FLOAT_TO_INT32) C(
-        FP32, I16, CNNL_CAST_FLOAT_TO_INT16) C(FP32, I8, CNNL_CAST_FLOAT_TO_INT8) C(FP32, U8, CNNL_CAST_FLOAT_TO_UINT8)
-        C(FP32, BOOL, CNNL_CAST_FLOAT_TO_BOOL) C(FP32, I64, CNNL_CAST_FLOAT_TO_INT64)
-            C(FP32, FP64, CNNL_CAST_FLOAT_TO_DOUBLE) C(FP16, FP32, CNNL_CAST_HALF_TO_FLOAT)
-                C(FP16, I32, CNNL_CAST_HALF_TO_INT32) C(FP16, I16, CNNL_CAST_HALF_TO_INT16) C(
-                    FP16, I8, CNNL_CAST_HALF_TO_INT8) C(FP16, U8, CNNL_CAST_HALF_TO_UINT8) C(FP16, BOOL,
-                                                                                             CNNL_CAST_HALF_TO_BOOL)
-                    C(FP16, I64, CNNL_CAST_HALF_TO_INT64) C(BF16, FP32, CNNL_CAST_BFLOAT16_TO_FLOAT) C(
-                        BF16, BOOL, CNNL_CAST_BFLOAT16_TO_BOOL) C(I32, FP32, CNNL_CAST_INT32_TO_FLOAT)
-                        C(I32, FP16, CNNL_CAST_INT32_TO_HALF) C(I32, BF16, CNNL_CAST_INT32_TO_BFLOAT16) C(
-                            I32, I8, CNNL_CAST_INT32_TO_INT8) C(I32, I16, CNNL_CAST_INT32_TO_INT16)
-                            C(I32, BOOL, CNNL_CAST_INT32_TO_BOOL) C(I32, U8, CNNL_CAST_INT32_TO_UINT8)
-                                C(I32, I64, CNNL_CAST_INT32_TO_INT64) C(I16, FP32, CNNL_CAST_INT16_TO_FLOAT) C(
-                                    I16, FP16, CNNL_CAST_INT16_TO_HALF) C(I16, I32, CNNL_CAST_INT16_TO_INT32)
-                                    C(I8, FP32, CNNL_CAST_INT8_TO_FLOAT) C(I8, FP16, CNNL_CAST_INT8_TO_HALF) C(
-                                        I8, I32, CNNL_CAST_INT8_TO_INT32) C(I8, I16, CNNL_CAST_INT8_TO_INT16)
-                                        C(U8, FP32, CNNL_CAST_UINT8_TO_FLOAT) C(U8, FP16, CNNL_CAST_UINT8_TO_HALF)
-                                            C(U8, I32, CNNL_CAST_UINT8_TO_INT32) C(U8, I64, CNNL_CAST_UINT8_TO_INT64)
-                                                C(BOOL, FP32, CNNL_CAST_BOOL_TO_FLOAT)
-                                                    C(BOOL, FP16, CNNL_CAST_BOOL_TO_HALF)
-                                                        C(BOOL, I32, CNNL_CAST_BOOL_TO_INT32)
-                                                            C(BOOL, BF16, CNNL_CAST_BOOL_TO_BFLOAT16)
-                                                                C(I64, I32, CNNL_CAST_INT64_TO_INT32)
-                                                                    C(I64, FP32, CNNL_CAST_INT64_TO_FLOAT)
-                                                                        C(I64, FP16, CNNL_CAST_INT64_TO_HALF)
-                                                                            C(FP64, FP32, CNNL_CAST_DOUBLE_TO_FLOAT)
-#undef C
-                                                                                return false;
+    static const struct {
+        it_dtype from, to;
+        int value;
+    } casts[] = {
+        {IT_DTYPE_FP32, IT_DTYPE_FP16, (int)CNNL_CAST_FLOAT_TO_HALF},
+        {IT_DTYPE_FP32, IT_DTYPE_BF16, (int)CNNL_CAST_FLOAT_TO_BFLOAT16},
+        {IT_DTYPE_FP32, IT_DTYPE_I32, (int)CNNL_CAST_FLOAT_TO_INT32},
+        {IT_DTYPE_FP32, IT_DTYPE_I16, (int)CNNL_CAST_FLOAT_TO_INT16},
+        {IT_DTYPE_FP32, IT_DTYPE_I8, (int)CNNL_CAST_FLOAT_TO_INT8},
+        {IT_DTYPE_FP32, IT_DTYPE_U8, (int)CNNL_CAST_FLOAT_TO_UINT8},
+        {IT_DTYPE_FP32, IT_DTYPE_BOOL, (int)CNNL_CAST_FLOAT_TO_BOOL},
+        {IT_DTYPE_FP32, IT_DTYPE_I64, (int)CNNL_CAST_FLOAT_TO_INT64},
+        {IT_DTYPE_FP32, IT_DTYPE_FP64, (int)CNNL_CAST_FLOAT_TO_DOUBLE},
+        {IT_DTYPE_FP16, IT_DTYPE_FP32, (int)CNNL_CAST_HALF_TO_FLOAT},
+        {IT_DTYPE_FP16, IT_DTYPE_I32, (int)CNNL_CAST_HALF_TO_INT32},
+        {IT_DTYPE_FP16, IT_DTYPE_I16, (int)CNNL_CAST_HALF_TO_INT16},
+        {IT_DTYPE_FP16, IT_DTYPE_I8, (int)CNNL_CAST_HALF_TO_INT8},
+        {IT_DTYPE_FP16, IT_DTYPE_U8, (int)CNNL_CAST_HALF_TO_UINT8},
+        {IT_DTYPE_FP16, IT_DTYPE_BOOL, (int)CNNL_CAST_HALF_TO_BOOL},
+        {IT_DTYPE_FP16, IT_DTYPE_I64, (int)CNNL_CAST_HALF_TO_INT64},
+        {IT_DTYPE_BF16, IT_DTYPE_FP32, (int)CNNL_CAST_BFLOAT16_TO_FLOAT},
+        {IT_DTYPE_BF16, IT_DTYPE_BOOL, (int)CNNL_CAST_BFLOAT16_TO_BOOL},
+        {IT_DTYPE_I32, IT_DTYPE_FP32, (int)CNNL_CAST_INT32_TO_FLOAT},
+        {IT_DTYPE_I32, IT_DTYPE_FP16, (int)CNNL_CAST_INT32_TO_HALF},
+        {IT_DTYPE_I32, IT_DTYPE_BF16, (int)CNNL_CAST_INT32_TO_BFLOAT16},
+        {IT_DTYPE_I32, IT_DTYPE_I8, (int)CNNL_CAST_INT32_TO_INT8},
+        {IT_DTYPE_I32, IT_DTYPE_I16, (int)CNNL_CAST_INT32_TO_INT16},
+        {IT_DTYPE_I32, IT_DTYPE_BOOL, (int)CNNL_CAST_INT32_TO_BOOL},
+        {IT_DTYPE_I32, IT_DTYPE_U8, (int)CNNL_CAST_INT32_TO_UINT8},
+        {IT_DTYPE_I32, IT_DTYPE_I64, (int)CNNL_CAST_INT32_TO_INT64},
+        {IT_DTYPE_I16, IT_DTYPE_FP32, (int)CNNL_CAST_INT16_TO_FLOAT},
+        {IT_DTYPE_I16, IT_DTYPE_FP16, (int)CNNL_CAST_INT16_TO_HALF},
+        {IT_DTYPE_I16, IT_DTYPE_I32, (int)CNNL_CAST_INT16_TO_INT32},
+        {IT_DTYPE_I8, IT_DTYPE_FP32, (int)CNNL_CAST_INT8_TO_FLOAT},
+        {IT_DTYPE_I8, IT_DTYPE_FP16, (int)CNNL_CAST_INT8_TO_HALF},
+        {IT_DTYPE_I8, IT_DTYPE_I32, (int)CNNL_CAST_INT8_TO_INT32},
+        {IT_DTYPE_I8, IT_DTYPE_I16, (int)CNNL_CAST_INT8_TO_INT16},
+        {IT_DTYPE_U8, IT_DTYPE_FP32, (int)CNNL_CAST_UINT8_TO_FLOAT},
+        {IT_DTYPE_U8, IT_DTYPE_FP16, (int)CNNL_CAST_UINT8_TO_HALF},
+        {IT_DTYPE_U8, IT_DTYPE_I32, (int)CNNL_CAST_UINT8_TO_INT32},
+        {IT_DTYPE_U8, IT_DTYPE_I64, (int)CNNL_CAST_UINT8_TO_INT64},
+        {IT_DTYPE_BOOL, IT_DTYPE_FP32, (int)CNNL_CAST_BOOL_TO_FLOAT},
+        {IT_DTYPE_BOOL, IT_DTYPE_FP16, (int)CNNL_CAST_BOOL_TO_HALF},
+        {IT_DTYPE_BOOL, IT_DTYPE_I32, (int)CNNL_CAST_BOOL_TO_INT32},
+        {IT_DTYPE_BOOL, IT_DTYPE_BF16, (int)CNNL_CAST_BOOL_TO_BFLOAT16},
+        {IT_DTYPE_I64, IT_DTYPE_I32, (int)CNNL_CAST_INT64_TO_INT32},
+        {IT_DTYPE_I64, IT_DTYPE_FP32, (int)CNNL_CAST_INT64_TO_FLOAT},
+        {IT_DTYPE_I64, IT_DTYPE_FP16, (int)CNNL_CAST_INT64_TO_HALF},
+        {IT_DTYPE_FP64, IT_DTYPE_FP32, (int)CNNL_CAST_DOUBLE_TO_FLOAT},
+    };
+    for (size_t i = 0; i < sizeof casts / sizeof casts[0]; i++)
+        if (casts[i].from == from && casts[i].to == to) return *value = casts[i].value, true;
+    return false;
 }
