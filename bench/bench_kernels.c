@@ -593,7 +593,8 @@ int main(int argc, char **argv) {
             }
             double p = bf16_gemm_peaks();
             printf("BF16PEAK gflops=%.2f threads=%d kernel=%s%s%s\n", p, omp_get_max_threads(), it_cpu_sbgemm_name(isa),
-                   isa == IT_CPU_SBGEMM_ONEDNN ? ":" : "", isa == IT_CPU_SBGEMM_ONEDNN ? it_cpu_onednn_bf16_impl() : "");
+                   isa == IT_CPU_SBGEMM_ONEDNN ? ":" : "",
+                   isa == IT_CPU_SBGEMM_ONEDNN ? it_cpu_onednn_bf16_impl() : "");
             return p > 0 ? 0 : 1;
         } else {
             fprintf(stderr, "usage: %s [--quick | --bf16-peak]\n", argv[0]);

@@ -61,8 +61,8 @@ static const bench_case all_cases[] = {
     {"gpt2_124m_t256", "GPT-2 124M (d12)", M_GPT2, 4, 256, 0, 0, 0, 0, 0, 0, 0, 0, false},
     {"gpt2_6l384_t256", "GPT-2 6L/384, V 50257", M_GPT2, 4, 256, 6, 6, 384, 0, 0, 0, 0, 0, false},
     {"llama3_6l384_t256", "LLaMA-3 6L/384 GQA 6/2, V 32000", M_LLAMA3, 4, 256, 6, 6, 384, 32000, 2, 0, 0, 0, false},
-    {"mixtral_6l384_t256", "Mixtral 6L/384 8 experts top-2, V 32000", M_MIXTRAL, 4, 256, 6, 6, 384, 32000, 2, 8, 2,
-     768, false},
+    {"mixtral_6l384_t256", "Mixtral 6L/384 8 experts top-2, V 32000", M_MIXTRAL, 4, 256, 6, 6, 384, 32000, 2, 8, 2, 768,
+     false},
     /* Tiny shapes for tests/e2e/bench_smoke.sh in a sanitizer build, where a step of the cases
      * above takes 8-12 s: the same code paths (model, AdamW, allocator, RESULT lines). */
     {"gpt2_2l128_t64", "GPT-2 2L/128, V 8192 (smoke)", M_GPT2, 4, 64, 2, 4, 128, 8192, 0, 0, 0, 0, true},
@@ -751,10 +751,10 @@ static it_status run_profile(const bench_case *bc, const char *workdir, int step
     qsort(prof, (size_t)prof_n, sizeof prof[0], cmp_prof_ms);
     double shown = 0, all = 0;
     for (int i = 0; i < prof_n; i++) all += prof[i].ms / steps;
-    printf(
-        "  step %.1f ms; gemm, copy_strided, cast, unary, binary, reduce, fill and attention: %.1f ms (%.1f%%). Top %d call "
-        "shapes by time:\n",
-        step_ms, all, 100.0 * all / step_ms, top);
+    printf("  step %.1f ms; gemm, copy_strided, cast, unary, binary, reduce, fill and attention: %.1f ms (%.1f%%). Top "
+           "%d call "
+           "shapes by time:\n",
+           step_ms, all, 100.0 * all / step_ms, top);
     printf("  %-13s %-61s %6s %9s %6s %10s\n", "slot", "shape (b x M x N x K for gemm; /s = strides)", "calls",
            "ms/step", "%step", "rate");
     for (int i = 0; i < prof_n && i < top; i++) {

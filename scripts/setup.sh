@@ -20,12 +20,14 @@ needs=(
   "/usr/include/jansson.h:libjansson-dev"
   "/usr/include/zlib.h:zlib1g-dev"
   "pkg-config:pkgconf"
+  "clang-format:clang-format"
   "/usr/include/oneapi/dnnl/dnnl.h:libdnnl-dev"
 )
 # OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
 # gives the CPU backend its collectives (mpirun -np N for data-parallel training).
 # jansson reads and writes trainer_state.json; zlib's CRC-32 checks checkpoint files.
 # libdnnl-dev: oneDNN's matmul for bf16 products on CPUs with bf16 units (sbgemm_onednn.c).
+# clang-format: tests/e2e/format.sh checks the sources are as clang-format writes them.
 # pkgconf: tests/e2e/out_of_tree.sh builds a plugin against an installed prefix with pkg-config.
 # libclang-rt-14-dev: libFuzzer for tests/fuzz (clang -fsanitize=fuzzer); valgrind: tests/e2e/valgrind.sh.
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)

@@ -119,13 +119,13 @@ static it_status mpi_args(it_dtype dt, size_t count, const char *what, MPI_Datat
         const T *const *s = (const T *const *)src;                                                                     \
         T *d = (T *)dst;                                                                                               \
         if (op == IT_CCL_MAX) {                                                                                        \
-            _Pragma("omp parallel for schedule(static) if (len >= (1 << 16))") for (size_t i = 0; i < len; i++) {    \
+            _Pragma("omp parallel for schedule(static) if (len >= (1 << 16))") for (size_t i = 0; i < len; i++) {      \
                 T acc = s[0][i];                                                                                       \
-                for (int r = 1; r < n; r++) acc = s[r][i] > acc || s[r][i] != s[r][i] ? s[r][i] : acc;               \
+                for (int r = 1; r < n; r++) acc = s[r][i] > acc || s[r][i] != s[r][i] ? s[r][i] : acc;                 \
                 d[i] = acc;                                                                                            \
             }                                                                                                          \
         } else {                                                                                                       \
-            _Pragma("omp parallel for schedule(static) if (len >= (1 << 16))") for (size_t i = 0; i < len; i++) {    \
+            _Pragma("omp parallel for schedule(static) if (len >= (1 << 16))") for (size_t i = 0; i < len; i++) {      \
                 T acc = s[0][i];                                                                                       \
                 for (int r = 1; r < n; r++) acc += s[r][i];                                                            \
                 d[i] = op == IT_CCL_AVG ? (T)(acc / (T)n) : acc;                                                       \
@@ -270,9 +270,9 @@ static it_status ccl_all_reduce_start(it_comm *c, const void *send, void *recv, 
     *r = (it_ccl_request){.c = c, .t = t, .dt = dt, .op = op, .recv = recv, .mreq = MPI_REQUEST_NULL, .phase = 2};
     if (op == IT_CCL_MAX) { /* exact whatever the order */
         r->phase = 1;
-        st = mpi_status(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_MAX, c->comm,
-                                       &r->mreq),
-                        "MPI_Iallreduce");
+        st = mpi_status(
+            MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, MPI_MAX, c->comm, &r->mreq),
+            "MPI_Iallreduce");
     } else if (n == 1) {
         if (send != recv) memcpy(recv, send, count * es);
     } else {
@@ -296,11 +296,13 @@ static it_status ccl_all_reduce_start(it_comm *c, const void *send, void *recv, 
             rdis[k] = (int)(r->mine * (size_t)(k < me ? k : k - 1));
         }
         r->phase = 0;
-        st = mpi_status(MPI_Ialltoallv(send, scnt, sdis, t, r->tmp, rcnt, rdis, t, c->comm, &r->mreq),
-                        "MPI_Ialltoallv");
+        st =
+            mpi_status(MPI_Ialltoallv(send, scnt, sdis, t, r->tmp, rcnt, rdis, t, c->comm, &r->mreq), "MPI_Ialltoallv");
         if (!st) {
-            if (c->tail) c->tail->next = r;
-            else c->head = r;
+            if (c->tail)
+                c->tail->next = r;
+            else
+                c->head = r;
             c->tail = r;
         }
     }

@@ -99,10 +99,10 @@ BF16T static void pack_b(bool tb, const uint16_t *b, int64_t ldb, int64_t k0, in
         for (int v = 0; v < 3; v++) {
             int cnt = nr - 16 * v;
             mk[v] = (__mmask16)(cnt >= 16 ? 0xffff : cnt <= 0 ? 0 : (1u << cnt) - 1u);
-            idx[v] = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(16 * v),
-                                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                                                           13, 14, 15)),
-                                        _mm512_set1_epi32((int)ldb));
+            idx[v] = _mm512_mullo_epi32(
+                _mm512_add_epi32(_mm512_set1_epi32(16 * v),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+                _mm512_set1_epi32((int)ldb));
         }
         const uint16_t *base = b + j0 * ldb + k0;
         int64_t full = kc / 2;

@@ -123,7 +123,8 @@ static dnnl_primitive_t make(const call *c, bool free, char *name) {
     dnnl_primitive_t p = NULL;
     float scale = free ? DNNL_RUNTIME_F32_VAL : c->alpha;
     bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-    if (ok && (free || c->alpha != 1.0f)) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale) == dnnl_success;
+    if (ok && (free || c->alpha != 1.0f))
+        ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale) == dnnl_success;
     if (ok && c->beta != 0.0f)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, c->beta) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;

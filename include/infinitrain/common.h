@@ -7,9 +7,9 @@
 #ifndef INFINITRAIN_COMMON_H
 #define INFINITRAIN_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {

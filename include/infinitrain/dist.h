@@ -205,8 +205,8 @@ IT_API it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *
  * model's flat gradient may be released until the next backward (it_model_grads_release).
  * Both: it_zero_step updates the owned parameters and all-gathers them into `params`. */
 typedef struct it_zero it_zero;
-IT_API it_status it_zero_new(it_dist *d, int stage, size_t bucket_bytes, const it_optim_config *cfg,
-                             it_tensor *params, it_tensor *grads, it_zero **out);
+IT_API it_status it_zero_new(it_dist *d, int stage, size_t bucket_bytes, const it_optim_config *cfg, it_tensor *params,
+                             it_tensor *grads, it_zero **out);
 IT_API void it_zero_free(it_zero *z);
 IT_API int it_zero_stage(const it_zero *z);
 /* Reduce-scatter the whole flat gradient into this rank's shard now (stage 1 after backward;
@@ -228,8 +228,7 @@ IT_API it_status it_zero_grad_norm(it_zero *z, double *norm);
  * share of the squares other ranks count too (it_model_grad_shared_sumsq); the rest is summed
  * over d and then over `also` (NULL: none). */
 typedef it_status (*it_zero_shared_fn)(void *ctx, it_tensor *g, int64_t flat_lo, double *over);
-IT_API it_status it_zero_grad_norm_shared(it_zero *z, it_zero_shared_fn shared, void *ctx, it_dist *also,
-                                          double *norm);
+IT_API it_status it_zero_grad_norm_shared(it_zero *z, it_zero_shared_fn shared, void *ctx, it_dist *also, double *norm);
 /* Update this rank's shard and all-gather the parameters into the model's flat buffer. */
 IT_API it_status it_zero_step(it_zero *z, float lr, float grad_scale);
 /* Bytes of optimizer state this rank holds, and of its own shard buffers (the reduced

@@ -40,7 +40,7 @@ IT_API const char *it_dtype_name(it_dtype dtype);
  * Returns IT_ERR_INVALID_ARG (with a message listing the accepted names) otherwise. */
 IT_API it_status it_dtype_from_name(const char *name, it_dtype *out);
 IT_API bool it_dtype_valid(int dtype);
-IT_API bool it_dtype_is_float(it_dtype dtype); /* bf16, fp16, fp32, fp64 */
+IT_API bool it_dtype_is_float(it_dtype dtype);  /* bf16, fp16, fp32, fp64 */
 IT_API bool it_dtype_is_signed(it_dtype dtype); /* signed integers and floats */
 
 /* Conversions with the rounding rules above; widening to fp32 is exact except that a

@@ -71,9 +71,8 @@ IT_API it_tensor *it_index_add(int64_t rows, it_tensor *idx, it_tensor *src);
  * logit, weights softmax over those k logits, output sum of weight * down(silu(gate x) * up x).
  * Tokens are grouped per expert (one matmul per expert). tokens_per_expert (E entries,
  * optional) receives the routing counts; aux_loss (optional) the load-balancing loss. */
-IT_API it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate,
-                         it_tensor *const *up, it_tensor *const *down, int k, int64_t *tokens_per_expert,
-                         it_tensor **aux_loss);
+IT_API it_tensor *it_moe(it_tensor *x, it_tensor *router, int n_expert, it_tensor *const *gate, it_tensor *const *up,
+                         it_tensor *const *down, int k, int64_t *tokens_per_expert, it_tensor **aux_loss);
 /* x itself, whose backward also gives `loss` (any shape) a gradient of ones, as if loss were
  * added to the scalar that backward starts from (Megatron's MoEAuxLossAutoScaler): a pipeline
  * stage's auxiliary loss joins the backward of its output, whose root is on another rank. */

@@ -118,7 +118,6 @@ IT_API int it_lr_scheduler_state(const it_lr_scheduler *s, it_lr_state_entry out
  * never stopped. */
 IT_API it_status it_lr_scheduler_load_state(it_lr_scheduler *s, const it_lr_state_entry *in, int n);
 
-
 #ifdef __cplusplus
 }
 #endif

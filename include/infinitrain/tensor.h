@@ -43,8 +43,8 @@ IT_API it_status it_device_synchronize(it_device dev);
 
 /* ---- caching allocator statistics (per device) */
 typedef struct it_mem_stats {
-    size_t used;          /* bytes in live tensors' blocks */
-    size_t reserved;      /* bytes obtained from the backend (used + cached) */
+    size_t used;     /* bytes in live tensors' blocks */
+    size_t reserved; /* bytes obtained from the backend (used + cached) */
     size_t peak_used;
     size_t peak_reserved;
     uint64_t backend_mallocs; /* calls to the backend's malloc so far */
@@ -70,8 +70,8 @@ IT_API it_tensor *it_tensor_new(it_device dev, it_dtype dtype, int ndim, const i
 IT_API it_tensor *it_tensor_zeros(it_device dev, it_dtype dtype, int ndim, const int64_t *shape);
 IT_API it_tensor *it_tensor_full(it_device dev, it_dtype dtype, int ndim, const int64_t *shape, it_scalar v);
 /* A new tensor holding a copy of `nbytes` host bytes (must equal numel*dtype size). */
-IT_API it_tensor *it_tensor_from_host(it_device dev, it_dtype dtype, int ndim, const int64_t *shape,
-                                      const void *host, size_t nbytes);
+IT_API it_tensor *it_tensor_from_host(it_device dev, it_dtype dtype, int ndim, const int64_t *shape, const void *host,
+                                      size_t nbytes);
 
 IT_API it_tensor *it_tensor_retain(it_tensor *t);
 IT_API void it_tensor_release(it_tensor *t);

@@ -29,59 +29,59 @@ typedef struct it_train_config {
     int n_layer, n_head, n_embd, block_size, vocab_size; /* custom model shape (0 = from preset) */
     int64_t batch_size;                                  /* --batch_size (4) */
     int64_t sequence_length;                             /* --sequence_length (64) */
-    int64_t total_batch_size;      /* --total_batch_size in tokens (B*T); accumulation = total/(B*T) */
-    int num_iteration;             /* --num_iteration (10) */
-    float learning_rate;           /* --learning_rate (1e-4) */
-    it_optim_kind optimizer;       /* --optimizer (sgd) */
-    float weight_decay;            /* --weight_decay (0) */
-    it_lr_decay lr_decay;          /* --lr_decay_style (none) */
-    int64_t lr_warmup_iters;       /* --lr_warmup_iters (0) */
-    float lr_warmup_init;          /* --lr_warmup_init: the learning rate warmup starts from (0) */
-    int64_t lr_decay_iters;        /* --lr_decay_iters: steps the decay ends at (0 = num_iteration) */
-    float min_lr;                  /* --min_lr (0) */
-    float grad_clip;               /* --grad_clip (0 = off) */
-    it_dtype dtype;                /* --dtype (float32) */
-    const char *tokenizer_bin;     /* --tokenizer_bin */
-    int freq_generate_txt;         /* --freq_generate_txt (0 = never) */
-    int text_length;               /* --text_length (64) */
-    uint64_t seed;                 /* --seed (42) */
-    const char *output_checkpoint; /* --output_checkpoint: written after the last step */
-    int log_interval;              /* --log_interval: progress/ETA line every N steps (10) */
-    int64_t max_memory_mb;         /* --max_memory_mb: allocator limit (0 = none) */
-    float moe_aux_loss_coeff;      /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
-    bool backend_report;           /* --backend_report: kernel coverage/time table at the end */
-    int zero_stage;                /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
-    int64_t ddp_bucket_kb;         /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
-    int tensor_parallel;           /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */
-    bool sequence_parallel;        /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
-    int pipeline_parallel;         /* --pipeline_parallel: pipeline stages (1) */
-    int virtual_pipeline_parallel; /* --virtual_pipeline_parallel: chunks per stage (1) */
+    int64_t total_batch_size;         /* --total_batch_size in tokens (B*T); accumulation = total/(B*T) */
+    int num_iteration;                /* --num_iteration (10) */
+    float learning_rate;              /* --learning_rate (1e-4) */
+    it_optim_kind optimizer;          /* --optimizer (sgd) */
+    float weight_decay;               /* --weight_decay (0) */
+    it_lr_decay lr_decay;             /* --lr_decay_style (none) */
+    int64_t lr_warmup_iters;          /* --lr_warmup_iters (0) */
+    float lr_warmup_init;             /* --lr_warmup_init: the learning rate warmup starts from (0) */
+    int64_t lr_decay_iters;           /* --lr_decay_iters: steps the decay ends at (0 = num_iteration) */
+    float min_lr;                     /* --min_lr (0) */
+    float grad_clip;                  /* --grad_clip (0 = off) */
+    it_dtype dtype;                   /* --dtype (float32) */
+    const char *tokenizer_bin;        /* --tokenizer_bin */
+    int freq_generate_txt;            /* --freq_generate_txt (0 = never) */
+    int text_length;                  /* --text_length (64) */
+    uint64_t seed;                    /* --seed (42) */
+    const char *output_checkpoint;    /* --output_checkpoint: written after the last step */
+    int log_interval;                 /* --log_interval: progress/ETA line every N steps (10) */
+    int64_t max_memory_mb;            /* --max_memory_mb: allocator limit (0 = none) */
+    float moe_aux_loss_coeff;         /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
+    bool backend_report;              /* --backend_report: kernel coverage/time table at the end */
+    int zero_stage;                   /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
+    int64_t ddp_bucket_kb;            /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
+    int tensor_parallel;              /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */
+    bool sequence_parallel;           /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
+    int pipeline_parallel;            /* --pipeline_parallel: pipeline stages (1) */
+    int virtual_pipeline_parallel;    /* --virtual_pipeline_parallel: chunks per stage (1) */
     it_pp_schedule pipeline_schedule; /* --pipeline_schedule: gpipe (InfiniTrain's) or 1f1b */
     bool use_distributed_optimizer;   /* --use_distributed_optimizer: ZeRO (stage 1 unless --zero_stage) */
     bool activation_recompute;        /* --activation_recompute */
     it_recompute_granularity recompute_granularity; /* --recompute_granularity (full) */
-    it_recompute recompute_method;    /* --recompute_method: none (each block), uniform, block */
-    int recompute_num_layers;         /* --recompute_num_layers */
-    const char *loss_log;          /* --loss_log: each step's loss at full precision (rank 0) */
-    bool quiet;                    /* --quiet: no per-step lines (tests) */
-    const char *input_val_bin;     /* --input_val_bin: validation token shard */
-    int val_loss_every;            /* --val_loss_every: validation loss every N steps and at the end (0 = never) */
-    int val_max_steps;             /* --val_max_steps: batches per rank in one validation (20) */
-    const char *profile;           /* --profile: kernel profile PATH.report/.records.log/.trace.json */
-    const char *precision_check;   /* --precision_check: InfiniTrain's "level=..,path=..,..." (NULL: off) */
-    const char *save;              /* --save: checkpoint root */
-    int save_interval;             /* --save_interval: checkpoint every N steps (0 = never) */
-    const char *load;              /* --load: a checkpoint_step_NNNNNN directory to resume from */
-    int max_checkpoint_keep;       /* --max_checkpoint_keep: newest checkpoints kept (3; 0 = all) */
-    bool save_optimizer_state;     /* --save_optimizer_state: write optimizer.ckpt (true) */
-    bool load_optimizer_state;     /* --load_optimizer_state: restore it on --load (true) */
-    int lora_rank;                 /* --lora_rank: LoRA's r (0 = off) */
-    float lora_alpha;              /* --lora_alpha: scaling alpha / r (16) */
+    it_recompute recompute_method;                  /* --recompute_method: none (each block), uniform, block */
+    int recompute_num_layers;                       /* --recompute_num_layers */
+    const char *loss_log;                           /* --loss_log: each step's loss at full precision (rank 0) */
+    bool quiet;                                     /* --quiet: no per-step lines (tests) */
+    const char *input_val_bin;                      /* --input_val_bin: validation token shard */
+    int val_loss_every;              /* --val_loss_every: validation loss every N steps and at the end (0 = never) */
+    int val_max_steps;               /* --val_max_steps: batches per rank in one validation (20) */
+    const char *profile;             /* --profile: kernel profile PATH.report/.records.log/.trace.json */
+    const char *precision_check;     /* --precision_check: InfiniTrain's "level=..,path=..,..." (NULL: off) */
+    const char *save;                /* --save: checkpoint root */
+    int save_interval;               /* --save_interval: checkpoint every N steps (0 = never) */
+    const char *load;                /* --load: a checkpoint_step_NNNNNN directory to resume from */
+    int max_checkpoint_keep;         /* --max_checkpoint_keep: newest checkpoints kept (3; 0 = all) */
+    bool save_optimizer_state;       /* --save_optimizer_state: write optimizer.ckpt (true) */
+    bool load_optimizer_state;       /* --load_optimizer_state: restore it on --load (true) */
+    int lora_rank;                   /* --lora_rank: LoRA's r (0 = off) */
+    float lora_alpha;                /* --lora_alpha: scaling alpha / r (16) */
     const char *lora_target_modules; /* --lora_target_modules: module-name suffixes (per app) */
-    const char *lora_save_path;    /* --lora_save_path: the adapters after the last step */
-    const char *lora_load_path;    /* --lora_load_path: adapters to start from */
-    const char *lora_merge_output; /* --lora_merge_output: W + (alpha/r) B A as an llm.c checkpoint */
-    void *storage;                 /* values read from --flagfile; freed by it_train_config_release */
+    const char *lora_save_path;      /* --lora_save_path: the adapters after the last step */
+    const char *lora_load_path;      /* --lora_load_path: adapters to start from */
+    const char *lora_merge_output;   /* --lora_merge_output: W + (alpha/r) B A as an llm.c checkpoint */
+    void *storage;                   /* values read from --flagfile; freed by it_train_config_release */
 } it_train_config;
 
 /* The flags, one table (src/train/flags.c): it gives the defaults, parses, prints --help and

@@ -305,8 +305,8 @@ it_status it_backward_range(it_tensor *root, it_tensor *grad, size_t lo, size_t 
         return it_error(IT_ERR_INVALID_ARG, "backward: a root of %lld elements needs its gradient",
                         (long long)it_tensor_numel(root));
     it_tensor_release(root->grad);
-    root->grad = grad ? it__clone_owned(grad) : it__tensor_new_owned(it_tensor_device(root), root->dtype, root->ndim,
-                                                                      root->shape);
+    root->grad = grad ? it__clone_owned(grad)
+                      : it__tensor_new_owned(it_tensor_device(root), root->dtype, root->ndim, root->shape);
     it_status st = root->grad ? IT_OK : it_last_status();
     if (!st && !grad) st = it_tensor_fill(root->grad, it_scalar_f64(1.0));
     for (size_t k = hi; k-- > lo;) {

@@ -74,8 +74,10 @@ static size_t lower_bound(const it_allocator *a, size_t want) {
     size_t lo = 0, hi = a->n_cache;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (a->cache[mid].size < want) lo = mid + 1;
-        else hi = mid;
+        if (a->cache[mid].size < want)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }

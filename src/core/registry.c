@@ -137,8 +137,8 @@ static it_status validate(const it_backend *b) {
     if (missing[0]) return it_error(IT_ERR_INVALID_ARG, "backend '%s': required kernels missing: %s", b->name, missing);
     const it_ccl *c = b->ccl;
     if (c && b->api_version >= 7 && !c->group_start != !c->group_end)
-        return it_error(IT_ERR_INVALID_ARG, "backend '%s': ccl group_start and group_end go together: set both or neither",
-                        b->name);
+        return it_error(IT_ERR_INVALID_ARG,
+                        "backend '%s': ccl group_start and group_end go together: set both or neither", b->name);
     return IT_OK;
 }
 
@@ -247,7 +247,7 @@ void it_backend_search_path(char *buf, size_t size) {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < nd && used + 1 < size; i++) {
-        const char *kind = i < n_exe ? "beside the executable"
+        const char *kind = i < n_exe                 ? "beside the executable"
                            : i < n_exe + n_installed ? "installed plugins"
                                                      : "IT_BACKEND_PATH";
         int w = snprintf(buf + used, size - used, "%s%s (%s)", i ? ", " : "", dirs[i], kind);

@@ -35,8 +35,7 @@ static it_status check_shape(int ndim, const int64_t *shape, it_dtype dtype, siz
         if (shape[i] < 0)
             return it_error(IT_ERR_INVALID_ARG, "tensor: dimension %d has negative size %" PRId64, i, shape[i]);
         if (shape[i] && n > max_elems / (uint64_t)shape[i])
-            return it_error(IT_ERR_OOM, "tensor: shape too large (dimension %d = %" PRId64 " overflows)", i,
-                            shape[i]);
+            return it_error(IT_ERR_OOM, "tensor: shape too large (dimension %d = %" PRId64 " overflows)", i, shape[i]);
         n *= (uint64_t)shape[i];
     }
     *nbytes = (size_t)n * it_dtype_size(dtype);
@@ -347,8 +346,9 @@ it_tensor *it_tensor_slice(it_tensor *t, int dim, int64_t start, int64_t end, in
     }
     int64_t n = t->shape[dim];
     if (step <= 0 || start < 0 || end > n || start > end) {
-        it_error(IT_ERR_INVALID_ARG, "slice: [%" PRId64 ", %" PRId64 ") step %" PRId64
-                 " invalid for dimension %d of size %" PRId64, start, end, step, dim, n);
+        it_error(IT_ERR_INVALID_ARG,
+                 "slice: [%" PRId64 ", %" PRId64 ") step %" PRId64 " invalid for dimension %d of size %" PRId64, start,
+                 end, step, dim, n);
         return NULL;
     }
     int64_t shape[IT_MAX_DIMS], strides[IT_MAX_DIMS];
@@ -571,8 +571,9 @@ it_status it_tensor_item(it_tensor *t, const int64_t *index, double *out) {
     int64_t off = t->offset;
     for (int i = 0; i < t->ndim; i++) {
         if (index[i] < 0 || index[i] >= t->shape[i])
-            return it_error(IT_ERR_INVALID_ARG, "item: index %" PRId64 " out of range for dimension %d of size %" PRId64,
-                            index[i], i, t->shape[i]);
+            return it_error(IT_ERR_INVALID_ARG,
+                            "item: index %" PRId64 " out of range for dimension %d of size %" PRId64, index[i], i,
+                            t->shape[i]);
         off += index[i] * t->strides[i];
     }
     if (t->ndim > 0 && it_tensor_numel(t) == 0) return it_error(IT_ERR_INVALID_ARG, "item: empty tensor");
@@ -615,8 +616,10 @@ it_status it_tensor_print(it_tensor *t, FILE *f, const char *name) {
                 c = cols - 4;
             }
             double v = elem_to_double(host + (size_t)(r * cols + c) * es, t->dtype);
-            if (it_dtype_is_float(t->dtype)) fprintf(f, "%s%.6g", c ? ", " : "", v);
-            else fprintf(f, "%s%.0f", c ? ", " : "", v);
+            if (it_dtype_is_float(t->dtype))
+                fprintf(f, "%s%.6g", c ? ", " : "", v);
+            else
+                fprintf(f, "%s%.0f", c ? ", " : "", v);
         }
         fprintf(f, "]\n");
     }

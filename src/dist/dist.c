@@ -268,9 +268,8 @@ it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_
         if ((st = it_device_synchronize(d->dev))) return st;
         void *ps = it_tensor_desc(src).data, *pd = it_tensor_desc(dst).data;
         st = d->dev_ccl->reduce_scatter(d->dev_comm, ps, pd, n, it_tensor_dtype(src), op, it__stream(d->dev));
-        if (avg_declined(st, op) &&
-            !(st = d->dev_ccl->reduce_scatter(d->dev_comm, ps, pd, n, it_tensor_dtype(src), IT_CCL_SUM,
-                                              it__stream(d->dev))))
+        if (avg_declined(st, op) && !(st = d->dev_ccl->reduce_scatter(d->dev_comm, ps, pd, n, it_tensor_dtype(src),
+                                                                      IT_CCL_SUM, it__stream(d->dev))))
             st = divide_by_world(d, dst);
         return st;
     }

@@ -205,7 +205,7 @@ it_tensor *it_tp_embedding(it_tensor *idx, it_tensor *w, int64_t lo) {
         for (int64_t i = 0; i < n; i++) {
             bool mine = ids[i] >= lo && ids[i] < lo + V;
             local[i] = mine ? (int32_t)(ids[i] - lo) : 0; /* InfiniTrain: out-of-range ids look up row 0 */
-            mask[i] = mine ? 1.0f : 0.0f;                  /* ... and their rows are zeroed */
+            mask[i] = mine ? 1.0f : 0.0f;                 /* ... and their rows are zeroed */
         }
         int64_t mshape[IT_MAX_DIMS];
         memcpy(mshape, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
@@ -232,7 +232,7 @@ it_tensor *it_tp_embedding(it_tensor *idx, it_tensor *w, int64_t lo) {
  * into the global one, and whether the target is in this rank's range. */
 typedef struct vce_rows {
     int64_t rows, valid;
-    double c[];  /* rows factors, then rows 0/1 in-range flags */
+    double c[]; /* rows factors, then rows 0/1 in-range flags */
 } vce_rows;
 
 /* The kernels' arguments over logits (rows, Vl) and targets (rows). */
@@ -273,7 +273,7 @@ static it_status vce_backward(it_node *n, it_tensor *dy) {
         if (!w) return it_error(IT_ERR_OOM, "tp_cross_entropy: out of host memory");
         double dl = g / (double)rows;
         for (int64_t i = 0; i < rows; i++) {
-            w[i] = (float)(dl * r->c[i]);                      /* softmax_local * c = the global softmax */
+            w[i] = (float)(dl * r->c[i]);                           /* softmax_local * c = the global softmax */
             w[rows + i] = (float)(dl * (r->c[i] - r->c[rows + i])); /* the one-hot: -dl, not -dl*c, and only here */
         }
         int64_t s1[1] = {rows}, s2[2] = {rows, 1};
@@ -298,8 +298,10 @@ it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *targets
     OP_REQUIRE(logits && targets);
     if (!check_ids("tp_cross_entropy", targets)) return NULL;
     int64_t vl = logits->ndim ? logits->shape[logits->ndim - 1] : 0;
-    if (logits->ndim < 1 || targets->ndim != logits->ndim - 1 || it_tensor_numel(targets) * vl != it_tensor_numel(logits)) {
-        it_error(IT_ERR_INVALID_ARG, "tp_cross_entropy: targets must have the logits' shape without the last dimension");
+    if (logits->ndim < 1 || targets->ndim != logits->ndim - 1 ||
+        it_tensor_numel(targets) * vl != it_tensor_numel(logits)) {
+        it_error(IT_ERR_INVALID_ARG,
+                 "tp_cross_entropy: targets must have the logits' shape without the last dimension");
         return NULL;
     }
     if (logits->dtype != IT_DTYPE_FP32) {
@@ -319,7 +321,8 @@ it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *targets
     OP_REQUIRE(ids);
     vce_rows *r = calloc(1, sizeof *r + sizeof(double) * 2 * (size_t)rows);
     int32_t *tcl = malloc(sizeof(int32_t) * (size_t)rows + 1);
-    double *all = calloc((size_t)(2 * N * rows) + 1, sizeof(double)); /* [rank][row] lse, then [rank][row] target logit */
+    double *all =
+        calloc((size_t)(2 * N * rows) + 1, sizeof(double)); /* [rank][row] lse, then [rank][row] target logit */
     float *hl = malloc(sizeof(float) * 2 * (size_t)rows + 1);
     it_tensor *out = NULL;
     if (!r || !tcl || !all || !hl) {

@@ -185,7 +185,7 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output (B, Tl, C) */
     if (m->first) {
         it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
-        x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos); /* (B, Tl, C) */
+        x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos);        /* (B, Tl, C) */
     } else if (!x) {
         it_error(IT_ERR_INVALID_ARG, "gpt2: pipeline stage %d has no input activation", m->pp_rank);
         return NULL;
@@ -231,7 +231,8 @@ static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops,
 /* Build the model object and the parameter views over freshly allocated buffers. */
 static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out) {
     it_status st = it_gpt2_config_check(cfg);
-    if (!st) st = it__tp_check(par, "GPT-2", cfg->n_head, cfg->n_head, 4 * (int64_t)cfg->n_embd, cfg->padded_vocab_size);
+    if (!st)
+        st = it__tp_check(par, "GPT-2", cfg->n_head, cfg->n_head, 4 * (int64_t)cfg->n_embd, cfg->padded_vocab_size);
     if (st) return st;
     it_model *m = calloc(1, sizeof *m);
     gpt2 *g = calloc(1, sizeof *g);
@@ -334,7 +335,9 @@ it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed
     return IT_OK;
 }
 
-it_status it_gpt2_load(const char *path, it_device dev, it_model **out) { return it_gpt2_load_tp(path, dev, NULL, out); }
+it_status it_gpt2_load(const char *path, it_device dev, it_model **out) {
+    return it_gpt2_load_tp(path, dev, NULL, out);
+}
 
 it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
     int32_t h[256];

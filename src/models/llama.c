@@ -44,7 +44,7 @@ typedef struct llama {
      * aux_total before the next layer's tensor joins it or when the forward ends. */
     float aux_value;
     bool aux_pending;
-    int64_t B, Tcur;        /* the forward's batch and (whole) sequence length */
+    int64_t B, Tcur; /* the forward's batch and (whole) sequence length */
 } llama;
 
 static float f32(int32_t bits) {
@@ -210,9 +210,8 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
         /* Recomputed: the loss counted this layer's auxiliary loss as a value when it first ran
          * without a graph; its gradient joins here, as the loss's would have reached it (the
          * same two factors, in the same order). */
-        if (aux && again)
-            x = it_attach_loss(x, it_scale(it_scale(aux, g->aux_coeff / (float)g->L), m->loss_scale));
-    } else { /* c_proj(c_fc(x) * silu(c_fc2(x))) */
+        if (aux && again) x = it_attach_loss(x, it_scale(it_scale(aux, g->aux_coeff / (float)g->L), m->loss_scale));
+    } else {                    /* c_proj(c_fc(x) * silu(c_fc2(x))) */
         h = it__tp_enter(m, h); /* one gather for both column-parallel inputs (InfiniTrain gathers twice) */
         it_tensor *y;
         if (it__mlp_keeps_low(m, (it_tensor *[]){g->fc[l], g->fc2[l], g->fc_proj[l]}, 3)) {
@@ -329,12 +328,11 @@ static void llama_walk_all(const it_model *m, it__layout *lo) {
     llama_walk(&whole, lo);
 }
 
-static const it_model_vtable llama3_vtable = {llama_forward, llama_save, llama_flops, llama_free, NULL, NULL,
-                                              llama_walk_all};
-static const it_model_vtable mixtral_vtable = {llama_forward,      llama_save,
-                                               llama_flops,        llama_free,
-                                               mixtral_set_aux_loss_coeff, mixtral_expert_tokens,
-                                               llama_walk_all};
+static const it_model_vtable llama3_vtable = {llama_forward, llama_save, llama_flops,   llama_free,
+                                              NULL,          NULL,       llama_walk_all};
+static const it_model_vtable mixtral_vtable = {
+    llama_forward,         llama_save,    llama_flops, llama_free, mixtral_set_aux_loss_coeff,
+    mixtral_expert_tokens, llama_walk_all};
 
 /* ---------------------------------------------------------------- layout */
 
@@ -382,7 +380,8 @@ static it_status llama_walk(llama *g, it__layout *lo) {
         for (int l = 0; l < g->L; l++)
             put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
         for (int l = 0; l < g->L; l++)
-            put(g->qkv, l, it__layout_take(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
+            put(g->qkv, l,
+                it__layout_take(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
         for (int l = 0; l < g->L; l++)
             put(g->proj, l,
                 it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, C), "transformer.h.%d.attn.c_proj.weight",
@@ -417,7 +416,8 @@ static it_status llama_walk(llama *g, it__layout *lo) {
         it__layout_qkv_rows(lo, C, kvd, g->hd, &q_r, &kv_r);
         for (int l = 0; l < g->L; l++) {
             put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
-            put(g->qkv, l, it__layout_alias(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
+            put(g->qkv, l,
+                it__layout_alias(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
             put(g->q, l, it__layout_leaf(lo, 2, q_r, C));
             put(g->k, l, it__layout_leaf(lo, 2, kv_r, C));
             put(g->v, l, it__layout_leaf(lo, 2, kv_r, C));
@@ -583,7 +583,9 @@ it_status it_llama3_load(const char *path, it_device dev, it_model **out) {
 it_status it_llama3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
     return llama_load(path, dev, false, par, out);
 }
-it_status it_mixtral_load(const char *path, it_device dev, it_model **out) { return llama_load(path, dev, true, NULL, out); }
+it_status it_mixtral_load(const char *path, it_device dev, it_model **out) {
+    return llama_load(path, dev, true, NULL, out);
+}
 it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
     return llama_load(path, dev, true, par, out);
 }

@@ -43,7 +43,7 @@ struct it__lora {
         char *name;
         int64_t shape[2], offset; /* in the one-rank adapter buffer */
         bool is_b;
-    } *w;
+    } * w;
     int nw;
 };
 
@@ -157,7 +157,8 @@ static it_status init_values(const it_model *m, struct it__lora *l, uint64_t see
         float std = (float)(gain / sqrt((double)A->shape[1]));
         float bound = sqrtf(3.0f) * std;
         float *dst = full + A->offset;
-        for (int64_t j = 0; j < A->shape[0] * A->shape[1]; j++) dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
+        for (int64_t j = 0; j < A->shape[0] * A->shape[1]; j++)
+            dst[j] = (float)(2.0 * it__rng_uniform(&rng) - 1.0) * bound;
     }
     slices(l, m->tp_size, m->tp_rank, host, full, false);
     it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
@@ -276,8 +277,10 @@ it_status it_model_lora_apply(it_model *m, const it_lora_config *cfg) {
         const struct lora_whole *w = NULL;
         for (int j = 0; j < l->nw && !w; j++)
             if (strcmp(l->w[j].name, l->t[i].name) == 0) w = &l->w[j];
-        if (!w) st = it_error(IT_ERR_INTERNAL, "lora: %s is not in the whole model's adapter list", l->t[i].name);
-        else l->t[i].full_offset = w->offset;
+        if (!w)
+            st = it_error(IT_ERR_INTERNAL, "lora: %s is not in the whole model's adapter list", l->t[i].name);
+        else
+            l->t[i].full_offset = w->offset;
     }
     int64_t shape[1] = {l->numel};
     if (!st) {

@@ -661,7 +661,8 @@ it_status it__model_from_full(it_model *m, const float *full) {
     copy_ctx c = {.full_in = full};
     it_status st = host_params(m, &c.local);
     if (st) return st;
-    for (int i = 0; i < m->n_entries; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
+    for (int i = 0; i < m->n_entries; i++)
+        it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_from_full, &c);
     st = it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
     it__weights_written();
     free(c.local);
@@ -677,7 +678,8 @@ it_status it__model_read_sliced(it_model *m, const char *path) {
         free(c.local);
         return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
-    for (int i = 0; i < m->n_entries && !c.st; i++) it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
+    for (int i = 0; i < m->n_entries && !c.st; i++)
+        it__param_runs(&m->entries[i].info, m->tp_size, m->tp_rank, run_read, &c);
     fclose(c.f);
     st = c.st ? c.st : it_tensor_copy_from_host(m->params, c.local, it_tensor_nbytes(m->params));
     it__weights_written();
@@ -840,8 +842,8 @@ it_status it_model_grad_shared_sumsq(it_model *m, it_tensor *g, int64_t flat_lo,
         }
         if (!m->tp) continue;
         if ((t ? t->split : p->split) == IT_PARAM_SPLIT_NONE) { /* on every rank of the group */
-            st = add_span(g, flat_lo, off > lo ? off : lo, off + numel < hi ? off + numel : hi,
-                          1.0 - 1.0 / m->tp_size, &acc);
+            st = add_span(g, flat_lo, off > lo ? off : lo, off + numel < hi ? off + numel : hi, 1.0 - 1.0 / m->tp_size,
+                          &acc);
             continue;
         }
         it_model_param_info v = kv_view(m, i);

@@ -138,12 +138,12 @@ typedef struct it__param_spec {
  * the same walk counts (m NULL: only `off` advances) and builds (views and named entries).
  * Building needs m->info's n_head, n_kv_head and n_embd set (c_attn's Q/K/V rows). */
 typedef struct it__layout {
-    it_model *m;          /* NULL: count only */
-    int64_t off;          /* elements walked so far (this rank's, under TP/PP) */
-    it_status st;         /* the first failure while building */
-    const it_model *par;  /* counting only: whose TP cut and PP stage to count (NULL: the whole
-                             model); building uses m's */
-    int64_t full_off;     /* elements of the whole (uncut) tensors walked so far */
+    it_model *m;         /* NULL: count only */
+    int64_t off;         /* elements walked so far (this rank's, under TP/PP) */
+    it_status st;        /* the first failure while building */
+    const it_model *par; /* counting only: whose TP cut and PP stage to count (NULL: the whole
+                            model); building uses m's */
+    int64_t full_off;    /* elements of the whole (uncut) tensors walked so far */
     /* Called for every tensor of the whole model, held here or not, with its place in the
      * one-rank layout (a new model's initialization draws the whole model's values). */
     void (*visit)(void *ctx, const struct it__param_spec *spec, int64_t full_off, const char *name);

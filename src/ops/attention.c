@@ -241,8 +241,7 @@ static it_tensor *attention(it_tensor *q, it_tensor *k, it_tensor *v, bool keep)
     OP_REQUIRE(q && k && v);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
         k->shape[3] != q->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] ||
-        v->shape[2] != k->shape[2] || v->shape[3] != k->shape[3] || k->shape[2] < 1 ||
-        q->shape[2] % k->shape[2] != 0) {
+        v->shape[2] != k->shape[2] || v->shape[3] != k->shape[3] || k->shape[2] < 1 || q->shape[2] % k->shape[2] != 0) {
         it_error(IT_ERR_INVALID_ARG, "attention: q (B, T, nh, hd), k and v (B, T, nkv, hd) with nh divisible by nkv");
         return NULL;
     }

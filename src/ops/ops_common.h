@@ -6,9 +6,9 @@
 #include "infinitrain/ops.h"
 
 /* Fail (return NULL) from an op when any input is NULL: its error is already recorded. */
-#define OP_REQUIRE(cond)                                                                                \
-    do {                                                                                                \
-        if (!(cond)) return NULL;                                                                       \
+#define OP_REQUIRE(cond)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) return NULL;                                                                                      \
     } while (0)
 
 /* Check that tensors share a device and a dtype; name the op in the message. */

@@ -24,7 +24,8 @@ it_tensor *it_rmsnorm(it_tensor *x, it_tensor *w, float eps) {
     }
     it_tensor *xc = it_tensor_contiguous(x), *y = it__empty_like(x);
     int64_t r[1] = {c ? it_tensor_numel(x) / c : 0};
-    it_tensor *rstd = it_tensor_new(it_tensor_device(x), x->dtype == IT_DTYPE_FP64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32, 1, r);
+    it_tensor *rstd =
+        it_tensor_new(it_tensor_device(x), x->dtype == IT_DTYPE_FP64 ? IT_DTYPE_FP64 : IT_DTYPE_FP32, 1, r);
     OP_REQUIRE(xc && y && rstd);
     it_tdesc dx = it_tensor_desc(xc), dw = it_tensor_desc(w), dy = it_tensor_desc(y), dr = it_tensor_desc(rstd);
     if (KCALL(it_tensor_device(x), rmsnorm_fwd, &dx, &dw, eps, &dy, &dr)) return NULL;

@@ -180,7 +180,7 @@ static it_status model_items(it_model *m, const float *flat, items *it) {
 typedef struct host_state {
     float *params, *m, *v; /* m, v: the trainable parameters' (the adapters' under LoRA) */
     float *lora;           /* the adapters' flat buffer, NULL without LoRA */
-    int64_t step; /* Adam's t */
+    int64_t step;          /* Adam's t */
     bool adam;
 } host_state;
 
@@ -350,13 +350,12 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
                             json_pack("{s:i,s:f,s:s}", "rank", c->lora_rank, "alpha", (double)c->lora_alpha,
                                       "target_modules", targets));
     }
-    json_t *root =
-        json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
-                  info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
-                  "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
-                  (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", ctx->tp_size, "sp_size",
-                  ctx->cfg->sequence_parallel ? ctx->tp_size : 1,
-                  "pp_size", ctx->pp_size, "infinitrain_c", ours);
+    json_t *root = json_pack(
+        "{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head", info->n_head,
+        "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd, "vocab_size",
+        (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches", (json_int_t)consumed,
+        "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", ctx->tp_size, "sp_size",
+        ctx->cfg->sequence_parallel ? ctx->tp_size : 1, "pp_size", ctx->pp_size, "infinitrain_c", ours);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -487,7 +486,8 @@ static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
     snprintf(name, sizeof name, STEP_PREFIX "%06d", ctx->step);
     it_status st = IT_OK;
     double pid = lead ? (double)getpid() : 0;
-    if (lead && mkdir(root, 0755) != 0 && errno != EEXIST) st = it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
+    if (lead && mkdir(root, 0755) != 0 && errno != EEXIST)
+        st = it_error(IT_ERR_IO, "--save %s: %s", root, strerror(errno));
     if (lead && !st) remove_stale(root);
     path_fmt(tmp, sizeof tmp, "%s/.%s.tmp-%ld", root, name, (long)pid);
     if (lead && !st && mkdir(tmp, 0755) != 0) st = it_error(IT_ERR_IO, "%s: %s", tmp, strerror(errno));
@@ -862,7 +862,8 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
         (st = expect_int(path, j, "tp_size", 1, ctx->tp_size,
                          ctx->tp_size > 1 ? "this run's --tensor_parallel" : "this run: no tensor parallelism")) ||
         (st = expect_int(path, j, "sp_size", 1, c->sequence_parallel ? ctx->tp_size : 1,
-                         c->sequence_parallel ? "this run: --sequence_parallel" : "this run: no sequence parallelism")) ||
+                         c->sequence_parallel ? "this run: --sequence_parallel"
+                                              : "this run: no sequence parallelism")) ||
         (st = expect_int(path, j, "pp_size", 1, ctx->pp_size,
                          ctx->pp_size > 1 ? "this run's --pipeline_parallel" : "this run: no pipeline parallelism")))
         return st;

@@ -23,8 +23,10 @@ static const it_flag_choice lr_decay_choices[] = {{"none", IT_LR_NONE, NULL},
                                                   {NULL, 0, NULL}};
 static const it_flag_choice schedule_choices[] = {
     {"gpipe", IT_PP_GPIPE, NULL}, {"1f1b", IT_PP_1F1B, NULL}, {NULL, 0, NULL}};
-static const it_flag_choice granularity_choices[] = {
-    {"none", IT_GRAN_NONE, NULL}, {"full", IT_GRAN_FULL, NULL}, {"selective", IT_GRAN_SELECTIVE, NULL}, {NULL, 0, NULL}};
+static const it_flag_choice granularity_choices[] = {{"none", IT_GRAN_NONE, NULL},
+                                                     {"full", IT_GRAN_FULL, NULL},
+                                                     {"selective", IT_GRAN_SELECTIVE, NULL},
+                                                     {NULL, 0, NULL}};
 static const it_flag_choice method_choices[] = {{"none", IT_RECOMPUTE_EACH, NULL},
                                                 {"uniform", IT_RECOMPUTE_UNIFORM, NULL},
                                                 {"block", IT_RECOMPUTE_BLOCK, NULL},

@@ -131,9 +131,9 @@ it_status train_generate(it_train_ctx *ctx) {
         it_tensor *all = last && ctx->tp ? it_tensor_new(it_model_device(ctx->model), IT_DTYPE_FP32, 1,
                                                          (int64_t[]){info->padded_vocab})
                                          : last;
-        st = !all                           ? it_last_status()
+        st = !all                                                 ? it_last_status()
              : ctx->tp && vl * ctx->tp_size == info->padded_vocab ? it_dist_all_gather(ctx->tp, last, all)
-                                            : IT_OK;
+                                                                  : IT_OK;
         if (!st) st = it_tensor_copy_to_host(all, row, sizeof(float) * (size_t)info->padded_vocab);
         it_scope_end();
         if (st) break;

@@ -39,9 +39,9 @@
 static int tag_of(int mb, int g, int chunks, bool grad) { return 2 * (mb * chunks + g) + (grad ? 1 : 0); }
 
 typedef struct pp_mb {
-    size_t lo, hi;         /* its forward's segment of the tape */
-    it_tensor *root, *in;  /* the chunk's output (or the scaled loss); its input leaf (NULL: first chunk) */
-    it_tensor *dy;         /* the output's gradient when received ahead of the backward (NULL: not yet) */
+    size_t lo, hi;        /* its forward's segment of the tape */
+    it_tensor *root, *in; /* the chunk's output (or the scaled loss); its input leaf (NULL: first chunk) */
+    it_tensor *dy;        /* the output's gradient when received ahead of the backward (NULL: not yet) */
 } pp_mb;
 
 /* IT_PP_STATS=1: each stage's time blocked in receives (its share of the bubble) over the
@@ -58,7 +58,9 @@ static it_status timed_exchange(it_dist *d, int n, it_tensor *const *t, const in
     g_stats.wait_ms += train_now_ms() - t0;
     return st;
 }
-static it_status timed_recv(it_dist *d, it_tensor *t, int peer, int tag) { return timed_exchange(d, 1, &t, &peer, &tag); }
+static it_status timed_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+    return timed_exchange(d, 1, &t, &peer, &tag);
+}
 
 typedef struct pp_run {
     it_train_ctx *ctx;
@@ -87,7 +89,8 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
      * micro-batch's: it_loader_next for chunk 0, the same batch again for the later chunks) */
     it_status st = IT_OK;
     if (v == 0) {
-        if ((st = it_loader_next(ctx->loader, ctx->hx + (size_t)i * ctx->B * ctx->T, ctx->hy + (size_t)i * ctx->B * ctx->T)))
+        if ((st = it_loader_next(ctx->loader, ctx->hx + (size_t)i * ctx->B * ctx->T,
+                                 ctx->hy + (size_t)i * ctx->B * ctx->T)))
             return st;
     }
     const int32_t *hx = ctx->hx + (size_t)i * ctx->B * ctx->T, *hy = ctx->hy + (size_t)i * ctx->B * ctx->T;
@@ -95,13 +98,13 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
     size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
     it_model_set_chunk(m, v);
     it_model_set_loss_scale(m, parts > 1 ? 1.0f / (float)parts : 1.0f); /* recomputed auxiliary losses' */
-    it_precision_pipeline_micro_step(i); /* no-op unless --precision_check */
+    it_precision_pipeline_micro_step(i);                                /* no-op unless --precision_check */
     it_scope_begin();
     it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hx, bytes);
     it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, hy, bytes);
     st = x && y ? IT_OK : it_last_status();
     if (!st && from >= 0) { /* the previous chunk's output, a leaf whose gradient goes back */
-        if (!mb->in) { /* not received ahead (pp_receive_ahead) */
+        if (!mb->in) {      /* not received ahead (pp_receive_ahead) */
             mb->in = it_scope_keep(stage_input(ctx));
             st = mb->in ? timed_recv(ctx->pp, mb->in, from, tag_of(i, g, chunks, false)) : it_last_status();
         }
@@ -124,7 +127,8 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
             out = it_attach_loss(out, parts > 1 ? it_scale(aux, 1.0f / (float)parts) : aux);
         }
         mb->root = it_scope_keep(out);
-        if (!st) st = mb->root ? it_dist_send(ctx->pp, mb->root, to, tag_of(i, g + 1, chunks, false)) : it_last_status();
+        if (!st)
+            st = mb->root ? it_dist_send(ctx->pp, mb->root, to, tag_of(i, g + 1, chunks, false)) : it_last_status();
     }
     mb->hi = it_tape_size();
     it_model_set_stage_input(m, NULL);
@@ -208,8 +212,9 @@ static it_status pp_receive_ahead(pp_run *r, const pp_task *t, int n) {
                                                      it_tensor_shape(mb->root)));
             peer[k] = to, tag[k] = tag_of(t[j].mb, g, chunks, true);
         } else if (t[j].bwd && to >= 0) {
-            st = it_error(IT_ERR_INTERNAL, "pipeline: stage %d's backward of micro-batch %d chunk %d precedes its forward",
-                          r->p, t[j].mb, t[j].v);
+            st = it_error(IT_ERR_INTERNAL,
+                          "pipeline: stage %d's backward of micro-batch %d chunk %d precedes its forward", r->p,
+                          t[j].mb, t[j].v);
         }
         it_scope_end();
         if (!st && (!t[j].bwd ? from >= 0 : to >= 0)) {
@@ -256,8 +261,11 @@ static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum);
  * last stage's last chunk plus the other chunks' auxiliary losses (Mixtral), summed over PP so
  * every stage has it. */
 it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, double *loss) {
-    pp_run r = {.ctx = ctx, .M = 1, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
-                .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
+    pp_run r = {.ctx = ctx,
+                .M = 1,
+                .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
+                .P = it_model_pp_size(ctx->model),
+                .p = it_model_pp_rank(ctx->model)};
     int chunks = r.P * r.V;
     it_model *m = ctx->model;
     it_status st = IT_OK;
@@ -294,11 +302,13 @@ it_status train_pipeline_loss(it_train_ctx *ctx, it_tensor *x, it_tensor *y, dou
 void train_pipeline_report(const it_train_ctx *ctx) {
     const char *v = getenv("IT_PP_STATS");
     if (!ctx->pp || !v || !*v || *v == '0' || g_stats.steps < 2) return;
-    int P = ctx->pp_size, M = (int)ctx->accum, V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1;
+    int P = ctx->pp_size, M = (int)ctx->accum,
+        V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1;
     /* GPipe's and 1F1B's bubble: (P-1)/(M+P-1) of a step; interleaved: (P-1)/(V*M+P-1) */
     double theory = (double)(P - 1) / (double)(V * M + P - 1);
-    fprintf(stderr, "pipeline stats: stage %d of %d: blocked in receives %.1f%% of %d steps' time (%.1f of %.1f ms); "
-                    "the schedule's bubble (P-1)/(%sM+P-1) = %.1f%%; peak used %.1f MB\n",
+    fprintf(stderr,
+            "pipeline stats: stage %d of %d: blocked in receives %.1f%% of %d steps' time (%.1f of %.1f ms); "
+            "the schedule's bubble (P-1)/(%sM+P-1) = %.1f%%; peak used %.1f MB\n",
             it_model_pp_rank(ctx->model), P, 100.0 * g_stats.wait_ms / g_stats.total_ms, g_stats.steps - 1,
             g_stats.wait_ms, g_stats.total_ms, V > 1 ? "V*" : "", 100.0 * theory, (double)g_stats.peak / 1048576.0);
 }
@@ -308,16 +318,21 @@ it_status train_pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
     double t0 = train_now_ms(), w0 = g_stats.wait_ms;
     if (g_stats.steps++ == 0) w0 = -1;
     it_status st = pipeline_steps(ctx, loss_sum);
-    if (w0 < 0) g_stats.wait_ms = 0;
-    else g_stats.total_ms += train_now_ms() - t0;
+    if (w0 < 0)
+        g_stats.wait_ms = 0;
+    else
+        g_stats.total_ms += train_now_ms() - t0;
     it_mem_stats mem;
     if (!it_mem_stats_get(ctx->dev, &mem) && mem.peak_used > g_stats.peak) g_stats.peak = mem.peak_used;
     return st;
 }
 
 static it_status pipeline_steps(it_train_ctx *ctx, double *loss_sum) {
-    pp_run r = {.ctx = ctx, .M = (int)ctx->accum, .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
-                .P = it_model_pp_size(ctx->model), .p = it_model_pp_rank(ctx->model)};
+    pp_run r = {.ctx = ctx,
+                .M = (int)ctx->accum,
+                .V = ctx->cfg->virtual_pipeline_parallel > 1 ? ctx->cfg->virtual_pipeline_parallel : 1,
+                .P = it_model_pp_size(ctx->model),
+                .p = it_model_pp_rank(ctx->model)};
     int M = r.M, V = r.V, P = r.P, p = r.p;
     it_status st = IT_OK;
     r.mbs = calloc((size_t)(M * V), sizeof *r.mbs);

@@ -131,8 +131,8 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp, int pp) {
                      pp, vpp, pp * vpp, d.what, (long long)d.n_layer, d.from);
         else
             snprintf(msg, sizeof msg,
-                     "--pipeline_parallel: %d stages for %s's %lld layers (%s): at most one stage per layer", pp, d.what,
-                     (long long)d.n_layer, d.from);
+                     "--pipeline_parallel: %d stages for %s's %lld layers (%s): at most one stage per layer", pp,
+                     d.what, (long long)d.n_layer, d.from);
     }
     if (tp > 1 && !*msg && grid_model_dims(c, &d)) {
         const struct {
@@ -254,7 +254,9 @@ static it_status setup_agree(it_train_ctx *ctx) {
 
 /* --use_distributed_optimizer: InfiniTrain's older switch (before its --zero_stage alone
  * decided): with it a stage of 0 means 1. */
-int train_zero_stage(const it_train_config *c) { return c->zero_stage ? c->zero_stage : c->use_distributed_optimizer ? 1 : 0; }
+int train_zero_stage(const it_train_config *c) {
+    return c->zero_stage ? c->zero_stage : c->use_distributed_optimizer ? 1 : 0;
+}
 
 /* --activation_recompute and its --recompute_* flags, InfiniTrain's rules: without it nothing
  * is recomputed; granularity none means none; selective is not implemented (InfiniTrain stops
@@ -347,9 +349,10 @@ static void with_commas(int64_t n, char *buf, size_t cap) {
 static it_status setup_lora(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     if (c->lora_rank <= 0) {
-        const char *set = c->lora_load_path ? "lora_load_path" : c->lora_save_path ? "lora_save_path"
-                          : c->lora_merge_output              ? "lora_merge_output"
-                                                              : NULL;
+        const char *set = c->lora_load_path      ? "lora_load_path"
+                          : c->lora_save_path    ? "lora_save_path"
+                          : c->lora_merge_output ? "lora_merge_output"
+                                                 : NULL;
         if (set) return it_error(IT_ERR_INVALID_ARG, "--%s: needs --lora_rank R > 0 (LoRA is off)", set);
         return IT_OK;
     }
@@ -452,9 +455,9 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
     /* with LoRA, the adapters alone: optimizer state, DDP buckets and ZeRO-1 shards cover them */
     it_tensor *params = it_model_trainable(ctx->model), *grads = it_model_grads(ctx->model);
     it_optim_config ocfg = {c->optimizer, 0.9f, 0.999f, 1e-8f, c->weight_decay};
-    it_status st = train_zero_stage(c) ? it_zero_new(ctx->dist, train_zero_stage(c), (size_t)c->ddp_bucket_kb << 10, &ocfg,
-                                                 params, grads, &ctx->zero)
-                                 : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
+    it_status st = train_zero_stage(c) ? it_zero_new(ctx->dist, train_zero_stage(c), (size_t)c->ddp_bucket_kb << 10,
+                                                     &ocfg, params, grads, &ctx->zero)
+                                       : it_optimizer_new(&ocfg, params, grads, &ctx->opt);
     if (!st && ctx->world > 1 && !ctx->zero)
         st = it_grad_sync_new(ctx->dist, grads, (size_t)c->ddp_bucket_kb << 10, &ctx->gsync);
     if (!st && ctx->world > 1 && it_model_has_lora(ctx->model) && !ctx->quiet)
@@ -512,13 +515,21 @@ typedef struct train_stage {
 /* In order. A stage after the group formed that only reads this rank's files fails this rank
  * alone; one that every rank decides from agreed values or a collective fails them all. */
 static const train_stage SETUP[] = {
-    {setup_group, TRAIN_FAIL_BEFORE_GROUP},    {setup_agree, TRAIN_FAIL_ALL_RANKS},
-    {setup_grid, TRAIN_FAIL_ALL_RANKS},        {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_lora, TRAIN_FAIL_ALL_RANKS},
-    {setup_lora_load, TRAIN_FAIL_THIS_RANK},   {setup_batch, TRAIN_FAIL_ALL_RANKS},
-    {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
-    {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
-    {setup_buffers, TRAIN_FAIL_THIS_RANK},     {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
-    {train_val_setup, TRAIN_FAIL_THIS_RANK},   {train_ckpt_prepare, TRAIN_FAIL_THIS_RANK},
+    {setup_group, TRAIN_FAIL_BEFORE_GROUP},
+    {setup_agree, TRAIN_FAIL_ALL_RANKS},
+    {setup_grid, TRAIN_FAIL_ALL_RANKS},
+    {setup_model, TRAIN_FAIL_THIS_RANK},
+    {setup_lora, TRAIN_FAIL_ALL_RANKS},
+    {setup_lora_load, TRAIN_FAIL_THIS_RANK},
+    {setup_batch, TRAIN_FAIL_ALL_RANKS},
+    {setup_data, TRAIN_FAIL_THIS_RANK},
+    {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
+    {setup_sync_params, TRAIN_FAIL_ALL_RANKS},
+    {setup_optimizer, TRAIN_FAIL_THIS_RANK},
+    {setup_buffers, TRAIN_FAIL_THIS_RANK},
+    {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
+    {train_val_setup, TRAIN_FAIL_THIS_RANK},
+    {train_ckpt_prepare, TRAIN_FAIL_THIS_RANK},
 };
 
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result) {

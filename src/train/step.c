@@ -41,8 +41,8 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_status st;
     /* ZeRO-2 reduces during backward unless TP must first sum some gradients over its group
      * (tp_sync_grads): then after it, whole */
-    bool hooked = last && (ctx->gsync || (zero2(ctx) && ctx->tp_size == 1));  /* (no pipeline here: pipeline.c) */
-    if (!first && !ctx->acc) { /* released after the last step (ZeRO-2) */
+    bool hooked = last && (ctx->gsync || (zero2(ctx) && ctx->tp_size == 1)); /* (no pipeline here: pipeline.c) */
+    if (!first && !ctx->acc) {                                               /* released after the last step (ZeRO-2) */
         it_tensor *g = it_model_grads(m);
         it_scope_begin();
         ctx->acc = it_scope_keep(it_tensor_new(ctx->dev, it_tensor_dtype(g), 1, (int64_t[]){it_tensor_numel(g)}));
@@ -71,7 +71,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
         st = it_backward(root);
     it_scope_end();
     it_tape_clear();
-    if (!st) st = it_model_grads_final(m); /* zeros where no node wrote */
+    if (!st) st = it_model_grads_final(m);                                          /* zeros where no node wrote */
     if (!st && !first && !hooked) st = train_add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
     return st;
 }
@@ -148,10 +148,10 @@ it_status train_step(it_train_ctx *ctx, int step) {
     if (step == ctx->start_step + 1) ctx->t_start = t0;
     ctx->step = step;
     it_mem_stats_reset_peak(ctx->dev);
-    it_profile_step_begin(step - 1);               /* InfiniTrain's tags count from Step_0; no-op unless profiling */
+    it_profile_step_begin(step - 1); /* InfiniTrain's tags count from Step_0; no-op unless profiling */
     it_precision_step_begin(step);
     it_status st = it_model_grads_acquire(ctx->model); /* released by the last step (ZeRO-2) */
-    if (!st) st = it_model_zero_grad(ctx->model);   /* lazily: the first backward writes them */
+    if (!st) st = it_model_zero_grad(ctx->model);      /* lazily: the first backward writes them */
     if (!st) st = ctx->forward_backward(ctx, &loss_sum);
     it_status pst = it_precision_step_end(); /* a record that failed fails the step */
     if (!st) st = pst;

@@ -45,7 +45,7 @@ struct it_train_ctx {
     it_dist *pp;        /* the PP group (NULL: no pipeline parallelism) */
     int pp_size;        /* 1 without */
     it_dist *mp;        /* TP x PP: the ranks holding one model replica (NULL: neither); owned */
-    bool quiet; /* no banner, step lines or samples: --quiet or a rank other than 0 */
+    bool quiet;         /* no banner, step lines or samples: --quiet or a rank other than 0 */
     train_fail_scope fail_scope;
 
     it_model *model;
@@ -115,7 +115,7 @@ it_status train_validate(it_train_ctx *ctx);
 /* checkpoint.c */
 it_status train_ckpt_load_model(it_train_ctx *ctx); /* --load: validate, the parameters */
 it_status train_ckpt_load_state(it_train_ctx *ctx); /* --load: optimizer, data position, RNG, step */
-it_status train_ckpt_prepare(it_train_ctx *ctx); /* --save: make the directory, check it */
+it_status train_ckpt_prepare(it_train_ctx *ctx);    /* --save: make the directory, check it */
 bool train_ckpt_due(const it_train_ctx *ctx);
 it_status train_ckpt_save(it_train_ctx *ctx);
 void train_ckpt_release(it_train_ctx *ctx);

@@ -50,8 +50,8 @@ static void train(it_device dev, it_optim_kind kind, bool outside, result *r) {
             p[k] = it_tensor_from_host(dev, IT_DTYPE_FP32, 2, sw2, h + off[2], sizeof(float) * N_W2);
         } else {
             p[k] = it_tensor_view(it_tensor_slice(flat, 0, off[k], off[k + 1], 1), nd[k], shapes[k]);
-            CHECK_OK(it_tensor_set_grad(p[k], it_tensor_view(it_tensor_slice(grads, 0, off[k], off[k + 1], 1),
-                                                             nd[k], shapes[k])));
+            CHECK_OK(it_tensor_set_grad(
+                p[k], it_tensor_view(it_tensor_slice(grads, 0, off[k], off[k + 1], 1), nd[k], shapes[k])));
         }
         CHECK_OK(it_tensor_set_requires_grad(p[k], true));
     }
@@ -97,8 +97,8 @@ static void train(it_device dev, it_optim_kind kind, bool outside, result *r) {
 }
 
 static void same(const char *what, const result *a, const result *b) {
-    CHECK_MSG(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s: losses differ (%.9g vs %.9g at the last step)",
-              what, a->loss[STEPS - 1], b->loss[STEPS - 1]);
+    CHECK_MSG(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s: losses differ (%.9g vs %.9g at the last step)", what,
+              a->loss[STEPS - 1], b->loss[STEPS - 1]);
     CHECK_MSG(memcmp(a->params, b->params, sizeof a->params) == 0, "%s: parameters differ", what);
 }
 

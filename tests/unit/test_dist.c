@@ -171,8 +171,8 @@ static void check_zero(it_dist *d, it_device dev, int stage, size_t bucket_bytes
 
 static void check_zero_stages(it_dist *d, it_device dev) {
     check_zero(d, dev, 1, 0);
-    check_zero(d, dev, 1, 8); /* 2 elements per chunk of every row */
-    check_zero(d, dev, 2, 0); /* one bucket */
+    check_zero(d, dev, 1, 8);  /* 2 elements per chunk of every row */
+    check_zero(d, dev, 2, 0);  /* one bucket */
     check_zero(d, dev, 2, 40); /* buckets of 10 elements rounded to a multiple of N, a tail */
 }
 

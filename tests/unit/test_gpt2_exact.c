@@ -13,11 +13,21 @@ int main(void) {
     if (!m) return it_test_report("test_gpt2_exact");
     const it_model_info *info = it_model_get_info(m);
     int64_t L = info->n_layer, C = info->n_embd, Vp = info->padded_vocab, T = info->block_size, V = info->vocab_size;
-    exact_segment segs[16] = {{"wte", Vp * C},           {"wpe", T * C},          {"ln_1.w", L * C},
-                              {"ln_1.b", L * C},         {"c_attn.w", L * 3 * C * C}, {"c_attn.b", L * 3 * C},
-                              {"attn.c_proj.w", L * C * C}, {"attn.c_proj.b", L * C}, {"ln_2.w", L * C},
-                              {"ln_2.b", L * C},         {"c_fc.w", L * 4 * C * C}, {"c_fc.b", L * 4 * C},
-                              {"mlp.c_proj.w", L * 4 * C * C}, {"mlp.c_proj.b", L * C}, {"ln_f.w", C},
+    exact_segment segs[16] = {{"wte", Vp * C},
+                              {"wpe", T * C},
+                              {"ln_1.w", L * C},
+                              {"ln_1.b", L * C},
+                              {"c_attn.w", L * 3 * C * C},
+                              {"c_attn.b", L * 3 * C},
+                              {"attn.c_proj.w", L * C * C},
+                              {"attn.c_proj.b", L * C},
+                              {"ln_2.w", L * C},
+                              {"ln_2.b", L * C},
+                              {"c_fc.w", L * 4 * C * C},
+                              {"c_fc.b", L * 4 * C},
+                              {"mlp.c_proj.w", L * 4 * C * C},
+                              {"mlp.c_proj.b", L * C},
+                              {"ln_f.w", C},
                               {"ln_f.b", C}};
     exact_debug_state(m, FIX "debug_state.bin", segs, 16);
     /* Padded wte rows get no gradient from the loss (softmax over the first V columns). */

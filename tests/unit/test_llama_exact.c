@@ -19,15 +19,21 @@ static void test_llama3(void) {
     CHECK(H == 112); /* 4*32=128 -> 85 -> llround(85*1.3f)=110 -> up to a multiple of 16 */
     CHECK(it_llama3_ffn_hidden(32, 1.3f, 16) == 112);
     CHECK(it_llama3_ffn_hidden(4096, 1.3f, 1024) == 14336); /* LLaMA-3 8B */
-    exact_segment segs[] = {{"wte", V * C},          {"ln_1.w", L * C},        {"c_attn.w", L * (C + 2 * kvd) * C},
-                            {"attn.c_proj.w", L * C * C}, {"ln_2.w", L * C},    {"c_fc.w (up)", L * H * C},
-                            {"c_fc2.w (gate)", L * H * C}, {"mlp.c_proj.w", L * C * H}, {"ln_f.w", C},
+    exact_segment segs[] = {{"wte", V * C},
+                            {"ln_1.w", L * C},
+                            {"c_attn.w", L * (C + 2 * kvd) * C},
+                            {"attn.c_proj.w", L * C * C},
+                            {"ln_2.w", L * C},
+                            {"c_fc.w (up)", L * H * C},
+                            {"c_fc2.w (gate)", L * H * C},
+                            {"mlp.c_proj.w", L * C * H},
+                            {"ln_f.w", C},
                             {"lm_head.w", V * C}};
     exact_debug_state(m, LFIX "debug_state.bin", segs, (int)(sizeof segs / sizeof segs[0]));
     exact_roundtrip(m, LFIX "tiny_llama3.bin");
     it_model_free(m);
-    CHECK(exact_trajectories("llama3", LFIX "expected_losses.txt", LFIX "tiny_llama3.bin",
-                             LFIX "tiny_shard_u32.bin") >= 4);
+    CHECK(exact_trajectories("llama3", LFIX "expected_losses.txt", LFIX "tiny_llama3.bin", LFIX "tiny_shard_u32.bin") >=
+          4);
     /* The uint16 shard holds the same tokens: identical training. */
     double a[3], b[3];
     const char *shards[2] = {LFIX "tiny_shard_u32.bin", LFIX "tiny_shard_u16.bin"};
@@ -133,7 +139,7 @@ static void test_bad_input(void) {
     expect_load_error(false, patched(LFIX "tiny_llama3.bin", 0, 20240326, 0), "magic: expected 20240803");
     expect_load_error(false, patched(LFIX "tiny_llama3.bin", -1, 0, 4), "found 189060 bytes");
     expect_load_error(true, patched(MFIX "tiny_mixtral.bin", 15, 5, 0), "router_topk"); /* top-5 of 4 experts */
-    expect_load_error(true, patched(MFIX "tiny_mixtral.bin", -1, 0, 1), "file size"); /* trailing byte */
+    expect_load_error(true, patched(MFIX "tiny_mixtral.bin", -1, 0, 1), "file size");   /* trailing byte */
     expect_load_error(true, patched(MFIX "tiny_mixtral.bin", 1, 1, 0), "version: expected 2");
     /* A token id >= vocab_size in a shard is caught before training. */
     uint32_t toks[200];

@@ -268,7 +268,8 @@ int main(void) {
     CHECK(it_cpu_sbgemm_isa() == (it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32));
     setenv("IT_CPU_SBGEMM", "onednn", 1);
     int dflt = it_cpu_onednn_bf16_ready() ? IT_CPU_SBGEMM_ONEDNN
-                                          : it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16 : IT_CPU_SBGEMM_FP32;
+               : it_cpu_has_avx512_bf16() ? IT_CPU_SBGEMM_AVX512BF16
+                                          : IT_CPU_SBGEMM_FP32;
     CHECK(it_cpu_sbgemm_isa() == dflt);
     unsetenv("IT_CPU_SBGEMM");
     CHECK(it_cpu_sbgemm_isa() == dflt);
