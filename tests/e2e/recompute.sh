@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Activation recomputation (--activation_recompute, InfiniTrain's --recompute_* flags): every
 # method gives bitwise the losses of the run without it (the recomputed forward is the same
-# arithmetic), for GPT-2, LLaMA-3 and Mixtral (with its auxiliary loss), and in 3-D (DP x TP +
-# SP x PP x VPP, counted per chunk); the peak memory of a step falls; selective granularity and
-# a method without its layer count are refused in one line.
+# arithmetic), for GPT-2, LLaMA-3 and Mixtral (with its auxiliary loss; also on 2 stages x 2
+# chunks), and in 3-D (DP x TP + SP x PP x VPP, counted per chunk); the peak memory of a step
+# falls; selective granularity and a method without its layer count are refused in one line.
 # Usage: recompute.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
@@ -63,8 +63,21 @@ if command -v mpirun >/dev/null 2>&1; then
   timeout 120 "${mpi[@]}" -np 8 "$build/gpt2" "${deep[@]}" "${three[@]}" --activation_recompute --recompute_method uniform \
     --recompute_num_layers 3 --loss_log "$tmp/d1" >"$tmp/d1.out" 2>&1 || bad "3-D recompute run exited $?"
   same "3-D (DP2 x TP2+SP x PP2 x VPP2) with uniform 3" "$tmp/d0" "$tmp/d1"
+  # Mixtral with its auxiliary loss on 2 stages x 2 chunks, interleaved 1F1B with 4
+  # micro-batches (the 4-layer file: one layer a chunk, every one recomputed): each chunk's
+  # recomputation runs while other micro-batches' forwards are pending, attaches its layer's
+  # auxiliary loss there and counts its routing once.
+  xpp=(--llmc_filepath "$x/tiny_mixtral_4l.bin" "${mixtral[@]:2}" --total_batch_size 512 --pipeline_parallel 2
+    --virtual_pipeline_parallel 2 --pipeline_schedule 1f1b)
+  timeout 120 "${mpi[@]}" -np 2 "$build/mixtral" "${xpp[@]}" --loss_log "$tmp/xp0" >"$tmp/xp0.out" 2>&1 ||
+    bad "mixtral PP2 x VPP2 run exited $?"
+  timeout 120 "${mpi[@]}" -np 2 "$build/mixtral" "${xpp[@]}" --activation_recompute --loss_log "$tmp/xp1" \
+    >"$tmp/xp1.out" 2>&1 || bad "mixtral PP2 x VPP2 recompute run exited $?"
+  same "mixtral PP2 x VPP2 interleaved, every block" "$tmp/xp0" "$tmp/xp1"
+  a=$(grep -E '^(experts|val loss)' "$tmp/xp0.out") b=$(grep -E '^(experts|val loss)' "$tmp/xp1.out")
+  [[ -n $a && $a == "$b" ]] && ok || bad "mixtral PP2 x VPP2: routing counts or validation differ under recomputation: '$a' vs '$b'"
 else
-  echo "SKIP: mpirun not found: the 3-D recomputation case not run"
+  echo "SKIP: mpirun not found: the 3-D and Mixtral PP x VPP recomputation cases not run"
 fi
 
 refuse() { # what, expected substring, app, args...
