@@ -36,22 +36,25 @@ void train_banner(const it_train_ctx *ctx) {
            c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
     if (ctx->pp_size > 1)
-        printf("pipeline parallel: PP=%d stages x %d chunks, %s schedule, %lld micro-batches per step; layers split "
+        printf("pipeline parallel: PP=%d stages x %d chunk%s, %s schedule, %lld micro-batch%s per step; layers split "
                "as InfiniTrain's GetStageInfo\n",
                ctx->pp_size, c->virtual_pipeline_parallel > 1 ? c->virtual_pipeline_parallel : 1,
+               c->virtual_pipeline_parallel > 1 ? "s" : "",
                c->pipeline_schedule == IT_PP_1F1B ? (c->virtual_pipeline_parallel > 1 ? "interleaved 1F1B" : "1F1B")
                                                   : "GPipe",
-               (long long)ctx->accum);
+               (long long)ctx->accum, ctx->accum == 1 ? "" : "es");
     if (ctx->tp_size > 1) {
         int64_t whole = 0;
         for (int i = 0; i < it_model_param_count(ctx->model); i++) {
             const it_model_param_info *p = it_model_param_at(ctx->model, i);
             whole += p->ndim == 1 ? p->full_shape[0] : p->full_shape[0] * p->full_shape[1];
         }
-        printf("tensor parallel: TP=%d%s over %d ranks (rank = tp + TP*dp); this rank holds %lld of the model's %lld "
+        /* under PP the model holds this stage's layers only: their whole count, not the model's */
+        printf("tensor parallel: TP=%d%s over %d ranks (rank = tp + TP*dp); this rank holds %lld of %s %lld "
                "parameters\n",
                ctx->tp_size, c->sequence_parallel ? ", sequence parallel" : "", ctx->gworld,
-               (long long)info->num_params, (long long)whole);
+               (long long)info->num_params, ctx->pp_size > 1 ? "its pipeline stage's" : "the model's",
+               (long long)whole);
     }
     if (ctx->world > 1) {
         size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(ctx->model));
