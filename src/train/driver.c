@@ -28,7 +28,7 @@ static it_status train_finish(it_train_ctx *ctx) {
     if (ctx->rank != 0) return IT_OK; /* DP rank 0: under TP its group saves together */
     if (c->backend_report && ctx->grank == 0 && (st = it_backend_report(ctx->dev.backend, stdout))) return st;
     if (c->output_checkpoint) {
-        if ((st = it_model_save(ctx->model, c->output_checkpoint))) return st;
+        if ((st = it_model_save(ctx->model, c->output_checkpoint))) return it_error_context("--output_checkpoint: ");
         if (!ctx->quiet) printf("wrote %s\n", c->output_checkpoint);
     }
     return train_lora_finish(ctx);

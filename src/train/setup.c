@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "autograd/node.h"
@@ -468,9 +469,30 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
     return st ? st : it_lr_scheduler_init(&ctx->sched, &lc);
 }
 
+/* A file written after the last step (by global rank 0): refuse now a path it cannot go to,
+ * rather than after hours of training. The check is the write's own first step, a temporary
+ * file beside the path, removed again. */
+static it_status check_output_path(const char *flag, const char *path) {
+    struct stat sb;
+    if (!*path) return it_error(IT_ERR_INVALID_ARG, "--%s: empty path", flag);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return it_error(IT_ERR_INVALID_ARG, "--%s %s: is a directory (expected the path of a file to write)", flag,
+                        path);
+    it_afile *f;
+    if (it_afile_open(path, &f)) return it_error_context("--%s: ", flag);
+    it_afile_abort(f);
+    return IT_OK;
+}
+
 static it_status setup_buffers(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_tensor *grads = it_model_grads(ctx->model);
+    it_status st;
+    const char *outputs[][2] = {{"output_checkpoint", c->output_checkpoint},
+                                {"lora_save_path", c->lora_save_path},
+                                {"lora_merge_output", c->lora_merge_output}};
+    for (size_t i = 0; ctx->grank == 0 && i < sizeof outputs / sizeof outputs[0]; i++)
+        if (outputs[i][1] && (st = check_output_path(outputs[i][0], outputs[i][1]))) return st;
     if (ctx->accum > 1) { /* each micro-step's gradient is computed alone, then added in order */
         it_scope_begin();
         ctx->acc =

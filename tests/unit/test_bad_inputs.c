@@ -711,6 +711,23 @@ static void test_flags(void) {
     USAGE_ERROR(ARGS("--input_bin", GFIX "tiny_shard.bin", "--n_layer", "1", "--n_embd", "30", "--n_head", "4",
                      "--block_size", "16", "--vocab_size", "257", "--sequence_length", "8"),
                 "n_embd", "n_head");
+    /* Files written after the last step: a path they cannot go to is refused before the first
+     * step, not after the whole run, and no temporary file is left beside it. */
+#define SHORT "--sequence_length", "16", "--batch_size", "2", "--num_iteration", "2"
+    char no_dir[512], under_file[512]; /* copies: tmp_path's buffers are reused */
+    snprintf(no_dir, sizeof no_dir, "%s", tmp_path("no/dir/out.bin"));
+    snprintf(under_file, sizeof under_file, "%s", tmp_path("no_dir_file/out.bin"));
+    USAGE_ERROR(ARGS(CK, SHORT, "--output_checkpoint", no_dir), "--output_checkpoint", no_dir, "No such file");
+    USAGE_ERROR(ARGS(CK, SHORT, "--output_checkpoint", tmpdir), "--output_checkpoint", tmpdir, "is a directory");
+    USAGE_ERROR(ARGS(CK, SHORT, "--lora_rank", "2", "--lora_save_path", no_dir), "--lora_save_path", no_dir);
+    USAGE_ERROR(ARGS(CK, SHORT, "--lora_rank", "2", "--lora_merge_output", no_dir), "--lora_merge_output", no_dir);
+    write_bytes(tmp_path("no_dir_file"), "x", 1);
+    USAGE_ERROR(ARGS(CK, SHORT, "--output_checkpoint", under_file), "--output_checkpoint", under_file);
+    DIR *left = opendir(tmpdir);
+    for (struct dirent *e; left && (e = readdir(left));)
+        CHECK_MSG(!strstr(e->d_name, ".tmp."), "a temporary file was left in %s: %s", tmpdir, e->d_name);
+    if (left) closedir(left);
+#undef SHORT
     /* Token ids >= vocab_size: an id of the padded rows (257..319) is no token. */
     uint32_t toks[400];
     for (int i = 0; i < 400; i++) toks[i] = (uint32_t)(i * 7 % 257);
