@@ -854,6 +854,13 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
     if (!ctx->resume_dir) return it_error(IT_ERR_OOM, "--load: out of host memory");
     const it_model_info *info = ctx->info;
     const char *whose = "this model";
+    json_t *ours = json_object_get(j, "infinitrain_c");
+    const char *app;
+    /* another program's checkpoint (a GPT-2 one given to llama3): say so, not which of its
+     * dimensions happens to differ first */
+    if (ours && (st = get_str(path, ours, "app", &app))) return st;
+    if (ours && strcmp(app, c->app) != 0)
+        return it_error(IT_ERR_INVALID_ARG, "%s: app: expected %s (this program), found %s", path, c->app, app);
     if ((st = expect_int(path, j, "n_layer", 0, info->n_layer, whose)) ||
         (st = expect_int(path, j, "n_head", 0, info->n_head, whose)) ||
         (st = expect_int(path, j, "n_kv_head", 0, info->n_kv_head ? info->n_kv_head : info->n_head, whose)) ||
@@ -867,13 +874,8 @@ it_status train_ckpt_load_model(it_train_ctx *ctx) {
         (st = expect_int(path, j, "pp_size", 1, ctx->pp_size,
                          ctx->pp_size > 1 ? "this run's --pipeline_parallel" : "this run: no pipeline parallelism")))
         return st;
-    json_t *ours = json_object_get(j, "infinitrain_c");
     if (ours) {
-        const char *app;
         json_t *files = json_object_get(ours, "files");
-        if ((st = get_str(path, ours, "app", &app))) return st;
-        if (strcmp(app, c->app) != 0)
-            return it_error(IT_ERR_INVALID_ARG, "%s: app: expected %s (this program), found %s", path, c->app, app);
         if (!json_is_object(files)) return it_error(IT_ERR_FORMAT, "%s: infinitrain_c.files is not an object", path);
         if ((st = check_files(dir, path, files))) return st;
         if ((st = check_lora(ctx, path, ours))) return st;

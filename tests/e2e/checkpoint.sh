@@ -236,6 +236,11 @@ fresh && sed -i 's/^  "tp_size": 1,/  "tp_size": 2,/' "$tmp/c/trainer_state.json
 expect_fail "tp_size 2" gpt2 "tp_size|2" "${run[@]}" --load "$tmp/c"
 expect_fail "adamw checkpoint, adam run" gpt2 "optimizer|adamw|adam" "${gpt2[@]}" --optimizer adam --num_iteration 12 \
   --load "$c"
+# another program's checkpoint: the program is named, not the first dimension that differs
+expect_fail "GPT-2 checkpoint given to llama3" llama3 "app: expected llama3 (this program), found gpt2" "${llama[@]}" \
+  --optimizer adamw --num_iteration 12 --load "$c"
+expect_fail "GPT-2 checkpoint given to mixtral" mixtral "app: expected mixtral (this program), found gpt2" \
+  "${mixtral[@]}" --optimizer adamw --num_iteration 12 --load "$c"
 expect_fail "--save_interval without --save" gpt2 "--save" "${run[@]}" --save_interval 4
 expect_fail "--save without --save_interval" gpt2 "--save_interval" "${run[@]}" --save "$tmp/s"
 # InfiniTrain's own form: no comma after "vocab_size" (its writer drops it), no
