@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/afile.h"
 #include "infinitrain/data.h"
 
 #define BYTE_VOCAB 257
@@ -224,6 +225,30 @@ static int write_tokenizer(const char *path, const it_bpe *bpe, int64_t eot) {
     return rc;
 }
 
+/* Whether a and b name one file: the same path, or (both existing) the same inode. */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (strcmp(a, b) == 0) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* An output's path can be written: not a directory, and a temporary file can be made beside
+ * it (the write's own first step; removed at once). Prints the reason and returns -1 if not. */
+static int check_writable(const char *flag, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "tokenize: %s %s: is a directory\n", flag, path);
+        return -1;
+    }
+    it_afile *f;
+    if (it_afile_open(path, &f)) {
+        fprintf(stderr, "tokenize: %s: %s\n", flag, it_last_error());
+        return -1;
+    }
+    it_afile_abort(f);
+    return 0;
+}
+
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
     const char *a = argv[*i];
     size_t fl = strlen(flag);
@@ -283,6 +308,30 @@ int main(int argc, char **argv) {
         USAGE_ERROR("%s needs %s too", enc_path ? "--encoder" : "--vocab", enc_path ? "--vocab" : "--encoder");
     if (val_fraction > 0 && !val_out) USAGE_ERROR("--val_fraction needs --val_output");
     if (val_out && val_fraction < 0) val_fraction = 0.1;
+
+    /* Before any work: no output may overwrite an input or another output, and each must be
+     * writable (else a failed tokenizer file would come after the shard was already written). */
+    const char *out_flag[3] = {"--output", "--tokenizer_out", "--val_output"},
+               *out_path[3] = {output, tok_out, val_out};
+    for (int k = 0; k < 3; k++) {
+        if (!out_path[k]) continue;
+        for (int j = 0; j < k; j++)
+            if (out_path[j] && same_file(out_path[j], out_path[k]))
+                USAGE_ERROR("%s and %s are the same file '%s'", out_flag[j], out_flag[k], out_path[k]);
+        const char *in_flag = NULL, *in_path = NULL;
+        for (int j = 0; j < ninputs && !in_flag; j++)
+            if (same_file(inputs[j], out_path[k])) in_flag = "--input", in_path = inputs[j];
+        if (!in_flag && enc_path && same_file(enc_path, out_path[k])) in_flag = "--encoder", in_path = enc_path;
+        if (!in_flag && vocab_path && same_file(vocab_path, out_path[k])) in_flag = "--vocab", in_path = vocab_path;
+        if (in_flag)
+            USAGE_ERROR("%s '%s' is the %s file '%s': writing it would destroy the input", out_flag[k], out_path[k],
+                        in_flag, in_path);
+    }
+    for (int k = 0; k < 3; k++)
+        if (out_path[k] && check_writable(out_flag[k], out_path[k])) {
+            free(inputs);
+            return 1;
+        }
 
     it_bpe *bpe = NULL;
     int64_t eot = BYTE_EOT;

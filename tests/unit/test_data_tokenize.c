@@ -136,6 +136,33 @@ static void test_errors(void) {
     snprintf(args, sizeof args, "--input %s --output %s", tmp_path("a.txt"), tmp_path("no/dir/z.bin"));
     CHECK(run(args) == 1);
     CHECK(strstr(err_text, "no/dir/z.bin") != NULL);
+    /* An output that is an input (or another output) is refused before anything is written:
+     * the text survives. */
+    write_bytes(tmp_path("keep.txt"), "keep me", 7);
+    snprintf(args, sizeof args, "--input %s --output %s/../%s/keep.txt", tmp_path("keep.txt"), tmpdir,
+             strrchr(tmpdir, '/') + 1);
+    CHECK(run(args) == 2);
+    CHECK(strstr(err_text, "--output") != NULL && strstr(err_text, "is the --input file") != NULL);
+    CHECK(strchr(err_text, '\n') == err_text + strlen(err_text) - 1);
+    size_t kept_len = 0;
+    unsigned char *kept = read_bytes(tmp_path("keep.txt"), &kept_len);
+    CHECK(kept && kept_len == 7 && memcmp(kept, "keep me", 7) == 0);
+    free(kept);
+    snprintf(args, sizeof args, "--input %s --output %s --tokenizer_out %s", tmp_path("a.txt"), tmp_path("z.bin"),
+             tmp_path("z.bin"));
+    CHECK(run(args) == 2);
+    CHECK(strstr(err_text, "--output and --tokenizer_out are the same file") != NULL);
+    CHECK(access(tmp_path("z.bin"), F_OK) != 0);
+    /* An output that cannot be written stops the run before the others are: no shard is
+     * left without its tokenizer file. */
+    snprintf(args, sizeof args, "--input %s --output %s --tokenizer_out %s", tmp_path("a.txt"), tmp_path("z.bin"),
+             tmp_path("no/dir/tok.bin"));
+    CHECK(run(args) == 1);
+    CHECK(strstr(err_text, "--tokenizer_out") != NULL && strstr(err_text, "no/dir/tok.bin") != NULL);
+    CHECK(access(tmp_path("z.bin"), F_OK) != 0);
+    snprintf(args, sizeof args, "--input %s --output %s", tmp_path("a.txt"), tmpdir);
+    CHECK(run(args) == 1);
+    CHECK(strstr(err_text, "--output") != NULL && strstr(err_text, "is a directory") != NULL);
     snprintf(args, sizeof args, "--input %s --output %s --encoder %s --vocab %s", tmp_path("a.txt"), tmp_path("z.bin"),
              tmp_path("nope.json"), tmp_path("nope.bpe"));
     CHECK(run(args) == 1);
