@@ -546,15 +546,37 @@ static bool refusal_line(const char *line) {
            strstr(line, "not supported for") || strstr(line, "not supported yet");
 }
 
-/* The app's last line that mentions an error, else its last non-empty line. */
-static char *last_error_line(const char *log, long from, int *unknown_flag) {
+/* mpirun's own lines: "[host:pid] ..." (ORTE's logs and help-aggregation notes) and its
+ * help boxes between lines of dashes. They follow a failed rank's message and are never it. */
+static bool mpirun_line(const char *line, bool *in_box) {
+    if (strncmp(line, "-----", 5) == 0 && strspn(line, "-") == strlen(line)) {
+        *in_box = !*in_box;
+        return true;
+    }
+    if (*in_box) return true;
+    const char *close = line[0] == '[' ? strchr(line, ']') : NULL, *colon = strchr(line, ':');
+    return close && colon && colon < close && close[1] == ' ' &&
+           strspn(colon + 1, "0123456789") == (size_t)(close - colon - 1);
+}
+
+/* The app's last line that mentions an error, else its last line of its own ("gpt2: ...",
+ * the apps' form for errors; under mpirun stdout's buffered lines may come after it), else its
+ * last non-empty line; mpirun's lines and indented continuation lines (a message's detail,
+ * e.g. the paths a plugin was sought in) are passed over when there is another. */
+static char *last_error_line(const char *log, long from, const char *app, int *unknown_flag) {
     FILE *f = fopen(log, "r");
-    char line[1024], err[1024] = "", last[1024] = "", refused[1024] = "";
+    char line[1024], err[1024] = "", last[1024] = "", refused[1024] = "", any[1024] = "", own[1024] = "";
+    size_t app_len = app ? strlen(app) : 0;
+    bool in_box = false;
     *unknown_flag = 0;
     if (f && fseek(f, from, SEEK_SET) == 0) {
         while (fgets(line, sizeof line, f)) {
             line[strcspn(line, "\r\n")] = '\0';
             if (!line[0]) continue;
+            snprintf(any, sizeof any, "%s", line);
+            if (mpirun_line(line, &in_box) || line[0] == ' ' || line[0] == '\t') continue;
+            if (app_len && strncmp(line, app, app_len) == 0 && strncmp(line + app_len, ": ", 2) == 0)
+                snprintf(own, sizeof own, "%s", line);
             snprintf(last, sizeof last, "%s", line);
             if (contains_ci(line, "error") || contains_ci(line, "unknown flag")) snprintf(err, sizeof err, "%s", line);
             /* a flag the app does not know, or a combination it refuses as not supported yet:
@@ -566,7 +588,7 @@ static char *last_error_line(const char *log, long from, int *unknown_flag) {
         }
     }
     if (f) fclose(f);
-    return xstrdup(refused[0] ? refused : err[0] ? err : last);
+    return xstrdup(refused[0] ? refused : err[0] ? err : own[0] ? own : last[0] ? last : any);
 }
 
 typedef struct {
@@ -605,7 +627,12 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
         return;
     }
     int unknown_flag = 0;
-    char *line = last_error_line(log, header_end, &unknown_flag);
+    const char *app = NULL; /* the app's name: its executable is the one beside it-matrix */
+    size_t bl = strlen(g_bin_dir);
+    for (size_t i = 0; i < c->argv.n && !app; i++)
+        if (c->argv.v[i] && strncmp(c->argv.v[i], g_bin_dir, bl) == 0 && c->argv.v[i][bl] == '/')
+            app = c->argv.v[i] + bl + 1;
+    char *line = last_error_line(log, header_end, app, &unknown_flag);
     sbuf d = {0};
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2 && unknown_flag) {
         /* The app refused a flag its --help lists, or a combination: still a capability gap, not

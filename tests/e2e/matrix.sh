@@ -190,6 +190,12 @@ expect_rc "missing model files" "$rc" 1 "$out"
 expect "failures counted" "$out" '^it-matrix: 0 passed, 8 failed, 2 unsupported$'
 expect "failed row: exit code and error line" "$(row moe/tiny_mixtral_1)" \
     '^moe/tiny_mixtral_1 +failed: exit 2: mixtral: --llmc_filepath: /nonexistent/mixtral/tiny_mixtral.bin: cannot open'
+# under mpirun the row shows the failed rank's line, not mpirun's help boxes or ORTE's logs
+# that follow it, nor a stdout line flushed after it
+for r in moe/tiny_mixtral_3_tp moe/tiny_mixtral_3_tp_sp moe/tiny_mixtral_3_pp; do
+  expect "$r (mpirun): the app's error line" "$(row "$r")" \
+    "^$r +failed: exit 2: mixtral: rank [01]: --llmc_filepath: /nonexistent/mixtral/tiny_mixtral.bin: cannot open"
+done
 expect "failed case still has its log" "$(cat "$tmp/fail/moe/tiny_mixtral_1.log" 2>&1)" '^\[COMMAND\] '
 
 # A model file the app cannot read ("version 5 is llm.c's bf16 format, not supported") is the
