@@ -854,6 +854,9 @@ int main(int argc, char **argv) {
     exe[n] = '\0';
     snprintf(g_bin_dir, sizeof g_bin_dir, "%s", dirname(exe));
 
+    struct stat cst; /* jansson reads a directory as an empty text, and a missing file as line -1 */
+    if (stat(config, &cst) != 0) die("%s: cannot open: %s", config, strerror(errno));
+    if (S_ISDIR(cst.st_mode)) die("%s: is a directory (expected a test_config.json file)", config);
     json_error_t jerr;
     json_t *root = json_load_file(config, 0, &jerr);
     if (!root) die("%s:%d:%d: %s", config, jerr.line, jerr.column, jerr.text);

@@ -222,6 +222,12 @@ printf '{"test_groups": [' >"$tmp/trunc.json"
 out=$("$mx" "$tmp/trunc.json" --device cpu 2>&1); rc=$?
 expect_rc "truncated JSON" "$rc" 2 "$out"
 expect "JSON error with its position" "$out" "trunc.json:1:[0-9]+: "
+out=$("$mx" "$tmp/nosuch.json" --device cpu 2>&1); rc=$?
+expect_rc "missing config" "$rc" 2 "$out"
+expect "missing config: the file and the reason, no position" "$out" "^it-matrix: $tmp/nosuch.json: cannot open: No such file or directory$"
+out=$("$mx" "$tmp" --device cpu 2>&1); rc=$?
+expect_rc "a directory as the config" "$rc" 2 "$out"
+expect "a directory as the config: said so" "$out" "^it-matrix: $tmp: is a directory"
 out=$("$mx" "$small" 2>&1); rc=$?
 expect_rc "no --device" "$rc" 2 "$out"
 
