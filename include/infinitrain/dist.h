@@ -106,7 +106,8 @@ IT_API it_status it_grad_sync_ready(void *g, it_tensor *leaf);
 /* After backward: start what has not started, wait for everything. *early (may be NULL): how
  * many of the *buckets buckets started while backward still ran. */
 IT_API it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets);
-/* 64-bit FNV-1a hash of a tensor's bytes (synchronizing host read). */
+/* 64-bit FNV-1a hash of a tensor's bytes, taken 8 at a time (synchronizing host read): equal
+ * bytes give equal hashes on every device and rank. */
 IT_API it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out);
 /* For each of n hashes, whether all ranks agree: differs[i] set when some rank's differs. */
 IT_API it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool *differs);

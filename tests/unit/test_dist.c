@@ -250,6 +250,28 @@ int main(void) {
     CHECK_OK(it_tensor_copy_from_host(it_tensor_slice(t, 0, 3, 4, 1), &one, sizeof one));
     CHECK_OK(it_dist_tensor_hash(t, &h2));
     CHECK(h1 != h2);
+    /* the value for five known floats (20 bytes: two 8-byte words and a 4-byte tail), from an
+     * independent Python FNV-1a over little-endian 64-bit words, then the tail bytes */
+    const float five[5] = {1.0f, 2.0f, -3.5f, 0.25f, 7.0f};
+    it_tensor *f5 = it_tensor_from_host(it_device_cpu(), IT_DTYPE_FP32, 1, (int64_t[]){5}, five, sizeof five);
+    uint64_t hf = 0;
+    CHECK_OK(it_dist_tensor_hash(f5, &hf));
+    CHECK(hf == 0xb28168f16dee808bull);
+    /* a strided view (read through a staged copy) hashes as its contiguous copy; so does a
+     * tensor on a device whose memory is not the host's (sim) */
+    it_tensor *v = it_tensor_slice(t, 0, 1, LEN, 2), *vc = it_tensor_contiguous(v);
+    uint64_t hv = 0, hvc = 1;
+    CHECK_OK(it_dist_tensor_hash(v, &hv));
+    CHECK_OK(it_dist_tensor_hash(vc, &hvc));
+    CHECK(hv == hvc);
+    it_device simd;
+    if (it_device_parse("sim", &simd) == IT_OK) {
+        CHECK(!simd.backend->host_memory);
+        it_tensor *ts = it_tensor_to_device(t, simd);
+        uint64_t hs_ = 0;
+        CHECK_OK(it_dist_tensor_hash(ts, &hs_));
+        CHECK(hs_ == h2);
+    }
     it_scope_end();
     uint64_t hs[2] = {42, (uint64_t)(rank == world - 1 ? 7 : 8)};
     bool differs[2] = {true, false};
