@@ -436,6 +436,7 @@ static it_status setup_sync_params(it_train_ctx *ctx) {
 static it_status sync_params(it_train_ctx *ctx, it_tensor *params, const char *ck) {
     uint64_t h;
     bool differs;
+    if (ctx->world == 1) return IT_OK; /* one data-parallel rank: nothing to compare or send */
     it_status st = it_dist_tensor_hash(params, &h);
     if (!st) st = it_dist_check_equal(ctx->dist, &h, 1, &differs);
     if (st) return st;
@@ -464,9 +465,7 @@ static it_status setup_optimizer(it_train_ctx *ctx) {
     if (!st && ctx->world > 1 && it_model_has_lora(ctx->model) && !ctx->quiet)
         printf("LoRA: DDP all-reduces %zu bytes of adapter gradients per step (the model's %zu bytes stay local)\n",
                it_tensor_nbytes(grads), it_tensor_nbytes(it_model_params(ctx->model)));
-    it_lr_scheduler_config lc = {c->lr_decay,        c->learning_rate,  c->min_lr,       c->lr_warmup_init,
-                                 c->lr_warmup_iters, c->lr_decay_iters, c->num_iteration};
-    return st ? st : it_lr_scheduler_init(&ctx->sched, &lc);
+    return st;
 }
 
 /* A file written after the last step (by global rank 0): refuse now a path it cannot go to,
@@ -484,15 +483,62 @@ static it_status check_output_path(const char *flag, const char *path) {
     return IT_OK;
 }
 
+/* The learning-rate schedule, from the agreed flags: its refusals (InfiniTrain's CHECKs) come
+ * before the model is read, which for a large checkpoint takes a while. */
+static it_status setup_schedule(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_lr_scheduler_config lc = {c->lr_decay,        c->learning_rate,  c->min_lr,       c->lr_warmup_init,
+                                 c->lr_warmup_iters, c->lr_decay_iters, c->num_iteration};
+    return it_lr_scheduler_init(&ctx->sched, &lc);
+}
+
+/* Same file: the same path, or two existing paths on one inode. */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b) return false;
+    if (!strcmp(a, b)) return true;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Global rank 0, before the model is read: each file written after the last step (and the
+ * loss log) can be written, is none of the files the run reads, and no two are one file. A
+ * checkpoint may replace the model it started from (--output_checkpoint = --llmc_filepath),
+ * and adapters the adapters they started from: both are read whole at the start, and written
+ * by a rename at the end. */
+static it_status setup_outputs(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    if (ctx->grank != 0) return IT_OK;
+    const char *out[][3] = {/* flag, path, the input it may replace */
+                            {"output_checkpoint", c->output_checkpoint, c->llmc_filepath},
+                            {"lora_save_path", c->lora_save_path, c->lora_load_path},
+                            {"lora_merge_output", c->lora_merge_output, NULL},
+                            {"loss_log", c->loss_log, NULL}};
+    const char *in[][2] = {{"input_bin", c->input_bin},
+                           {"input_val_bin", c->input_val_bin},
+                           {"tokenizer_bin", c->tokenizer_bin},
+                           {"llmc_filepath", c->llmc_filepath},
+                           {"lora_load_path", c->lora_load_path}};
+    const size_t nout = sizeof out / sizeof out[0], nin = sizeof in / sizeof in[0];
+    it_status st;
+    for (size_t i = 0; i < nout; i++) {
+        if (!out[i][1]) continue;
+        for (size_t j = 0; j < nin; j++)
+            if (in[j][1] && in[j][1] != out[i][2] && same_file(out[i][1], in[j][1]))
+                return it_error(IT_ERR_INVALID_ARG, "--%s %s: is the file --%s reads (it would be overwritten)",
+                                out[i][0], out[i][1], in[j][0]);
+        for (size_t j = 0; j < i; j++)
+            if (out[j][1] && same_file(out[i][1], out[j][1]))
+                return it_error(IT_ERR_INVALID_ARG, "--%s %s: is also --%s (two outputs on one file)", out[i][0],
+                                out[i][1], out[j][0]);
+        /* the loss log is opened (and checked) with the run's other buffers */
+        if (i + 1 < nout && (st = check_output_path(out[i][0], out[i][1]))) return st;
+    }
+    return IT_OK;
+}
+
 static it_status setup_buffers(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_tensor *grads = it_model_grads(ctx->model);
-    it_status st;
-    const char *outputs[][2] = {{"output_checkpoint", c->output_checkpoint},
-                                {"lora_save_path", c->lora_save_path},
-                                {"lora_merge_output", c->lora_merge_output}};
-    for (size_t i = 0; ctx->grank == 0 && i < sizeof outputs / sizeof outputs[0]; i++)
-        if (outputs[i][1] && (st = check_output_path(outputs[i][0], outputs[i][1]))) return st;
     if (ctx->accum > 1) { /* each micro-step's gradient is computed alone, then added in order */
         it_scope_begin();
         ctx->acc =
@@ -539,7 +585,9 @@ typedef struct train_stage {
 static const train_stage SETUP[] = {
     {setup_group, TRAIN_FAIL_BEFORE_GROUP},
     {setup_agree, TRAIN_FAIL_ALL_RANKS},
+    {setup_schedule, TRAIN_FAIL_ALL_RANKS},
     {setup_grid, TRAIN_FAIL_ALL_RANKS},
+    {setup_outputs, TRAIN_FAIL_THIS_RANK},
     {setup_model, TRAIN_FAIL_THIS_RANK},
     {setup_lora, TRAIN_FAIL_ALL_RANKS},
     {setup_lora_load, TRAIN_FAIL_THIS_RANK},

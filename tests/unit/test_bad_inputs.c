@@ -727,6 +727,49 @@ static void test_flags(void) {
     for (struct dirent *e; left && (e = readdir(left));)
         CHECK_MSG(!strstr(e->d_name, ".tmp."), "a temporary file was left in %s: %s", tmpdir, e->d_name);
     if (left) closedir(left);
+    /* An output on a file the run reads is refused (it would be replaced after the last step),
+     * and so are two outputs on one file; the inputs are left as they were. */
+    size_t shard_len = 0, model_len = 0;
+    unsigned char *shard_bytes = read_bytes(GFIX "tiny_shard.bin", &shard_len),
+                  *model_bytes = read_bytes(GFIX "tiny_gpt2.bin", &model_len);
+    char in_shard[512], in_model[512], out_a[512];
+    snprintf(in_shard, sizeof in_shard, "%s", tmp_path("in_shard.bin"));
+    snprintf(in_model, sizeof in_model, "%s", tmp_path("in_model.bin"));
+    snprintf(out_a, sizeof out_a, "%s", tmp_path("out_a.bin"));
+    CHECK(shard_bytes && model_bytes);
+    if (shard_bytes && model_bytes) {
+        write_bytes(in_shard, shard_bytes, shard_len);
+        write_bytes(in_model, model_bytes, model_len);
+#define MINE "--llmc_filepath", in_model, "--input_bin", in_shard, SHORT
+        USAGE_ERROR(ARGS(MINE, "--output_checkpoint", in_shard), "--output_checkpoint", "--input_bin", "overwritten");
+        USAGE_ERROR(ARGS(MINE, "--loss_log", in_model), "--loss_log", "--llmc_filepath");
+        USAGE_ERROR(ARGS(MINE, "--output_checkpoint", out_a, "--loss_log", out_a), "--loss_log", "--output_checkpoint",
+                    "two outputs");
+        USAGE_ERROR(ARGS(MINE, "--input_val_bin", out_a, "--val_loss_every", "1", "--output_checkpoint", out_a),
+                    "--output_checkpoint", "--input_val_bin");
+        size_t n1 = 0, n2 = 0;
+        unsigned char *s2 = read_bytes(in_shard, &n1), *m2 = read_bytes(in_model, &n2);
+        CHECK(s2 && n1 == shard_len && !memcmp(s2, shard_bytes, shard_len));
+        CHECK(m2 && n2 == model_len && !memcmp(m2, model_bytes, model_len));
+        free(s2);
+        free(m2);
+        /* the checkpoint may replace the model it started from */
+        CHECK(run_main("gpt2", ARGS(MINE, "--output_checkpoint", in_model)) == 0);
+        m2 = read_bytes(in_model, &n2);
+        CHECK(m2 && n2 == model_len && memcmp(m2, model_bytes, model_len)); /* the trained weights */
+        free(m2);
+#undef MINE
+    }
+    free(shard_bytes);
+    free(model_bytes);
+    /* The flags' own refusals come before the model is read: with a model that does not
+     * exist, the schedule's and the outputs' errors are what is reported. */
+    USAGE_ERROR(ARGS("--llmc_filepath", tmp_path("absent.bin"), "--input_bin", GFIX "tiny_shard.bin", SHORT,
+                     "--num_iteration", "0"),
+                "--lr_decay_iters");
+    USAGE_ERROR(ARGS("--llmc_filepath", tmp_path("absent.bin"), "--input_bin", GFIX "tiny_shard.bin", SHORT,
+                     "--output_checkpoint", no_dir),
+                "--output_checkpoint", no_dir);
 #undef SHORT
     /* Token ids >= vocab_size: an id of the padded rows (257..319) is no token. */
     uint32_t toks[400];
