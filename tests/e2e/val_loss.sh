@@ -5,7 +5,8 @@
 #    training shard as the validation shard the validation loss over K batches is the mean of
 #    the first K steps' training losses (one batch each), within the 6 printed decimals;
 #  - under DDP (2 ranks) each rank evaluates its share and the mean is printed once;
-#  - --val_loss_every without --input_val_bin stops before training with exit 2.
+#  - --val_loss_every without --input_val_bin stops before training with exit 2;
+#  - --input_val_bin without --val_loss_every trains as without it, and says the file is not read.
 # Usage: val_loss.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1 src=$2
@@ -63,6 +64,13 @@ fi
 rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--val_loss_every: 4 needs --input_val_bin' "$tmp/err.txt" && ! grep -q '^step' "$tmp/e.txt" &&
   ok || bad "--val_loss_every without --input_val_bin: exit $rc, $(cat "$tmp/err.txt")"
+
+# 5. --input_val_bin with --val_loss_every 0 (its default) trains and says the file is not read.
+"$gpt2" "${base[@]}" --input_val_bin "$fix/tiny_shard.bin" --loss_log "$tmp/noval.txt" >"$tmp/nv.txt" 2>&1 ||
+  bad "--input_val_bin alone exited $?"
+grep -q -- '^validation: --input_val_bin .* is not read: --val_loss_every is 0' "$tmp/nv.txt" &&
+  ! grep -q '^val loss' "$tmp/nv.txt" && cmp -s "$tmp/plain.txt" "$tmp/noval.txt" && ok ||
+  bad "--input_val_bin without --val_loss_every: no note, or validation ran, or the losses differ"
 
 echo "val_loss: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
