@@ -1,6 +1,7 @@
 /* The training run every app shares: setup, the steps, the end of the run, teardown; and how
  * a failure is reported and becomes the process's exit status. The parts are in setup.c,
  * step.c and log.c (train_internal.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +45,77 @@ static it_status precision_begin(it_train_ctx *ctx) {
     return st ? st : it_precision_begin(&pc, ctx->grank, (int64_t)stamp);
 }
 
+/* ---- stopping on a signal: SIGINT (Ctrl-C), SIGTERM (a scheduler's preemption notice) or
+ * SIGUSR1 (which mpirun forwards to every rank, where it kills the job on SIGINT and SIGTERM)
+ * asks the run to stop after the step in progress; a second SIGINT kills it at once. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (g_stop_signal && sig == SIGINT) { /* the second Ctrl-C: now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_stop_signal = sig;
+}
+
+typedef struct saved_handlers {
+    struct sigaction intr, term, usr1;
+} saved_handlers;
+
+static void stop_signals_install(saved_handlers *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    g_stop_signal = 0;
+    sigaction(SIGINT, &sa, &old->intr);
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGUSR1, &sa, &old->usr1);
+}
+
+static void stop_signals_restore(const saved_handlers *old) {
+    sigaction(SIGINT, &old->intr, NULL);
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGUSR1, &old->usr1, NULL);
+}
+
+/* After a step: the signal any rank of the job received (every rank stops after the same
+ * step, so a collective decides it), else 0. */
+static it_status stop_agreed(it_train_ctx *ctx, int *sig) {
+    uint64_t v = (uint64_t)g_stop_signal;
+    it_dist *job = ctx->job ? ctx->job : ctx->dist;
+    if (ctx->gworld > 1) {
+        it_status st = it_dist_all_reduce_host(job, &v, 1, IT_DTYPE_U64, IT_CCL_MAX);
+        if (st) return st;
+    }
+    *sig = (int)v;
+    return IT_OK;
+}
+
+/* The run stops after ctx->step on `sig`: a checkpoint there with --save (unless the step just
+ * wrote one), and one line saying where to resume from. */
+static it_status stop_on_signal(it_train_ctx *ctx, int sig) {
+    const it_train_config *c = ctx->cfg;
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+    ctx->stopped_by = sig;
+    ctx->fail_scope = TRAIN_FAIL_ALL_RANKS;
+    it_status st = c->save && !train_ckpt_due(ctx) ? train_ckpt_save(ctx) : IT_OK;
+    if (st || ctx->grank != 0) return st;
+    if (c->save)
+        fprintf(stderr,
+                "%s: stopped by %s after step %d of %d; saved %s/checkpoint_step_%06d (resume with --load "
+                "%s/checkpoint_step_%06d)\n",
+                c->app, name, ctx->step, c->num_iteration, c->save, ctx->step, c->save, ctx->step);
+    else
+        fprintf(stderr,
+                "%s: stopped by %s after step %d of %d; nothing saved (no --save)%s; the end-of-run outputs "
+                "were not written\n",
+                c->app, name, ctx->step, c->num_iteration, c->loss_log ? ", the loss log keeps the steps taken" : "");
+    fflush(stderr);
+    return IT_OK;
+}
+
 static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
     train_banner(ctx);
@@ -53,10 +125,18 @@ static it_status train_loop(it_train_ctx *ctx) {
     if (ctx->cfg->precision_check && (st = precision_begin(ctx))) return st;
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
+    saved_handlers old;
+    if (ctx->handle_signals) stop_signals_install(&old);
     for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
         if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_val_due(ctx)) st = train_validate(ctx);
         if (!st && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
+        int sig = 0;
+        if (!st && ctx->handle_signals && step < ctx->cfg->num_iteration && !(st = stop_agreed(ctx, &sig)) && sig) {
+            st = stop_on_signal(ctx, sig);
+            break;
+        }
     }
+    if (ctx->handle_signals) stop_signals_restore(&old);
     if (ctx->cfg->profile) { /* written also when a step failed */
         it_status pst = it_profile_end();
         if (!st) st = pst;
@@ -73,7 +153,7 @@ static it_status train_loop(it_train_ctx *ctx) {
         fflush(stdout);
         it_error(st, "%s", msg);
     }
-    return st ? st : train_finish(ctx);
+    return st || ctx->stopped_by ? st : train_finish(ctx);
 }
 
 /* Say what failed, once, where it should be said. A failure that one rank of a group meets
@@ -96,9 +176,10 @@ static bool report_failure(const it_train_ctx *ctx, it_status st) {
     return true;
 }
 
-static it_status train_run(const it_train_config *c, it_train_result *result, bool *reported) {
+static it_status train_run(const it_train_config *c, it_train_result *result, bool *reported, int *stopped_by) {
     it_train_ctx ctx;
     it_status st = train_setup(&ctx, c, result);
+    ctx.handle_signals = stopped_by != NULL;
     if (!st) st = train_loop(&ctx);
     /* The steps logged so far are whole lines: they are kept when training stops on an error. */
     if (ctx.loss_log) {
@@ -107,13 +188,14 @@ static it_status train_run(const it_train_config *c, it_train_result *result, bo
         if (cst && !st) st = it_error_context("--loss_log: ");
     }
     *reported = st && report_failure(&ctx, st);
+    if (stopped_by) *stopped_by = ctx.stopped_by;
     train_teardown(&ctx);
     return st;
 }
 
 it_status it_train_run(const it_train_config *c, it_train_result *result) {
     bool reported;
-    return train_run(c, result, &reported);
+    return train_run(c, result, &reported, NULL); /* signals stay the embedding program's */
 }
 
 int it_train_main(int argc, char **argv, const char *app) {
@@ -132,7 +214,8 @@ int it_train_main(int argc, char **argv, const char *app) {
         return 0;
     }
     bool reported = false;
-    it_status st = train_run(&c, NULL, &reported);
+    int stopped_by = 0;
+    it_status st = train_run(&c, NULL, &reported, &stopped_by);
     if (st && !reported) {
         /* Failed before the group formed (every rank alike): no rank can wait for another
          * to print, since mpirun ends the job at the first non-zero exit, so each says it. */
@@ -144,5 +227,5 @@ int it_train_main(int argc, char **argv, const char *app) {
             fprintf(stderr, "%s: rank %d: %s\n", app, rank, it_last_error());
     }
     it_train_config_release(&c);
-    return it_train_exit_code(st);
+    return !st && stopped_by ? 128 + stopped_by : it_train_exit_code(st); /* the shell's code for the signal */
 }

@@ -77,6 +77,11 @@ struct it_train_ctx {
     char *resume_dir, *resumed_from;
     int start_step;
 
+    /* SIGINT/SIGTERM (the CLI only): stop after the step, save a checkpoint with --save; the
+     * signal that stopped the run, else 0 */
+    bool handle_signals;
+    int stopped_by;
+
     /* the step just taken */
     int step;
     double loss, step_ms;

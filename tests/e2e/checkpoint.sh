@@ -5,7 +5,9 @@
 # under DDP (2 and 4 ranks) and ZeRO-1; a checkpoint written at one DP size loads at another;
 # SIGKILL at any moment of a save leaves every checkpoint_step_* loadable and nothing else
 # that --load takes as complete; pruning keeps the newest K and the one resumed from; bad or
-# mismatched checkpoints and a full disk stop with exit 2 / an error naming the file.
+# mismatched checkpoints and a full disk stop with exit 2 / an error naming the file; SIGTERM
+# (SIGINT, SIGUSR1 through mpirun) stops a run after a step with a checkpoint that resumes it
+# bitwise.
 # Usage: checkpoint.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
@@ -274,6 +276,61 @@ got=$(ls -A "$bd" | tr '\n' ' ')
 for e in "$bd"/checkpoint_step_*; do
   loads "$e" && ok || bad "after the disk-full save, $e does not load: $(tail -2 "$tmp/l.out")"
 done
+
+# A signal stops the run after the step in progress: SIGTERM (a scheduler's preemption notice)
+# saves a checkpoint there with --save, and resuming from it continues the uninterrupted run
+# bitwise; the exit status is 128 + the signal, the loss log keeps the steps taken; without
+# --save nothing is written at the end; under mpirun, SIGUSR1 (which mpirun forwards) stops
+# every rank after the same step.
+wait_steps() { # out_file n: wait (up to 30 s) until n step lines are out
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (($(grep -c '^step' "$1" 2>/dev/null) >= $2)) && return 0
+    sleep 0.1
+  done
+  return 1
+}
+long=(--optimizer adamw --num_iteration 1000000 --log_interval 1000000)
+sd=$tmp/sig && mkdir -p "$sd"
+"$build/gpt2" "${gpt2[@]}" "${long[@]}" --save "$sd/ck" --save_interval 1000000 --loss_log "$sd/ll.txt" \
+  >"$sd/out.txt" 2>"$sd/err.txt" &
+pid=$!
+wait_steps "$sd/out.txt" 3 || bad "signal: the run printed no steps in 30 s"
+kill -TERM $pid
+wait $pid
+rc=$?
+n=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\) of 1000000; saved .*checkpoint_step_\([0-9]*\) (resume with --load .*/\1/p' "$sd/err.txt")
+if [[ $rc -eq 143 && -n $n && -d $sd/ck/$(printf 'checkpoint_step_%06d' "$n") ]]; then
+  ok
+  [[ $(wc -l <"$sd/ll.txt") -eq $n ]] && ok || bad "signal: the loss log has $(wc -l <"$sd/ll.txt") lines, expected $n"
+  ck=$sd/ck/$(printf 'checkpoint_step_%06d' "$n")
+  train 0 gpt2 "$sd/full.txt" "${gpt2[@]}" --optimizer adamw --num_iteration $((n + 3))
+  train 0 gpt2 "$sd/res.txt" "${gpt2[@]}" --optimizer adamw --num_iteration $((n + 3)) --load "$ck"
+  tail -n 3 "$sd/full.txt" | cmp -s - "$sd/res.txt" && head -n "$n" "$sd/full.txt" | cmp -s - "$sd/ll.txt" && ok ||
+    bad "signal: the run resumed from step $n's checkpoint differs from the uninterrupted one"
+else
+  bad "SIGTERM: exit $rc (expected 143) or no checkpoint named: $(cat "$sd/err.txt")"
+fi
+"$build/gpt2" "${gpt2[@]}" "${long[@]}" --output_checkpoint "$sd/never.bin" >"$sd/out2.txt" 2>"$sd/err2.txt" &
+pid=$!
+wait_steps "$sd/out2.txt" 2 || bad "signal: the second run printed no steps in 30 s"
+kill -INT $pid
+wait $pid
+rc=$?
+[[ $rc -eq 130 && ! -e $sd/never.bin ]] && grep -q 'stopped by SIGINT after step [0-9]* of 1000000; nothing saved (no --save)' \
+  "$sd/err2.txt" && ok || bad "SIGINT without --save: exit $rc, $(cat "$sd/err2.txt")"
+if ((have_mpi)); then
+  "${mpi[@]}" -np 2 "$build/gpt2" "${gpt2[@]}" "${long[@]}" --save "$sd/ck2" --save_interval 1000000 \
+    --loss_log "$sd/ll2.txt" >"$sd/out3.txt" 2>"$sd/err3.txt" &
+  pid=$!
+  wait_steps "$sd/out3.txt" 3 || bad "signal: the 2-rank run printed no steps in 30 s"
+  kill -USR1 $pid
+  wait $pid
+  n=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of .*/\1/p' "$sd/err3.txt")
+  if [[ -n $n ]] && loads "$sd/ck2/$(printf 'checkpoint_step_%06d' "$n")"; then ok; else
+    bad "SIGUSR1 to mpirun: no rank stopped with a loadable checkpoint: $(head -3 "$sd/err3.txt")"
+  fi
+fi
 
 echo "checkpoint: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
