@@ -493,16 +493,20 @@ it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets) {
     return st;
 }
 
-/* FNV-1a over 8-byte little-endian words, then over the 0..7 tail bytes: the same value for
- * the same bytes wherever they live. A whole model's parameters go through here at start-up
- * (setup's check that the ranks hold the same ones), so the words are read in place when the
- * device's memory is the host's and the tensor contiguous, and 8 bytes are taken a step. */
+/* FNV-1a over 8-byte little-endian words (each product's high half folded down), then over the
+ * 0..7 tail bytes: the same value for the same bytes wherever they live. A whole model's
+ * parameters go through here at start-up (setup's check that the data-parallel ranks hold the
+ * same ones), so the words are read in place when the device's memory is the host's and the
+ * tensor contiguous, and 8 bytes are taken a step. */
 static uint64_t fnv1a_words(const unsigned char *b, size_t n, uint64_t x) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, b + i, 8);
         x = (x ^ w) * 1099511628211ull;
+        x ^= x >> 32; /* a multiply only carries upward: fold the high half down, so that a
+                       * difference in a word's top bits (a float's sign) reaches every bit
+                       * of the hash and two such differences cannot cancel */
     }
     for (; i < n; i++) x = (x ^ b[i]) * 1099511628211ull;
     return x;

@@ -47,11 +47,12 @@ static it_status precision_begin(it_train_ctx *ctx) {
 
 /* ---- stopping on a signal: SIGINT (Ctrl-C), SIGTERM (a scheduler's preemption notice) or
  * SIGUSR1 (which mpirun forwards to every rank, where it kills the job on SIGINT and SIGTERM)
- * asks the run to stop after the step in progress; a second SIGINT kills it at once. */
+ * asks the run to stop after the step in progress; a second one ends it at once. A signal
+ * before the first step ends the run as it always did (there is nothing to save yet). */
 static volatile sig_atomic_t g_stop_signal;
 
 static void on_stop_signal(int sig) {
-    if (g_stop_signal && sig == SIGINT) { /* the second Ctrl-C: now */
+    if (g_stop_signal) { /* the second one (a step that does not end, a rank stuck): now */
         signal(sig, SIG_DFL);
         raise(sig);
     }
@@ -99,7 +100,6 @@ static it_status stop_on_signal(it_train_ctx *ctx, int sig) {
     const it_train_config *c = ctx->cfg;
     const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
     ctx->stopped_by = sig;
-    ctx->fail_scope = TRAIN_FAIL_ALL_RANKS;
     it_status st = c->save && !train_ckpt_due(ctx) ? train_ckpt_save(ctx) : IT_OK;
     if (st || ctx->grank != 0) return st;
     if (c->save)
@@ -136,6 +136,7 @@ static it_status train_loop(it_train_ctx *ctx) {
             break;
         }
     }
+    int late = ctx->handle_signals && !ctx->stopped_by ? (int)g_stop_signal : 0;
     if (ctx->handle_signals) stop_signals_restore(&old);
     if (ctx->cfg->profile) { /* written also when a step failed */
         it_status pst = it_profile_end();
@@ -153,7 +154,14 @@ static it_status train_loop(it_train_ctx *ctx) {
         fflush(stdout);
         it_error(st, "%s", msg);
     }
-    return st || ctx->stopped_by ? st : train_finish(ctx);
+    if (st || ctx->stopped_by) return st;
+    st = train_finish(ctx);
+    if (late && !st) { /* during the last step: the run is complete; the process still ends by it */
+        if (ctx->grank == 0)
+            fprintf(stderr, "%s: signal %d arrived during the last step: the run completed\n", ctx->cfg->app, late);
+        ctx->stopped_by = late;
+    }
+    return st;
 }
 
 /* Say what failed, once, where it should be said. A failure that one rank of a group meets
@@ -227,5 +235,14 @@ int it_train_main(int argc, char **argv, const char *app) {
             fprintf(stderr, "%s: rank %d: %s\n", app, rank, it_last_error());
     }
     it_train_config_release(&c);
-    return !st && stopped_by ? 128 + stopped_by : it_train_exit_code(st); /* the shell's code for the signal */
+    if (!st && stopped_by) {
+        /* End by the signal itself, now that everything is written: a shell running this in a
+         * loop or a script then stops as it would have if the signal had killed the run (an
+         * exit status of 128 + the signal would tell it the program handled the signal). */
+        fflush(NULL);
+        signal(stopped_by, SIG_DFL);
+        raise(stopped_by);
+        return 128 + stopped_by; /* (the signal is blocked or ignored: its code) */
+    }
+    return it_train_exit_code(st);
 }

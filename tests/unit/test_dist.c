@@ -251,12 +251,26 @@ int main(void) {
     CHECK_OK(it_dist_tensor_hash(t, &h2));
     CHECK(h1 != h2);
     /* the value for five known floats (20 bytes: two 8-byte words and a 4-byte tail), from an
-     * independent Python FNV-1a over little-endian 64-bit words, then the tail bytes */
+     * independent Python FNV-1a over little-endian 64-bit words (x = (x ^ w) * P; x ^= x >> 32),
+     * then the tail bytes */
     const float five[5] = {1.0f, 2.0f, -3.5f, 0.25f, 7.0f};
     it_tensor *f5 = it_tensor_from_host(it_device_cpu(), IT_DTYPE_FP32, 1, (int64_t[]){5}, five, sizeof five);
     uint64_t hf = 0;
     CHECK_OK(it_dist_tensor_hash(f5, &hf));
-    CHECK(hf == 0xb28168f16dee808bull);
+    CHECK(hf == 0x90739e9fad6feeb8ull);
+    /* sign flips in the top bits of two words do not cancel (a plain word-wise FNV-1a, whose
+     * multiply only carries upward, hashes these three buffers alike) */
+    float buf[1000];
+    uint64_t hb[3];
+    for (int i = 0; i < 1000; i++) buf[i] = (float)(i % 13) - 5.5f;
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) buf[1] = -buf[1], buf[7] = -buf[7];
+        if (round == 2)
+            for (int i = 3; i < 1000; i += 2) buf[i] = i == 7 ? buf[i] : -buf[i]; /* every odd one flipped once */
+        it_tensor *tb = it_tensor_from_host(it_device_cpu(), IT_DTYPE_FP32, 1, (int64_t[]){1000}, buf, sizeof buf);
+        CHECK_OK(it_dist_tensor_hash(tb, &hb[round]));
+    }
+    CHECK(hb[0] != hb[1] && hb[0] != hb[2] && hb[1] != hb[2]);
     /* a strided view (read through a staged copy) hashes as its contiguous copy; so does a
      * tensor on a device whose memory is not the host's (sim) */
     it_tensor *v = it_tensor_slice(t, 0, 1, LEN, 2), *vc = it_tensor_contiguous(v);
