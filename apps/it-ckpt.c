@@ -9,9 +9,11 @@
  *                                     checkpoint directory holding the model alone (step 0)
  *
  * Exit status: 0 done, 2 bad arguments or input, 1 other failures. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "infinitrain/train.h"
 #include "train/ckpt_file.h"
@@ -53,7 +55,12 @@ static it_status show(const char *path) {
     char file[4096];
     snprintf(file, sizeof file, "%s/trainer_state.json", path);
     FILE *f = fopen(file, "r");
-    if (!f) return it_error(IT_ERR_NOT_FOUND, "%s: not a checkpoint directory (no trainer_state.json)", path);
+    if (!f) {
+        struct stat sb;
+        if (stat(path, &sb) != 0) return it_error(IT_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+        return it_error(IT_ERR_NOT_FOUND, "%s: not a checkpoint directory (%s)", path,
+                        S_ISDIR(sb.st_mode) ? "no trainer_state.json" : "a file, and not a .ckpt one");
+    }
     char buf[4096];
     size_t k;
     while ((k = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, k, stdout);

@@ -367,6 +367,11 @@ int main(int argc, char **argv) {
         bytes_in += got > 0 ? got : 0;
     }
 
+    if (rc == 0 && bytes_in == 0 && budget != 0) { /* (a --max_bytes of 0 asked for nothing) */
+        fprintf(stderr, "tokenize: %s%s: no text (0 bytes): nothing to tokenize, no shard written\n", inputs[0],
+                ninputs > 1 ? " and the other inputs" : "");
+        rc = 1;
+    }
     size_t n_val = 0;
     int wide = 0, wide_val = 0;
     if (rc == 0 && val_out) {

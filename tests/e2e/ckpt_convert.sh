@@ -47,6 +47,8 @@ expect_fail() { # what message args...
 expect_fail "existing output dir" "exists" from-llmc gpt2 "$fix/tiny_gpt2.bin" "$tmp/gpt2"
 expect_fail "wrong app" "magic" from-llmc llama3 "$fix/tiny_gpt2.bin" "$tmp/x"
 expect_fail "not a checkpoint" "trainer_state.json" to-llmc "$tmp" "$tmp/y.bin"
+expect_fail "show a missing path" "$tmp/nosuch: No such file or directory" show "$tmp/nosuch"
+expect_fail "show a regular file" "not a checkpoint directory (a file" show "$fix/tiny_gpt2.bin"
 "$tool" frobnicate >/dev/null 2>"$tmp/err.txt"
 [[ $? -eq 2 ]] && grep -q '^usage: it-ckpt' "$tmp/err.txt" && ok || bad "an unknown command does not print the usage"
 

@@ -153,6 +153,12 @@ static void test_errors(void) {
     CHECK(run(args) == 2);
     CHECK(strstr(err_text, "--output and --tokenizer_out are the same file") != NULL);
     CHECK(access(tmp_path("z.bin"), F_OK) != 0);
+    /* Empty text is refused (it would give a shard of one end-of-text token), nothing written. */
+    write_bytes(tmp_path("empty.txt"), "", 0);
+    snprintf(args, sizeof args, "--input %s --output %s", tmp_path("empty.txt"), tmp_path("e.bin"));
+    CHECK(run(args) == 1);
+    CHECK(strstr(err_text, "empty.txt") != NULL && strstr(err_text, "no text (0 bytes)") != NULL);
+    CHECK(access(tmp_path("e.bin"), F_OK) != 0);
     /* An output that cannot be written stops the run before the others are: no shard is
      * left without its tokenizer file. */
     snprintf(args, sizeof args, "--input %s --output %s --tokenizer_out %s", tmp_path("a.txt"), tmp_path("z.bin"),
