@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -305,7 +306,7 @@ static int choice_ok(const char *choices, const char *value) {
 
 /* ---- cases -------------------------------------------------------------------------------- */
 
-typedef enum { ST_PENDING, ST_PASSED, ST_FAILED, ST_UNSUPPORTED } case_status;
+typedef enum { ST_PENDING, ST_PASSED, ST_FAILED, ST_UNSUPPORTED, ST_INTERRUPTED } case_status;
 
 typedef struct {
     const char *tag;
@@ -595,6 +596,32 @@ typedef struct {
     char *started_at, *branch, *commit;
 } run_meta;
 
+/* ---- Ctrl-C (SIGINT) or SIGTERM: the running case is asked to stop after its step (the
+ * trainers stop on SIGINT; a case under mpirun gets SIGUSR1, which mpirun forwards to its ranks
+ * and which stops them too, where SIGINT would make mpirun kill the job), no further case
+ * starts, and the table of what ran is printed before it-matrix ends by the signal. Each case
+ * runs in its own process group, so a terminal's Ctrl-C reaches it once, through here. A second
+ * signal ends it-matrix at once. */
+static volatile sig_atomic_t g_interrupt;
+
+static void on_interrupt(int sig) {
+    if (g_interrupt) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    g_interrupt = sig;
+}
+
+static void interrupt_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: waitpid returns EINTR, so the signal is passed on at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) {
     char dir[PATH_MAX], log[PATH_MAX + 512];
     snprintf(dir, sizeof dir, "%s/%s", log_dir, c->tag);
@@ -610,6 +637,7 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
+        setpgid(0, 0); /* its own process group (see on_interrupt) */
         int fd = fileno(f);
         dup2(fd, 1);
         dup2(fd, 2);
@@ -618,10 +646,21 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
         _exit(127);
     }
     fclose(f);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    setpgid(pid, pid); /* (also here: whichever runs first) */
+    int ws = 0, passed_on = 0;
+    for (;;) {
+        if (g_interrupt && !passed_on) {
+            bool mpi = strstr(c->argv.v[0], "mpirun") != NULL;
+            kill(-pid, mpi ? SIGUSR1 : SIGINT);
+            passed_on = g_interrupt;
+        }
+        if (waitpid(pid, &ws, 0) >= 0 || errno != EINTR) break;
     }
     c->seconds = now_s() - t0;
+    if (passed_on || g_interrupt) {
+        c->status = ST_INTERRUPTED;
+        return;
+    }
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
         c->status = ST_PASSED;
         return;
@@ -762,6 +801,7 @@ static const char *status_text(const matrix_case *c, char *buf, size_t n) {
     case ST_PASSED: return "passed";
     case ST_FAILED: snprintf(buf, n, "failed: %s", c->detail); return buf;
     case ST_UNSUPPORTED: snprintf(buf, n, "unsupported: %s", c->unsupported); return buf;
+    case ST_INTERRUPTED: return "interrupted (its log has the steps it took)";
     default: return "not run";
     }
 }
@@ -963,11 +1003,12 @@ int main(int argc, char **argv) {
 
     double t_start = now_s(), t_run = 0;
     size_t done_run = 0;
-    for (size_t i = 0; i < ncases; i++) {
+    interrupt_install();
+    for (size_t i = 0; i < ncases && !g_interrupt; i++) {
         matrix_case *c = &cases[i];
         if (c->status != ST_UNSUPPORTED) {
             run_case(c, log_dir, &meta);
-            if (c->status == ST_PASSED && bo.dir) compare_case(c, log_dir, &bo);
+            if (c->status == ST_PASSED && bo.dir && !g_interrupt) compare_case(c, log_dir, &bo);
             t_run += c->seconds;
             done_run++;
         }
@@ -1013,6 +1054,15 @@ int main(int argc, char **argv) {
     }
     printf("it-matrix: %zu passed, %zu failed, %zu unsupported\n", npass, nfail, nunsup);
     rc = nfail ? 1 : 0;
+    if (g_interrupt) {
+        size_t nleft = 0;
+        for (size_t i = 0; i < ncases; i++) nleft += cases[i].status == ST_PENDING;
+        printf("it-matrix: interrupted by %s: %zu case%s not run\n", g_interrupt == SIGINT ? "SIGINT" : "SIGTERM",
+               nleft, nleft == 1 ? "" : "s");
+        fflush(NULL);
+        signal(g_interrupt, SIG_DFL); /* end by the signal, as a shell expects (see on_interrupt) */
+        raise(g_interrupt);
+    }
     free(meta.branch);
     free(meta.commit);
 out:

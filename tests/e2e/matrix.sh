@@ -12,7 +12,8 @@
 # step that was changed. Checks the exit status, every log file with
 # InfiniTrain's header lines and the app's step lines, the summary table and counts, the progress
 # lines, --only-run, a failing run, config errors, and that --list on InfiniTrain's own config
-# (scripts/matrix/test_config.json) resolves its 128 default cases with the expected commands.
+# (scripts/matrix/test_config.json) resolves its 128 default cases with the expected commands,
+# and that Ctrl-C stops the running case after a step and prints the table of what ran.
 # Prints one line per check; exits 1 if any failed.
 set -u
 
@@ -271,6 +272,37 @@ out=$("$mx" "$full" --device cuda --list --var 'GPT2_TEST_GROUPS=*' --only-run r
 expect "recompute selected by *_TEST_GROUPS=*" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 14 cases: 14 runnable, 0 unsupported$'
 expect "recompute case runnable with its flags" "$(line recompute/gpt2_2_recompute_uniform2)" \
     '	runnable	.* --activation_recompute=true --recompute_granularity full --recompute_method uniform --recompute_num_layers 2$'
+
+# Ctrl-C: the running case stops after its step (the trainer's own SIGINT handling, its log
+# keeps the steps), no other case starts, the table is printed with the case interrupted and
+# the rest not run, and it-matrix ends by SIGINT (130); nothing is left running.
+cat >"$tmp/long.json" <<EOF
+{"variables": {"GPT2_INPUT_BIN": "$src/tests/fixtures/gpt2/tiny_shard.bin",
+  "GPT2_LLMC_FILEPATH": "$src/tests/fixtures/gpt2/tiny_gpt2.bin", "GPT2_TEST_GROUPS": "basic",
+  "LLAMA3_TEST_GROUPS": "", "MIXTRAL_TEST_GROUPS": ""},
+ "test_groups": [{"tag": "basic", "tests": [
+  {"id": "long", "args": {"num_iteration": 100000000, "sequence_length": 32, "log_interval": 1}},
+  {"id": "after", "args": {"num_iteration": 2, "sequence_length": 32}}]}]}
+EOF
+"$mx" "$tmp/long.json" --device cpu --log-dir "$tmp/long" >"$tmp/long.out" 2>"$tmp/long.err" &
+pid=$!
+for ((i = 0; i < 300; i++)); do
+    grep -q '^step' "$tmp/long/basic/gpt2_long.log" 2>/dev/null && break
+    sleep 0.1
+done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "Ctrl-C: it-matrix ends by SIGINT" || bad "Ctrl-C: exit $rc, expected 130" "$(cat "$tmp/long.err")"
+out=$(cat "$tmp/long.out")
+expect "Ctrl-C: the running case is interrupted" "$out" '^basic/gpt2_long +interrupted'
+expect "Ctrl-C: the next case did not run" "$out" '^basic/gpt2_after +not run'
+expect "Ctrl-C: the summary says so" "$out" '^it-matrix: interrupted by SIGINT: 1 case not run$'
+expect "Ctrl-C: the trainer stopped after a step" "$(cat "$tmp/long/basic/gpt2_long.log")" \
+    'stopped by SIGINT after step [0-9]+ of 100000000'
+sleep 0.2
+left=$(pgrep -f -- "--num_iteration 100000000" || true)
+[ -z "$left" ] && ok "Ctrl-C: nothing left running" || bad "Ctrl-C: processes left" "$left"
 
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]
