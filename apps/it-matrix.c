@@ -20,6 +20,7 @@
 #endif
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -638,6 +639,10 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
         setpgid(0, 0); /* its own process group (see on_interrupt) */
+        /* No terminal input: a background process group that reads the terminal is stopped
+         * (SIGTTIN), and mpirun reads its stdin to pass it to rank 0. */
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
         int fd = fileno(f);
         dup2(fd, 1);
         dup2(fd, 2);
