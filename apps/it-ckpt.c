@@ -56,8 +56,11 @@ static it_status show(const char *path) {
     snprintf(file, sizeof file, "%s/trainer_state.json", path);
     FILE *f = fopen(file, "r");
     if (!f) {
+        int err = errno;
         struct stat sb;
         if (stat(path, &sb) != 0) return it_error(IT_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
+        if (err != ENOENT && err != ENOTDIR) /* there, but unreadable */
+            return it_error(IT_ERR_IO, "%s: %s", file, strerror(err));
         return it_error(IT_ERR_NOT_FOUND, "%s: not a checkpoint directory (%s)", path,
                         S_ISDIR(sb.st_mode) ? "no trainer_state.json" : "a file, and not a .ckpt one");
     }

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -597,20 +598,50 @@ typedef struct {
     char *started_at, *branch, *commit;
 } run_meta;
 
-/* ---- Ctrl-C (SIGINT) or SIGTERM: the running case is asked to stop after its step (the
- * trainers stop on SIGINT; a case under mpirun gets SIGUSR1, which mpirun forwards to its ranks
- * and which stops them too, where SIGINT would make mpirun kill the job), no further case
+/* ---- Ctrl-C (SIGINT), SIGTERM or SIGHUP: the running case is asked to stop after its step
+ * (the trainers stop on SIGINT; a case under mpirun gets SIGUSR1, which mpirun forwards to its
+ * ranks and which stops them too, where SIGINT would make mpirun kill the job), no further case
  * starts, and the table of what ran is printed before it-matrix ends by the signal. Each case
- * runs in its own process group, so a terminal's Ctrl-C reaches it once, through here. A second
- * signal ends it-matrix at once. */
-static volatile sig_atomic_t g_interrupt;
+ * runs in its own process group, so a terminal's signals reach it only through here: the
+ * handler passes the first one on itself (no window before the wait), and on a second one
+ * ends the case (SIGKILL to its group; SIGTERM to mpirun, which then kills its job) and then
+ * it-matrix. A case whose parent dies is sent SIGTERM (PR_SET_PDEATHSIG). */
+static volatile sig_atomic_t g_interrupt; /* the first signal, else 0 */
+static volatile sig_atomic_t g_child;     /* the running case's pid (= its group), else 0 */
+static volatile sig_atomic_t g_child_mpi; /* it is mpirun */
+static volatile sig_atomic_t g_passed_on; /* the signal sent to it, else 0 */
+
+static void pass_on(void) { /* (with the signals blocked, or from the handler) */
+    if (g_child > 0 && !g_passed_on) {
+        int sig = g_child_mpi ? SIGUSR1 : SIGINT;
+        kill((pid_t)g_child, sig);
+        g_passed_on = sig;
+    }
+}
 
 static void on_interrupt(int sig) {
-    if (g_interrupt) {
+    if (g_interrupt) { /* the second: the case and it-matrix end now */
+        if (g_child > 0) {
+            if (g_child_mpi)
+                kill((pid_t)g_child, SIGTERM);
+            else
+                kill(-(pid_t)g_child, SIGKILL);
+        }
         signal(sig, SIG_DFL);
         raise(sig);
+        return;
     }
     g_interrupt = sig;
+    pass_on();
+}
+
+static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void stop_signals_mask(int how) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) sigaddset(&set, STOP_SIGNALS[i]);
+    sigprocmask(how, &set, NULL);
 }
 
 static void interrupt_install(void) {
@@ -618,9 +649,9 @@ static void interrupt_install(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0; /* no SA_RESTART: waitpid returns EINTR, so the signal is passed on at once */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) sigaddset(&sa.sa_mask, STOP_SIGNALS[i]);
+    sa.sa_flags = 0; /* no SA_RESTART: waitpid returns EINTR */
+    for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) sigaction(STOP_SIGNALS[i], &sa, NULL);
 }
 
 static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) {
@@ -635,10 +666,16 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     fflush(f);
     long header_end = ftell(f);
     double t0 = now_s();
+    pid_t parent = getpid();
+    stop_signals_mask(SIG_BLOCK); /* until the child is known to the handler (see on_interrupt) */
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
+        for (size_t i = 0; i < sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0]; i++) signal(STOP_SIGNALS[i], SIG_DFL);
+        stop_signals_mask(SIG_UNBLOCK);
         setpgid(0, 0); /* its own process group (see on_interrupt) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1); /* it-matrix died before the line above */
         /* No terminal input: a background process group that reads the terminal is stopped
          * (SIGTTIN), and mpirun reads its stdin to pass it to rank 0. */
         int nul = open("/dev/null", O_RDONLY);
@@ -652,17 +689,23 @@ static void run_case(matrix_case *c, const char *log_dir, const run_meta *meta) 
     }
     fclose(f);
     setpgid(pid, pid); /* (also here: whichever runs first) */
-    int ws = 0, passed_on = 0;
-    for (;;) {
-        if (g_interrupt && !passed_on) {
-            bool mpi = strstr(c->argv.v[0], "mpirun") != NULL;
-            kill(-pid, mpi ? SIGUSR1 : SIGINT);
-            passed_on = g_interrupt;
-        }
-        if (waitpid(pid, &ws, 0) >= 0 || errno != EINTR) break;
+    g_child_mpi = strstr(c->argv.v[0], "mpirun") != NULL;
+    g_passed_on = 0;
+    g_child = pid;
+    if (g_interrupt) pass_on(); /* (a signal between the loop's check and the fork) */
+    stop_signals_mask(SIG_UNBLOCK);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }
+    stop_signals_mask(SIG_BLOCK);
+    g_child = 0;
+    int sent = g_passed_on;
+    stop_signals_mask(SIG_UNBLOCK);
     c->seconds = now_s() - t0;
-    if (passed_on || g_interrupt) {
+    /* Interrupted: it ended by what it was sent (or by the second signal's kill), or exited with
+     * that signal's shell code (mpirun: 128 + SIGUSR1). Otherwise it is judged as it ended. */
+    if (sent && ((WIFSIGNALED(ws) && (WTERMSIG(ws) == sent || WTERMSIG(ws) == SIGKILL || WTERMSIG(ws) == SIGTERM)) ||
+                 (WIFEXITED(ws) && WEXITSTATUS(ws) == 128 + sent))) {
         c->status = ST_INTERRUPTED;
         return;
     }
@@ -713,6 +756,10 @@ static int capture(char *const argv[], char **out) {
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
+        /* a short run (it-compare): a terminal's Ctrl-C is it-matrix's to act on */
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
         close(fds[0]);
         dup2(fds[1], 1);
         dup2(fds[1], 2);
@@ -1062,7 +1109,10 @@ int main(int argc, char **argv) {
     if (g_interrupt) {
         size_t nleft = 0;
         for (size_t i = 0; i < ncases; i++) nleft += cases[i].status == ST_PENDING;
-        printf("it-matrix: interrupted by %s: %zu case%s not run\n", g_interrupt == SIGINT ? "SIGINT" : "SIGTERM",
+        printf("it-matrix: interrupted by %s: %zu case%s not run\n",
+               g_interrupt == SIGINT    ? "SIGINT"
+               : g_interrupt == SIGTERM ? "SIGTERM"
+                                        : "SIGHUP",
                nleft, nleft == 1 ? "" : "s");
         fflush(NULL);
         signal(g_interrupt, SIG_DFL); /* end by the signal, as a shell expects (see on_interrupt) */

@@ -47,15 +47,29 @@ static it_status precision_begin(it_train_ctx *ctx) {
 
 /* ---- stopping on a signal: SIGINT (Ctrl-C), SIGTERM (a scheduler's preemption notice) or
  * SIGUSR1 (which mpirun forwards to every rank, where it kills the job on SIGINT and SIGTERM)
- * asks the run to stop after the step in progress; a second one ends it at once. A signal
- * before the first step ends the run as it always did (there is nothing to save yet). */
+ * asks the run to stop after the step in progress; a second one (a second or more later) ends it
+ * at once. A signal before the first step ends the run as it always did (nothing to save yet). */
 static volatile sig_atomic_t g_stop_signal;
+static struct timespec g_stop_first; /* when the first came (written by the handler alone) */
+
+/* Seconds since the first signal (clock_gettime is async-signal-safe). */
+static double since_first(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - g_stop_first.tv_sec) + 1e-9 * (double)(t.tv_nsec - g_stop_first.tv_nsec);
+}
 
 static void on_stop_signal(int sig) {
-    if (g_stop_signal) { /* the second one (a step that does not end, a rank stuck): now */
+    if (g_stop_signal) {
+        /* The second one (a step that does not end, a rank stuck): now. Launchers deliver one
+         * notice twice within milliseconds (timeout(1) to the child and its group, a scheduler
+         * to each task and through srun): a repeat within a second is the same notice. */
+        if (since_first() < 1.0) return;
         signal(sig, SIG_DFL);
         raise(sig);
+        return;
     }
+    clock_gettime(CLOCK_MONOTONIC, &g_stop_first);
     g_stop_signal = sig;
 }
 
@@ -67,7 +81,10 @@ static void stop_signals_install(saved_handlers *old) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask); /* one handler at a time (g_stop_first) */
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGUSR1);
     sa.sa_flags = SA_RESTART;
     g_stop_signal = 0;
     sigaction(SIGINT, &sa, &old->intr);
@@ -156,8 +173,11 @@ static it_status train_loop(it_train_ctx *ctx) {
     }
     if (st || ctx->stopped_by) return st;
     st = train_finish(ctx);
-    if (late && !st) { /* during the last step: the run is complete; the process still ends by it */
-        if (ctx->grank == 0)
+    if (late && !st) {       /* during the last step: the run is complete; the process still ends by it */
+        if (ctx->gworld > 1) /* (only this rank may have had it) */
+            fprintf(stderr, "%s: rank %d: signal %d arrived during the last step: the run completed\n", ctx->cfg->app,
+                    ctx->grank, late);
+        else
             fprintf(stderr, "%s: signal %d arrived during the last step: the run completed\n", ctx->cfg->app, late);
         ctx->stopped_by = late;
     }
