@@ -2,6 +2,9 @@
  * a failure is reported and becomes the process's exit status. The parts are in setup.c,
  * step.c and log.c (train_internal.h). */
 #include <signal.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -260,6 +263,9 @@ int it_train_main(int argc, char **argv, const char *app) {
          * loop or a script then stops as it would have if the signal had killed the run (an
          * exit status of 128 + the signal would tell it the program handled the signal). */
         fflush(NULL);
+#ifdef __SANITIZE_ADDRESS__
+        __lsan_do_leak_check(); /* the exit-time check a death by signal skips (sanitizer builds) */
+#endif
         signal(stopped_by, SIG_DFL);
         raise(stopped_by);
         return 128 + stopped_by; /* (the signal is blocked or ignored: its code) */
