@@ -39,13 +39,20 @@ runn() { # n, app, log, args...
 #    agree within rounding, not bitwise; fp32 at a loss of ~5.5 has an ulp of 4.8e-7, and
 #    measured differences stay within one ulp. 1e-5 (~20 ulp) leaves room for 10 steps of
 #    AdamW to amplify that drift while a wrong slice or a missing reduction (>= 1e-3) fails.
-run1 gpt2 "$tmp/tp1" "${gpt2[@]}"
-for n in 2 4; do
-  runn "$n" gpt2 "$tmp/tp$n" "${gpt2[@]}" --tensor_parallel "$n"
-  within "gpt2 TP=$n vs TP=1" "$tmp/tp1" "$tmp/tp$n" 1e-5
-  runn "$n" gpt2 "$tmp/sp$n" "${gpt2[@]}" --tensor_parallel "$n" --sequence_parallel
-  within "gpt2 TP=$n+SP vs TP=1" "$tmp/tp1" "$tmp/sp$n" 1e-5
-done
+# tp_sweep APP BASE TP_PREFIX SP_PREFIX args...: one rank into BASE, then TP 2 and 4 without and
+# with SP (logs TP_PREFIXn, SP_PREFIXn), each within 1e-5 of BASE.
+tp_sweep() {
+  local app=$1 base=$2 tpp=$3 spp=$4 n
+  shift 4
+  run1 "$app" "$base" "$@"
+  for n in 2 4; do
+    runn "$n" "$app" "$tpp$n" "$@" --tensor_parallel "$n"
+    within "$app TP=$n vs TP=1" "$base" "$tpp$n" 1e-5
+    runn "$n" "$app" "$spp$n" "$@" --tensor_parallel "$n" --sequence_parallel
+    within "$app TP=$n+SP vs TP=1" "$base" "$spp$n" 1e-5
+  done
+}
+tp_sweep gpt2 "$tmp/tp1" "$tmp/tp" "$tmp/sp" "${gpt2[@]}"
 
 # 2. Rank 0 alone prints, and the step line names the grid (SP is printed as TP when on, as
 #    InfiniTrain does).
@@ -131,13 +138,7 @@ within "llama3 LoRA TP=4 vs TP=1" "$tmp/llo1" "$tmp/llo4" 1e-5
 x=$src/tests/fixtures/mixtral
 mixtral=(--llmc_filepath "$x/tiny_mixtral.bin" --input_bin "$x/tiny_shard.bin" --batch_size 4 --sequence_length 32
   --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 --grad_clip 1.0)
-run1 mixtral "$tmp/x1" "${mixtral[@]}"
-for n in 2 4; do
-  runn "$n" mixtral "$tmp/x$n" "${mixtral[@]}" --tensor_parallel "$n"
-  within "mixtral TP=$n vs TP=1" "$tmp/x1" "$tmp/x$n" 1e-5
-  runn "$n" mixtral "$tmp/xsp$n" "${mixtral[@]}" --tensor_parallel "$n" --sequence_parallel
-  within "mixtral TP=$n+SP vs TP=1" "$tmp/x1" "$tmp/xsp$n" 1e-5
-done
+tp_sweep mixtral "$tmp/x1" "$tmp/x" "$tmp/xsp" "${mixtral[@]}"
 n=$(grep -c '^step .*DP=1, TP=2, SP=1, PP=1)' "$tmp/x2.out")
 [[ $n -eq 10 ]] && ok || bad "mixtral TP=2: expected 10 step lines with 'DP=1, TP=2, SP=1, PP=1', found $n"
 run1 mixtral "$tmp/xacc2" "${mixtral[@]}" --total_batch_size 256
