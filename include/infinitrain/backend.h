@@ -56,8 +56,11 @@ extern "C" {
  * 6: it_backend gained kernels_size, so that it_kernels can grow without a bump;
  * 7: it_ccl gained the optional group_start / group_end. A version 6 plugin still loads: its
  *    ccl table ends before them and the core never reads there (no groups: pipeline
- *    activations go through host memory, as for a backend without ccl). */
-#define IT_BACKEND_API_VERSION 7
+ *    activations go through host memory, as for a backend without ccl).
+ * 8: it_ccl_unique_id grew from 128 to 256 bytes (CNCL's clique id is 136). The id is only
+ *    ever passed by pointer and the core zeroes it before get_unique_id, so a version 5-7
+ *    plugin still loads: it writes and reads the first 128 bytes, and the rest stay zero. */
+#define IT_BACKEND_API_VERSION 8
 
 #define IT_BACKEND_EXPORT IT_API
 
@@ -404,7 +407,8 @@ typedef struct it_ccl_request it_ccl_request; /* an all-reduce in flight, owned 
 
 typedef enum it_reduce_kind { IT_CCL_SUM = 0, IT_CCL_AVG = 1, IT_CCL_MAX = 2 } it_reduce_kind;
 
-#define IT_CCL_UNIQUE_ID_BYTES 128
+/* 256 bytes since API version 8 (128 before: see IT_BACKEND_API_VERSION). */
+#define IT_CCL_UNIQUE_ID_BYTES 256
 typedef struct it_ccl_unique_id {
     unsigned char bytes[IT_CCL_UNIQUE_ID_BYTES];
 } it_ccl_unique_id;

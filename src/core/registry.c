@@ -93,10 +93,10 @@ static reg_entry *find_locked(const char *name) {
 /* Validate everything about a backend before it becomes visible. */
 static it_status validate(const it_backend *b) {
     if (!b) return it_error(IT_ERR_INVALID_ARG, "backend registration: NULL backend");
-    if (b->api_version != IT_BACKEND_API_VERSION && b->api_version != 6 && b->api_version != 5)
+    if (b->api_version < 5 || b->api_version > IT_BACKEND_API_VERSION)
         return it_error(IT_ERR_INVALID_ARG,
                         "backend '%s': api_version %d does not match this core's IT_BACKEND_API_VERSION %d "
-                        "(which also loads versions 5 and 6; rebuild the backend against this version of backend.h)",
+                        "(which also loads versions 5 to 7; rebuild the backend against this version of backend.h)",
                         b->name ? b->name : "(null)", b->api_version, IT_BACKEND_API_VERSION);
     if (!valid_name(b->name))
         return it_error(IT_ERR_INVALID_ARG, "backend name '%s' is invalid: use 1-32 characters of lowercase [a-z0-9_]",
