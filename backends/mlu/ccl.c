@@ -47,7 +47,7 @@ static int cncl_dtype(it_dtype dt) {
 static it_status get_unique_id(it_ccl_unique_id *id) {
     it_status st = need_cncl("get_unique_id");
     if (st) return st;
-    _Static_assert(sizeof(mlu_cnclCliqueId) <= IT_CCL_UNIQUE_ID_BYTES, "clique id must fit the core's id");
+    _Static_assert(sizeof(mlu_cnclCliqueId) <= IT_CCL_UNIQUE_ID_BYTES, "clique id (136 bytes) must fit the core's id");
     mlu_cnclCliqueId cid;
     memset(&cid, 0, sizeof cid);
     CNCL(mlu.cnclGetCliqueId(&cid), "");
@@ -140,7 +140,8 @@ static it_status send_(it_comm *c, const void *buf, size_t n, it_dtype dt, int p
     int cdt;
     it_status st = prep("send", c, dt, &s, &cdt);
     if (st) return st;
-    CNCL(mlu.cnclSend(buf, n, cdt, peer, c->comm, s->queue), "send");
+    /* cnclSend's buffer is not const in cncl.h; CNCL only reads it */
+    CNCL(mlu.cnclSend((void *)(uintptr_t)buf, n, cdt, peer, c->comm, s->queue), "send");
     return IT_OK;
 }
 

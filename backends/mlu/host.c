@@ -48,29 +48,19 @@ const char *mlu_cnnl_dtype_name(int c) {
 
 /* ---------------------------------------------------------------- cast table */
 
-/* CNNL_CAST_<from>_TO_<to> entries public code calls (docs/backends/mlu.md C2: torch_mlu, Paddle,
- * DIOPI). Row = from, bit = to. No HALF <-> BFLOAT16 entry exists in any of them. */
-#define B(t) (1u << (t))
-static const unsigned direct_table[IT_DTYPE_COUNT] = {
-    [IT_DTYPE_FP32] = B(IT_DTYPE_FP16) | B(IT_DTYPE_BF16) | B(IT_DTYPE_I32) | B(IT_DTYPE_I16) | B(IT_DTYPE_I8) |
-                      B(IT_DTYPE_U8) | B(IT_DTYPE_BOOL) | B(IT_DTYPE_I64) | B(IT_DTYPE_FP64),
-    [IT_DTYPE_FP16] = B(IT_DTYPE_FP32) | B(IT_DTYPE_I32) | B(IT_DTYPE_I16) | B(IT_DTYPE_I8) | B(IT_DTYPE_U8) |
-                      B(IT_DTYPE_BOOL) | B(IT_DTYPE_I64),
-    [IT_DTYPE_BF16] = B(IT_DTYPE_FP32) | B(IT_DTYPE_BOOL),
-    [IT_DTYPE_I32] = B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16) | B(IT_DTYPE_BF16) | B(IT_DTYPE_I8) | B(IT_DTYPE_I16) |
-                     B(IT_DTYPE_BOOL) | B(IT_DTYPE_U8) | B(IT_DTYPE_I64),
-    [IT_DTYPE_I16] = B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16) | B(IT_DTYPE_I32),
-    [IT_DTYPE_I8] = B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16) | B(IT_DTYPE_I32) | B(IT_DTYPE_I16),
-    [IT_DTYPE_U8] = B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16) | B(IT_DTYPE_I32) | B(IT_DTYPE_I64),
-    [IT_DTYPE_BOOL] = B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16) | B(IT_DTYPE_I32) | B(IT_DTYPE_BF16),
-    [IT_DTYPE_I64] = B(IT_DTYPE_I32) | B(IT_DTYPE_FP32) | B(IT_DTYPE_FP16),
-    [IT_DTYPE_FP64] = B(IT_DTYPE_FP32),
-};
-#undef B
-
+/* The direct CNNL_CAST_<from>_TO_<to> conversions the plans use (mlu_api.h's table, values from
+ * cnnl.h). No HALF <-> BFLOAT16 entry exists in cnnl.h. */
 bool mlu_cast_direct(it_dtype from, it_dtype to) {
-    if (!it_dtype_valid((int)from) || !it_dtype_valid((int)to)) return false;
-    return (direct_table[from] >> to) & 1u;
+    int value;
+    return mlu_cnnl_cast_value(from, to, &value);
+}
+
+bool mlu_cnnl_cast_value(it_dtype from, it_dtype to, int *value) {
+#define MLU_CAST_ROW(f, t, name, v)                                                                                    \
+    if (from == IT_DTYPE_##f && to == IT_DTYPE_##t) return *value = (v), true;
+    MLU_CNNL_CAST_TABLE(MLU_CAST_ROW)
+#undef MLU_CAST_ROW
+    return false;
 }
 
 static const char *cast_token(it_dtype t) {
@@ -230,14 +220,21 @@ it_status mlu_cast_plan_for(it_dtype src, it_dtype dst, mlu_cast_plan *plan) {
         /* integer -> float: round once */
         int_to_castable(&b);
         it_dtype via = b.cur;
-        if (mlu_cast_direct(via, dst)) {
+        if ((src == IT_DTYPE_I32 && dst == IT_DTYPE_FP32) || dst == IT_DTYPE_FP64) {
+            /* CNNL_CAST_INT32_TO_FLOAT rounds toward zero (cnnl.h, cnnlCastDataType_t), backend.h
+             * to nearest even: widen to int64 and double (both exact, INT64_TO_DOUBLE rounds to
+             * nearest even) and round once to float. The same road gives float64 exactly. */
+            if (via != IT_DTYPE_I64) cnnl(&b, IT_DTYPE_I32), cnnl(&b, IT_DTYPE_I64);
+            cnnl(&b, IT_DTYPE_FP64);
+            if (dst == IT_DTYPE_FP32) cnnl(&b, IT_DTYPE_FP32);
+        } else if (mlu_cast_direct(via, dst)) {
             cnnl(&b, dst);
         } else {
             if (!mlu_cast_direct(via, IT_DTYPE_FP32)) cnnl(&b, IT_DTYPE_I32); /* not reached */
             cnnl(&b, IT_DTYPE_FP32);
             bool small = via == IT_DTYPE_I8 || via == IT_DTYPE_I16 || via == IT_DTYPE_U8 ||
                          (via == IT_DTYPE_I32 && src == IT_DTYPE_U16);
-            if (!small) inexact(&b, "integer -> float64/bfloat16 through float32 rounds twice above 2^24");
+            if (!small) inexact(&b, "integer -> bfloat16 through float32 rounds twice above 2^24");
             cnnl(&b, dst);
         }
     }

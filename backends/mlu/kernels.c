@@ -111,9 +111,7 @@ static it_status run_step(it_stream *s, const mlu_cast_step *p, int64_t n, const
     case MLU_STEP_CNNL: {
         int value = 0;
         if (!mlu_cnnl_cast_value(p->from, p->to, &value)) {
-            st = it_error(IT_ERR_UNSUPPORTED,
-                          "mlu cast: %s has no value in this build (built without cnnl.h: rebuild with "
-                          "NEUWARE_HOME set so sdk_check.c takes the cnnlCastDataType_t values from the SDK)",
+            st = it_error(IT_ERR_INTERNAL, "mlu cast: the plan names %s, which is not in MLU_CNNL_CAST_TABLE",
                           mlu_cast_enum_name(p->from, p->to, name, sizeof name));
             goto done;
         }
@@ -154,7 +152,13 @@ static it_status mlu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
     int64_t n = mlu_desc_numel(dst);
     if (st || n == 0) return st;
     int work = 0;
-    for (int i = 0; i < plan.nsteps; i++) work += plan.steps[i].kind != MLU_STEP_REINTERPRET;
+    for (int i = 0; i < plan.nsteps; i++) {
+        const mlu_cast_step *p = &plan.steps[i];
+        work += p->kind != MLU_STEP_REINTERPRET;
+        if (p->kind == MLU_STEP_CNNL && (p->from == IT_DTYPE_BF16 || p->to == IT_DTYPE_BF16) &&
+            (st = mlu_need_bf16("cast", s->device)))
+            return st;
+    }
     if (work == 0) { /* same bytes: a copy */
         it_tdesc d = *dst;
         d.dtype = src->dtype;
@@ -266,6 +270,7 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
     it_dtype dt = g->c.dtype;
     if (dt != IT_DTYPE_FP32 && dt != IT_DTYPE_FP16 && dt != IT_DTYPE_BF16)
         return it_error(IT_ERR_UNSUPPORTED, "mlu gemm: %s (CNNL matmul: float, half, bfloat16)", it_dtype_name(dt));
+    if (dt == IT_DTYPE_BF16 && (st = mlu_need_bf16("gemm", s->device))) return st;
     if (mlu_desc_numel(&g->c) == 0) return IT_OK;
     int dtype = mlu_cnnl_dtype(dt);
     size_t gather = 0;
@@ -278,7 +283,7 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
     mlu_cnnlMatMulHeuristicResult_t res = NULL;
     char *ws = NULL;
     const void *pa, *pb;
-    int ta = 0, tb = 0, returned = 0, use_beta = 1;
+    int ta = 0, tb = 0, returned = 0, use_beta = 1, compute_type = MLU_CNNL_DTYPE_FLOAT, allow_tf32 = 0;
     size_t ws_size = 0;
     if (gather && (st = mlu_workspace(s, gather, (void **)&ws))) return st;
     char *cursor = ws;
@@ -289,6 +294,12 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa=%d", ta);
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb=%d", tb);
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_USE_BETA, &use_beta, sizeof use_beta), "%s", "use_beta");
+    /* cnnl.h: the compute type "must be set"; FLOAT accumulates fp32, fp16 and bf16 inputs alike.
+     * TF32 is on by default: off, so fp32 products read every input bit (backend.h's gemm). */
+    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_COMPUTE_TYPE, &compute_type, sizeof compute_type), "%s",
+         "compute_type=CNNL_DTYPE_FLOAT");
+    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_ALLOW_TF32, &allow_tf32, sizeof allow_tf32), "%s",
+         "allow_tf32=0");
     CNNL(mlu.cnnlMatMulAlgoCreate(&algo), "%s", "");
     CNNL(mlu.cnnlCreateMatMulHeuristicResult(&res), "%s", "");
     CNNL(mlu.cnnlGetBatchMatMulAlgoHeuristic(s->cnnl, md, ad, bd, cd, NULL, 1, &res, &returned), "requested=%d", 1);

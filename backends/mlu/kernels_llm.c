@@ -260,6 +260,7 @@ it_status mlu_bang_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, co
     mlu_rope_geo g;
     it_status st = mlu_stream_resolve("rope", s, &s);
     if (st || (st = mlu_rope_geometry(x, cos, sin, y, &g))) return st;
+    if (x->dtype == IT_DTYPE_BF16 && (st = mlu_need_bf16("rope", s->device))) return st; /* see bang/rope.mlu */
     int64_t rows = g.B * g.T * g.H;
     if (rows == 0 || g.P == 0) return IT_OK;
     it_bang_rope_args a;

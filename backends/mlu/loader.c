@@ -96,6 +96,7 @@ it_status mlu_api_load(mlu_api *api, char *note, size_t note_bytes) {
     MLU_CNCL_CALLS(MLU_RESOLVE)
 #undef MLU_RESOLVE
     api->have_cncl = cncl && !cncl_missing;
+    api->test_double = dlsym(cnrt, "it_cambricon_test_double");
     if (!cncl)
         snprintf(note, note_bytes, "collectives unavailable: libcncl.so not found in %s or on the library path%s", dir,
                  cncl_why);

@@ -1,9 +1,7 @@
-/* MLU memory over CNRT (docs/backends/mlu.md C1): cnrtMalloc/cnrtFree, cnrtMemcpy[Async], pinned
- * staging for asynchronous H2D from pageable memory, cnrtMemGetInfo, and an allocation
- * tracker for peak statistics.
- *
- * No async allocator: CNRT offers none in practice (InfiniCore's mallocAsync is cnrtMalloc),
- * so malloc_async stays NULL and free_async = queue sync + cnrtFree. */
+/* MLU memory over CNRT (docs/backends/mlu.md C1): cnrtMalloc/cnrtFree, the queue-ordered
+ * cnrtMemAllocAsync/cnrtMemFreeAsync where the library has them (CNRT 6.14: optional symbols),
+ * cnrtMemcpy[Async] (the _V3 form where present), pinned staging for asynchronous H2D from
+ * pageable memory, cnrtMemGetInfo, and an allocation tracker for peak statistics. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,17 +12,18 @@ typedef struct mlu_block {
     void *ptr;
     size_t bytes;
     int device;
+    bool queue_ordered; /* from cnrtMemAllocAsync: freed with cnrtMemFreeAsync */
     struct mlu_block *next;
 } mlu_block;
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mlu_block *blocks;
 static size_t live_bytes[MLU_MAX_DEVICES], peak_bytes[MLU_MAX_DEVICES];
 
-static void track_add(int device, void *p, size_t n) {
+static void track_add(int device, void *p, size_t n, bool queue_ordered) {
     mlu_block *b = malloc(sizeof *b);
     pthread_mutex_lock(&mem_lock);
     if (b) {
-        *b = (mlu_block){p, n, device, blocks};
+        *b = (mlu_block){p, n, device, queue_ordered, blocks};
         blocks = b;
     }
     live_bytes[device] += n;
@@ -32,7 +31,9 @@ static void track_add(int device, void *p, size_t n) {
     pthread_mutex_unlock(&mem_lock);
 }
 
-static bool track_remove(int device, void *p) {
+/* Forget p; false when it is not a live allocation of `device`. *queue_ordered (may be NULL)
+ * says how it was allocated. */
+static bool track_remove(int device, void *p, bool *queue_ordered) {
     pthread_mutex_lock(&mem_lock);
     for (mlu_block **pp = &blocks; *pp; pp = &(*pp)->next) {
         if ((*pp)->ptr == p && (*pp)->device == device) {
@@ -40,6 +41,7 @@ static bool track_remove(int device, void *p) {
             *pp = b->next;
             live_bytes[device] -= b->bytes;
             pthread_mutex_unlock(&mem_lock);
+            if (queue_ordered) *queue_ordered = b->queue_ordered;
             free(b);
             return true;
         }
@@ -59,25 +61,55 @@ it_status mlu_malloc(int device, size_t nbytes, void **ptr) {
     it_status st = mlu_use_device("malloc", device);
     if (st) return st;
     MLU_CNRT(mlu.cnrtMalloc(ptr, nbytes), "nbytes=%zu, dev=%d", nbytes, device);
-    track_add(device, *ptr, nbytes);
+    track_add(device, *ptr, nbytes, false);
     return IT_OK;
 }
 
 it_status mlu_free(int device, void *ptr) {
     it_status st = mlu_use_device("free", device);
     if (st || !ptr) return st;
-    if (!track_remove(device, ptr))
+    bool queue_ordered = false;
+    if (!track_remove(device, ptr, &queue_ordered))
         return it_error(IT_ERR_INVALID_ARG, "mlu free: %p is not a live allocation of device %d", ptr, device);
     MLU_CNRT(mlu.cnrtSyncDevice(), "before cnrtFree(%p)", ptr); /* as the sim: free waits for the device */
-    MLU_CNRT(mlu.cnrtFree(ptr), "ptr=%p, dev=%d", ptr, device);
+    if (queue_ordered) { /* the device is idle: freeing on the default queue is immediate */
+        it_stream *d = NULL;
+        if ((st = mlu_default_stream(device, &d))) return st;
+        MLU_CNRT(mlu.cnrtMemFreeAsync(ptr, d->queue), "ptr=%p, dev=%d", ptr, device);
+        MLU_CNRT(mlu.cnrtQueueSync(d->queue), "after cnrtMemFreeAsync(%p)", ptr);
+    } else {
+        MLU_CNRT(mlu.cnrtFree(ptr), "ptr=%p, dev=%d", ptr, device);
+    }
     return IT_OK;
 }
 
+/* Queue-ordered allocation (cnrtMemAllocAsync) where the library has it, else cnrtMalloc. */
+it_status mlu_malloc_async(int device, size_t nbytes, it_stream *s, void **ptr) {
+    it_status st = mlu_stream_resolve("malloc_async", s, &s);
+    if (!st) st = mlu_use_device("malloc_async", device);
+    if (st) return st;
+    if (!mlu.cnrtMemAllocAsync || !mlu.cnrtMemFreeAsync) return mlu_malloc(device, nbytes, ptr);
+    MLU_CNRT(mlu.cnrtMemAllocAsync(ptr, nbytes, s->queue), "nbytes=%zu, queue=%p", nbytes, s->queue);
+    track_add(device, *ptr, nbytes, true);
+    return IT_OK;
+}
+
+/* Free after the work queued on s: cnrtMemFreeAsync for a queue-ordered block, else a queue
+ * sync and cnrtFree. */
 it_status mlu_free_async(int device, void *ptr, it_stream *s) {
     it_status st = mlu_stream_resolve("free_async", s, &s);
-    if (st) return st;
+    if (!st) st = mlu_use_device("free_async", device);
+    if (st || !ptr) return st;
+    bool queue_ordered = false;
+    if (!track_remove(device, ptr, &queue_ordered))
+        return it_error(IT_ERR_INVALID_ARG, "mlu free_async: %p is not a live allocation of device %d", ptr, device);
+    if (queue_ordered) {
+        MLU_CNRT(mlu.cnrtMemFreeAsync(ptr, s->queue), "ptr=%p, queue=%p", ptr, s->queue);
+        return IT_OK;
+    }
     MLU_CNRT(mlu.cnrtQueueSync(s->queue), "queue=%p before cnrtFree(%p)", s->queue, ptr);
-    return mlu_free(device, ptr);
+    MLU_CNRT(mlu.cnrtFree(ptr), "ptr=%p, dev=%d", ptr, device);
+    return IT_OK;
 }
 
 /* ---------------------------------------------------------------- copies */
@@ -159,8 +191,12 @@ it_status mlu_memcpy_async(int device, void *dst, const void *src, size_t n, it_
         memcpy(b->host, src, n);
         from = b->host;
     }
-    /* queue BEFORE direction */
-    mlu_cnrtRet_t r = mlu.cnrtMemcpyAsync(dst, from, n, s->queue, direction(kind));
+    /* queue BEFORE direction; cnrt.h: cnrtMemcpyAsync and _V2 "will be deprecated", use _V3 */
+    mlu_cnrtRet_t (*copy)(void *, void *, size_t, mlu_cnrtQueue_t, mlu_cnrtMemTransDir_t) =
+        mlu.cnrtMemcpyAsync_V3   ? mlu.cnrtMemcpyAsync_V3
+        : mlu.cnrtMemcpyAsync_V2 ? mlu.cnrtMemcpyAsync_V2
+                                 : mlu.cnrtMemcpyAsync;
+    mlu_cnrtRet_t r = copy(dst, from, n, s->queue, direction(kind));
     if (r == MLU_cnrtSuccess && b) r = mlu.cnrtPlaceNotifier(b->done, s->queue);
     if (r != MLU_cnrtSuccess) {
         if (b) {

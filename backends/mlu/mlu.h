@@ -58,13 +58,12 @@ typedef struct mlu_cast_plan {
     const char *note; /* NULL when exact */
 } mlu_cast_plan;
 
-/* True when CNNL_CAST_<from>_TO_<to> is in the table seen in public code (docs/backends/mlu.md C2). */
+/* True when CNNL_CAST_<from>_TO_<to> is in mlu_api.h's MLU_CNNL_CAST_TABLE. */
 bool mlu_cast_direct(it_dtype from, it_dtype to);
 /* Writes "CNNL_CAST_FLOAT_TO_HALF" into buf (>= 48 bytes); returns buf. */
 const char *mlu_cast_enum_name(it_dtype from, it_dtype to, char *buf, size_t n);
 it_status mlu_cast_plan_for(it_dtype src, it_dtype dst, mlu_cast_plan *plan);
-/* The cnnlCastDataType_t value of a direct pair; false when this build has no SDK header
- * to take it from (sdk_check.c / nosdk.c). */
+/* The cnnlCastDataType_t value of a direct pair (MLU_CNNL_CAST_TABLE); false for other pairs. */
 bool mlu_cnnl_cast_value(it_dtype from, it_dtype to, int *value);
 /* Device scratch the plan needs for n elements: intermediates (max of two live buffers
  * per step), plus a contiguous gather of src and/or dst when they are strided. */
@@ -195,6 +194,9 @@ struct it_event {
 };
 
 it_status mlu_check_device(const char *fn, int device);
+/* IT_ERR_UNSUPPORTED (with the reason) when `device` is known not to be an MLU500-series part,
+ * the only one with bfloat16 matmul and casts. */
+it_status mlu_need_bf16(const char *fn, int device);
 /* `s` or the current device's default stream. */
 it_status mlu_stream_resolve(const char *fn, it_stream *s, it_stream **out);
 it_status mlu_default_stream(int device, it_stream **out);
@@ -261,6 +263,7 @@ it_status mlu_bang_adam_step(it_stream *s, const it_adam_args *args, it_tdesc *p
 /* ================================================================ memory.c */
 it_status mlu_malloc(int device, size_t nbytes, void **ptr);
 it_status mlu_free(int device, void *ptr);
+it_status mlu_malloc_async(int device, size_t nbytes, it_stream *stream, void **ptr);
 it_status mlu_free_async(int device, void *ptr, it_stream *stream);
 it_status mlu_memcpy(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind);
 it_status mlu_memcpy_async(int device, void *dst, const void *src, size_t nbytes, it_memcpy_kind kind,

@@ -49,10 +49,37 @@ it_status mlu_cnnl_error(mlu_cnnlStatus_t st, const char *call, const char *fmt,
     va_end(ap);
     const char *text = mlu.cnnlGetErrorString ? mlu.cnnlGetErrorString(st) : NULL;
     mlu_format_error(msg, sizeof msg, call, args, text ? text : "unknown CNNL status", st);
-    return it_error(IT_ERR_BACKEND, "mlu: %s", msg);
+    /* A call this part or library cannot do is declined, not failed: the CPU fallback serves it. */
+    bool declined = st == MLU_CNNL_STATUS_ARCH_MISMATCH || st == MLU_CNNL_STATUS_NOT_SUPPORTED;
+    return it_error(declined ? IT_ERR_UNSUPPORTED : IT_ERR_BACKEND, "mlu: %s", msg);
 }
 
 /* ---------------------------------------------------------------- init, devices */
+
+/* Compute capability per device (cnrtAttrComputeCapabilityMajor/Minor: 5.x is the MLU500
+ * series, 3.x the MLU300); 0.0 when CNRT cannot say. */
+static int capability_major[MLU_MAX_DEVICES], capability_minor[MLU_MAX_DEVICES];
+
+static void query_capability(int device) {
+    int major = 0, minor = 0;
+    if (mlu.cnrtDeviceGetAttribute &&
+        (mlu.cnrtDeviceGetAttribute(&major, MLU_cnrtAttrComputeCapabilityMajor, device) != MLU_cnrtSuccess ||
+         mlu.cnrtDeviceGetAttribute(&minor, MLU_cnrtAttrComputeCapabilityMinor, device) != MLU_cnrtSuccess)) {
+        major = minor = 0;
+        if (mlu.cnrtGetLastError) mlu.cnrtGetLastError();
+    }
+    capability_major[device] = major;
+    capability_minor[device] = minor;
+}
+
+it_status mlu_need_bf16(const char *fn, int device) {
+    int major = device >= 0 && device < device_count ? capability_major[device] : 0;
+    if (major == 0 || major >= 5) return IT_OK; /* unknown: CNNL's own status decides */
+    return it_error(IT_ERR_UNSUPPORTED,
+                    "mlu %s: bfloat16 needs an MLU500-series part (cnnl.h: bfloat16 matmul and casts are MLU500 only); "
+                    "device %d is compute capability %d.%d, so the CPU fallback serves this call",
+                    fn, device, major, capability_minor[device]);
+}
 
 static it_status mlu_init(void) {
     char note[MLU_MSG_BYTES];
@@ -62,7 +89,9 @@ static it_status mlu_init(void) {
     MLU_CNRT(mlu.cnrtGetDeviceCount(&n), "count=%p", (void *)&n);
     if (n > MLU_MAX_DEVICES) n = MLU_MAX_DEVICES;
     device_count = (int)n;
+    for (int d = 0; d < device_count; d++) query_capability(d);
     if (note[0] && getenv("IT_MLU_VERBOSE")) fprintf(stderr, "mlu: %s\n", note);
+    if (mlu.test_double) fprintf(stderr, "mlu: %s: no Cambricon device is used\n", mlu.test_double);
     return IT_OK;
 }
 
@@ -261,13 +290,9 @@ static it_status mlu_stream_wait_event(it_stream *s, it_event *e) {
     return IT_OK;
 }
 
-/* "Not ready" has two spellings across CNRT versions and projects: cnrtErrorNotReady (1 in
- * the public cnrt.h) and cnrtErrorBusy (value unknown: matched by name). */
-static bool not_ready(mlu_cnrtRet_t r) {
-    if (r == MLU_cnrtErrorNotReady) return true;
-    const char *name = mlu.cnrtGetErrorName ? mlu.cnrtGetErrorName(r) : NULL;
-    return name && (strcmp(name, "cnrtErrorBusy") == 0 || strcmp(name, "cnrtErrorNotReady") == 0);
-}
+/* "Not ready": cnrtErrorNotReady (cnrt.h:61); older callers also saw cnrtErrorBusy (cnrt.h:141,
+ * "deprecated"), so both mean not done. */
+static bool not_ready(mlu_cnrtRet_t r) { return r == MLU_cnrtErrorNotReady || r == MLU_cnrtErrorBusy; }
 
 static it_status mlu_event_query(it_event *e, bool *done) {
     if (!e->recorded) {
@@ -332,7 +357,7 @@ const it_runtime mlu_runtime = {
     .event_elapsed_ms = mlu_event_elapsed_ms,
     .malloc = mlu_malloc,
     .free = mlu_free,
-    .malloc_async = NULL, /* no async allocator in CNRT practice: the core uses malloc */
+    .malloc_async = mlu_malloc_async, /* cnrtMemAllocAsync where present, else cnrtMalloc */
     .free_async = mlu_free_async,
     .memcpy = mlu_memcpy,
     .memcpy_async = mlu_memcpy_async,

@@ -17,7 +17,6 @@
 #include "mlu/host.c"
 #include "mlu/host_ew.c"
 #include "mlu/loader.c"
-#include "mlu/nosdk.c"
 
 static void test_dtype_map(void) {
     int seen[64] = {0};
@@ -46,6 +45,18 @@ static void emulate(const mlu_cast_step *s, int64_t n, const void *in, void *out
         for (int64_t i = 0; i < n; i++) memcpy(b + i * wo, a + i * wi, wi);
         break;
     case MLU_STEP_CNNL: {
+        if (s->from == IT_DTYPE_I32 && s->to == IT_DTYPE_FP32) {
+            /* cnnl.h: CNNL_CAST_INT32_TO_FLOAT rounds toward zero, unlike the CPU's cast */
+            for (int64_t i = 0; i < n; i++) {
+                int32_t v;
+                memcpy(&v, a + i * 4, 4);
+                float f = (float)v;
+                if ((double)f - (double)v > 0 && v > 0) f = nextafterf(f, 0.0f);
+                if ((double)f - (double)v < 0 && v < 0) f = nextafterf(f, 0.0f);
+                memcpy(b + i * 4, &f, 4);
+            }
+            break;
+        }
         it_tdesc x = {0}, y = {0};
         x.data = (void *)in, x.dtype = s->from, x.ndim = 1, x.shape[0] = n, x.strides[0] = 1;
         y = x, y.data = out, y.dtype = s->to;
@@ -192,7 +203,12 @@ static void test_cast_plans(void) {
     CHECK(strcmp(mlu_cast_enum_name(IT_DTYPE_FP32, IT_DTYPE_FP16, name, sizeof name), "CNNL_CAST_FLOAT_TO_HALF") == 0);
     CHECK(!mlu_cast_direct(IT_DTYPE_FP16, IT_DTYPE_BF16) && !mlu_cast_direct(IT_DTYPE_BF16, IT_DTYPE_FP16));
     int v;
-    CHECK(!mlu_cnnl_cast_value(IT_DTYPE_FP32, IT_DTYPE_FP16, &v)); /* no SDK header in this build */
+    CHECK(mlu_cnnl_cast_value(IT_DTYPE_FP32, IT_DTYPE_FP16, &v) && v == 210); /* cnnl.h's CNNL_CAST_FLOAT_TO_HALF */
+    CHECK(mlu_cnnl_cast_value(IT_DTYPE_I32, IT_DTYPE_FP32, &v) && v == 620);
+    CHECK(!mlu_cnnl_cast_value(IT_DTYPE_FP16, IT_DTYPE_BF16, &v));
+    /* int32 -> float never uses CNNL_CAST_INT32_TO_FLOAT (it rounds toward zero) */
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_I32, IT_DTYPE_FP32, &p));
+    CHECK(p.exact && p.nsteps == 3 && p.steps[0].to == IT_DTYPE_I64 && p.steps[1].to == IT_DTYPE_FP64);
     CHECK_ERR(mlu_cast_plan_for((it_dtype)13, IT_DTYPE_FP32, &p), IT_ERR_INVALID_ARG, "invalid dtype pair");
 }
 
@@ -427,7 +443,7 @@ static void test_plugin_here(void) {
     if (!b) return;
     CHECK(strcmp(b->name, "mlu") == 0 && b->default_autocast_dtype == IT_DTYPE_BF16 && !b->host_memory);
     CHECK(b->kernels->cast && b->kernels->fill && b->kernels->copy_strided && b->kernels->gemm && b->ccl);
-    CHECK(!b->runtime->malloc_async); /* no async allocator */
+    CHECK(b->runtime->malloc_async && b->runtime->free_async); /* cnrtMemAllocAsync, or cnrtMalloc without it */
     /* CNNL slots always; the BANG slots all together (a build with cncc) or none */
     CHECK(b->kernels->rmsnorm_fwd && b->kernels->rmsnorm_bwd && b->kernels->topk && b->kernels->embedding_fwd);
     bool bang = b->kernels->softmax_fwd != NULL;
