@@ -151,6 +151,11 @@ static it_status mlu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst) {
     if (!st) st = mlu_cast_plan_for(src->dtype, dst->dtype, &plan);
     int64_t n = mlu_desc_numel(dst);
     if (st || n == 0) return st;
+    /* A pair no chain of CNNL casts reproduces bit for bit is declined: the CPU fallback
+     * serves it exactly (the plan's note says what the chain would get wrong). */
+    if (!plan.exact)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu cast %s -> %s: %s", it_dtype_name(src->dtype),
+                        it_dtype_name(dst->dtype), plan.note);
     int work = 0;
     for (int i = 0; i < plan.nsteps; i++) {
         const mlu_cast_step *p = &plan.steps[i];
@@ -232,32 +237,56 @@ static it_status mlu_fill(it_stream *s, it_tdesc *dst, it_scalar value) {
 /* ---------------------------------------------------------------- gemm: cnnlBatchMatMulBCast_v2
  * with cnnlGetBatchMatMulAlgoHeuristic + workspace; transposes as CNNL_MATMUL_DESC_TRANSA/B,
  * batch stride 0 as a batch dim of 1 (broadcast). Operands whose matrices are not stored
- * contiguously (row- or column-major) are gathered into the workspace first. */
+ * contiguously (row- or column-major) are gathered into the workspace first, and a strided c
+ * is computed there and scattered.
+ *
+ * A (batch, rows, cols) operand CNNL can read in place: each matrix row- or column-major and
+ * dense, the matrices one after another (or one matrix broadcast, batch stride 0). */
 static bool matrix_dense(const it_tdesc *t, bool *transposed) {
+    bool batches = t->shape[0] <= 1 || t->strides[0] == 0 || t->strides[0] == t->shape[1] * t->shape[2];
+    if (!batches) return false;
     if (t->strides[2] == 1 && (t->strides[1] == t->shape[2] || t->shape[1] <= 1)) return *transposed = false, true;
     if (t->strides[1] == 1 && (t->strides[2] == t->shape[1] || t->shape[2] <= 1)) return *transposed = true, true;
     return false;
 }
 
-static it_status gemm_operand(const char *arg, const it_tdesc *t, bool trans, char **ws, int dtype,
-                              mlu_cnnlTensorDescriptor_t *d, const void **ptr, int *flag, it_stream *s) {
-    it_tdesc v = *t;
+/* An operand's descriptor: the stored matrix row-major (a column-major one is its transpose,
+ * so the transpose flag flips), a dense gathered copy when it is neither; `*ptr` is its data
+ * (replaced by gemm_gather for a gathered one). */
+static it_status gemm_operand(const char *arg, const it_tdesc *t, bool trans, int dtype, mlu_cnnlTensorDescriptor_t *d,
+                              const void **ptr, int *flag) {
     bool tr = false;
-    if (!matrix_dense(&v, &tr)) {
-        it_tdesc c = mlu_contiguous_like(&v, *ws, v.dtype);
-        it_status st = mlu_copy_desc(s, &v, &c);
-        if (st) return st;
-        *ws += (size_t)mlu_desc_numel(&v) * it_dtype_size(v.dtype);
-        v = c;
-        tr = false;
-    }
-    /* describe the stored matrix row-major: a column-major one is its transpose */
-    int64_t shape[3] = {v.strides[0] == 0 ? 1 : v.shape[0], tr ? v.shape[2] : v.shape[1], tr ? v.shape[1] : v.shape[2]};
+    if (!matrix_dense(t, &tr)) tr = false; /* gathered row-major */
+    int64_t shape[3] = {t->strides[0] == 0 ? 1 : t->shape[0], tr ? t->shape[2] : t->shape[1],
+                        tr ? t->shape[1] : t->shape[2]};
     mlu_dims dims;
     it_status st = mlu_dims_contiguous("gemm", arg, 3, shape, &dims);
     if (!st) st = mlu_desc_make("gemm", arg, &dims, dtype, d);
-    *ptr = v.data;
+    *ptr = t->data;
     *flag = (int)(trans != tr);
+    return st;
+}
+
+/* A dense row-major copy of an operand CNNL cannot read in place, at `at`. */
+static it_status gemm_gather(const it_tdesc *t, char *at, it_stream *s, const void **ptr) {
+    it_tdesc c = mlu_contiguous_like(t, at, t->dtype);
+    it_status st = mlu_copy_desc(s, t, &c);
+    *ptr = at;
+    return st;
+}
+
+/* c, dense (batch, M, N) as CNNL writes it; half and bf16 accumulate on chip in float
+ * (cnnl.h: the default on-chip type is c's own; MLU500's bf16 matmul lists float only). */
+static it_status gemm_c_desc(const it_tdesc *c, int dtype, mlu_cnnlTensorDescriptor_t *cd) {
+    int64_t shape[3] = {c->shape[0], c->shape[1], c->shape[2]};
+    mlu_dims dims;
+    it_status st = mlu_dims_contiguous("gemm", "c", 3, shape, &dims);
+    if (!st) st = mlu_desc_make("gemm", "c", &dims, dtype, cd);
+    if (!st && dtype != MLU_CNNL_DTYPE_FLOAT && mlu.cnnlSetTensorDescriptorOnchipDataType) {
+        mlu_cnnlStatus_t r = mlu.cnnlSetTensorDescriptorOnchipDataType(*cd, MLU_CNNL_DTYPE_FLOAT);
+        if (r != MLU_CNNL_STATUS_SUCCESS)
+            st = mlu_cnnl_error(r, "cnnlSetTensorDescriptorOnchipDataType", "%s", "FLOAT");
+    }
     return st;
 }
 
@@ -273,27 +302,27 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
     if (dt == IT_DTYPE_BF16 && (st = mlu_need_bf16("gemm", s->device))) return st;
     if (mlu_desc_numel(&g->c) == 0) return IT_OK;
     int dtype = mlu_cnnl_dtype(dt);
-    size_t gather = 0;
+    /* Workspace: [gathered a][gathered b][dense c][the matmul's own]. CNNL reads c dense
+     * (without CNNL_MATMUL_USE_STRIDE), so a strided c is computed in the workspace. */
+    size_t esz = it_dtype_size(dt);
     bool t;
-    if (!matrix_dense(&g->a, &t)) gather += (size_t)mlu_desc_numel(&g->a) * it_dtype_size(dt);
-    if (!matrix_dense(&g->b, &t)) gather += (size_t)mlu_desc_numel(&g->b) * it_dtype_size(dt);
+    size_t part[4] = {0, 0, 0, 0}, off[4];
+    if (!matrix_dense(&g->a, &t)) part[0] = (size_t)mlu_desc_numel(&g->a) * esz;
+    if (!matrix_dense(&g->b, &t)) part[1] = (size_t)mlu_desc_numel(&g->b) * esz;
+    bool c_direct = mlu_desc_contiguous(&g->c);
+    if (!c_direct) part[2] = (size_t)mlu_desc_numel(&g->c) * esz;
     mlu_cnnlTensorDescriptor_t ad = NULL, bd = NULL, cd = NULL;
     mlu_cnnlMatMulDescriptor_t md = NULL;
     mlu_cnnlMatMulAlgo_t algo = NULL;
     mlu_cnnlMatMulHeuristicResult_t res = NULL;
     char *ws = NULL;
     const void *pa, *pb;
-    int ta = 0, tb = 0, returned = 0, use_beta = 1, compute_type = MLU_CNNL_DTYPE_FLOAT, allow_tf32 = 0;
-    size_t ws_size = 0;
-    if (gather && (st = mlu_workspace(s, gather, (void **)&ws))) return st;
-    char *cursor = ws;
-    if ((st = gemm_operand("a", &g->a, g->trans_a, &cursor, dtype, &ad, &pa, &ta, s))) goto done;
-    if ((st = gemm_operand("b", &g->b, g->trans_b, &cursor, dtype, &bd, &pb, &tb, s))) goto done;
-    if ((st = mlu_desc_of("gemm", "c", &g->c, dtype, &cd))) goto done;
+    /* cnnl.h: without CNNL_MATMUL_USE_BETA c is only written, as backend.h asks for beta 0 */
+    int ta = 0, tb = 0, returned = 0, use_beta = g->beta != 0.0f, compute_type = MLU_CNNL_DTYPE_FLOAT, allow_tf32 = 0;
+    size_t mm_ws_size = 0;
+    it_tdesc c = g->c;
     CNNL(mlu.cnnlMatMulDescCreate(&md), "%s", "");
-    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa=%d", ta);
-    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb=%d", tb);
-    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_USE_BETA, &use_beta, sizeof use_beta), "%s", "use_beta");
+    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_USE_BETA, &use_beta, sizeof use_beta), "use_beta=%d", use_beta);
     /* cnnl.h: the compute type "must be set"; FLOAT accumulates fp32, fp16 and bf16 inputs alike.
      * TF32 is on by default: off, so fp32 products read every input bit (backend.h's gemm). */
     CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_COMPUTE_TYPE, &compute_type, sizeof compute_type), "%s",
@@ -302,24 +331,32 @@ static it_status mlu_gemm(it_stream *s, const it_gemm_args *g) {
          "allow_tf32=0");
     CNNL(mlu.cnnlMatMulAlgoCreate(&algo), "%s", "");
     CNNL(mlu.cnnlCreateMatMulHeuristicResult(&res), "%s", "");
+    /* Descriptors first (they hold shapes, not addresses), then the heuristic's workspace
+     * size, then one workspace for everything. */
+    if ((st = gemm_operand("a", &g->a, g->trans_a, dtype, &ad, &pa, &ta))) goto done;
+    if ((st = gemm_operand("b", &g->b, g->trans_b, dtype, &bd, &pb, &tb))) goto done;
+    if ((st = gemm_c_desc(&g->c, dtype, &cd))) goto done;
+    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa=%d", ta);
+    CNNL(mlu.cnnlSetMatMulDescAttr(md, MLU_CNNL_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb=%d", tb);
     CNNL(mlu.cnnlGetBatchMatMulAlgoHeuristic(s->cnnl, md, ad, bd, cd, NULL, 1, &res, &returned), "requested=%d", 1);
-    CNNL(mlu.cnnlGetBatchMatMulHeuristicResult(res, algo, &ws_size), "returned=%d", returned);
-    {
-        void *mm_ws = NULL;
-        /* the matmul's workspace follows the gathered operands: grow past both */
-        if (ws_size && (st = mlu_workspace(s, gather + ws_size, &mm_ws))) goto done;
-        if (gather && mm_ws != ws) { /* grown: the gathered copies moved; gather again */
-            cursor = mm_ws;
-            mlu_desc_free(ad), mlu_desc_free(bd), ad = bd = NULL;
-            if ((st = gemm_operand("a", &g->a, g->trans_a, &cursor, dtype, &ad, &pa, &ta, s))) goto done;
-            if ((st = gemm_operand("b", &g->b, g->trans_b, &cursor, dtype, &bd, &pb, &tb, s))) goto done;
-        }
-        float alpha = g->alpha, beta = g->beta; /* float for half/bf16/float (torch_mlu addmm) */
-        CNNL(mlu.cnnlBatchMatMulBCast_v2(s->cnnl, md, algo, &alpha, ad, pa, bd, pb, &beta, cd, g->c.data,
-                                         (char *)mm_ws + gather, ws_size),
-             "M=%lld, N=%lld, batch=%lld, transa=%d, transb=%d, ws=%zu", (long long)g->c.shape[1],
-             (long long)g->c.shape[2], (long long)g->c.shape[0], ta, tb, ws_size);
+    CNNL(mlu.cnnlGetBatchMatMulHeuristicResult(res, algo, &mm_ws_size), "returned=%d", returned);
+    part[3] = mm_ws_size;
+    size_t total = mlu_ws_layout(part, 4, off);
+    if (total && (st = mlu_workspace(s, total, (void **)&ws))) goto done;
+    if (part[0] && (st = gemm_gather(&g->a, ws + off[0], s, &pa))) goto done;
+    if (part[1] && (st = gemm_gather(&g->b, ws + off[1], s, &pb))) goto done;
+    if (!c_direct) {
+        c = mlu_contiguous_like(&g->c, ws + off[2], dt);
+        if (use_beta && (st = mlu_copy_desc(s, &g->c, &c))) goto done;
     }
+    {
+        float alpha = g->alpha, beta = g->beta; /* float for half/bf16/float (torch_mlu addmm) */
+        CNNL(mlu.cnnlBatchMatMulBCast_v2(s->cnnl, md, algo, &alpha, ad, pa, bd, pb, &beta, cd, c.data,
+                                         mm_ws_size ? ws + off[3] : NULL, mm_ws_size),
+             "M=%lld, N=%lld, batch=%lld, transa=%d, transb=%d, ws=%zu", (long long)g->c.shape[1],
+             (long long)g->c.shape[2], (long long)g->c.shape[0], ta, tb, mm_ws_size);
+    }
+    if (!c_direct) st = mlu_copy_desc(s, &c, &g->c);
 done:
     if (res) mlu.cnnlDestroyMatMulHeuristicResult(res);
     if (algo) mlu.cnnlMatMulAlgoDestroy(algo);
@@ -357,6 +394,15 @@ done:
     return st;
 }
 
+/* True when every non-NULL tensor is dense row-major (CNNL's norm calls read them so). */
+static bool all_dense(const it_tdesc *a, const it_tdesc *b, const it_tdesc *c, const it_tdesc *d, const it_tdesc *e,
+                      const it_tdesc *f) {
+    const it_tdesc *t[6] = {a, b, c, d, e, f};
+    for (int i = 0; i < 6; i++)
+        if (t[i] && !mlu_desc_contiguous(t[i])) return false;
+    return true;
+}
+
 /* ---------------------------------------------------------------- layernorm:
  * cnnlGetLayerNormOpWorkspaceSize + cnnlLayerNormForward (axis = last), and
  * cnnlGetLayerNormBackwardWorkspaceSize + cnnlLayerNormBackward_v2. x viewed as (R, C). */
@@ -376,8 +422,9 @@ static it_status mlu_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tde
     it_status st = mlu_stream_resolve("layernorm_fwd", s, &s);
     if (st) return st;
     if (!mlu.cnnlLayerNormForward) return it_error(IT_ERR_UNSUPPORTED, "mlu layernorm_fwd: no cnnlLayerNormForward");
-    if (!b || !mlu_desc_contiguous(x) || x->dtype == IT_DTYPE_FP64)
-        return it_error(IT_ERR_UNSUPPORTED, "mlu layernorm_fwd: CNNL path needs a bias, contiguous x, no fp64");
+    /* cnnl.h: filter and bias may be NULL, and the call reads every tensor dense */
+    if (!all_dense(x, w, b, y, mean, rstd) || x->dtype == IT_DTYPE_FP64)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu layernorm_fwd: CNNL path needs dense tensors, no fp64");
     if (mlu_desc_numel(x) == 0) return IT_OK;
     mlu_dims xc, c, r;
     mlu_cnnlTensorDescriptor_t xd = NULL, wd = NULL, md = NULL;
@@ -385,12 +432,12 @@ static it_status mlu_layernorm_fwd(it_stream *s, const it_tdesc *x, const it_tde
     void *ws = NULL;
     if ((st = rows_cols("layernorm_fwd", x, &xc, &c, &r))) return st;
     if ((st = mlu_desc_make("layernorm_fwd", "x", &xc, mlu_cnnl_dtype(x->dtype), &xd))) goto done;
-    if ((st = mlu_desc_make("layernorm_fwd", "w", &c, mlu_cnnl_dtype(w->dtype), &wd))) goto done;
+    if ((st = mlu_desc_make("layernorm_fwd", "w", &c, mlu_cnnl_dtype(w ? w->dtype : x->dtype), &wd))) goto done;
     if ((st = mlu_desc_make("layernorm_fwd", "mean", &r, MLU_CNNL_DTYPE_FLOAT, &md))) goto done;
     CNNL(mlu.cnnlGetLayerNormOpWorkspaceSize(s->cnnl, 1, xd, &ws_size), "axis=%d", 1);
     if (ws_size && (st = mlu_workspace(s, ws_size, &ws))) goto done;
-    CNNL(mlu.cnnlLayerNormForward(s->cnnl, xd, x->data, 1, wd, w->data, b->data, eps, ws, ws_size, xd, y->data, md,
-                                  mean->data, rstd->data),
+    CNNL(mlu.cnnlLayerNormForward(s->cnnl, xd, x->data, 1, wd, w ? w->data : NULL, b ? b->data : NULL, eps, ws, ws_size,
+                                  xd, y->data, md, mean->data, rstd->data),
          "R=%d, C=%d, eps=%g", xc.dims[0], xc.dims[1], (double)eps);
 done:
     mlu_desc_free(xd);
@@ -406,9 +453,11 @@ static it_status mlu_layernorm_bwd(it_stream *s, const it_tdesc *dy, const it_td
     if (st) return st;
     if (!mlu.cnnlLayerNormBackward_v2)
         return it_error(IT_ERR_UNSUPPORTED, "mlu layernorm_bwd: no cnnlLayerNormBackward_v2");
-    if (!db || !mlu_desc_contiguous(x) || !mlu_desc_contiguous(dy) || x->dtype == IT_DTYPE_FP64)
-        return it_error(IT_ERR_UNSUPPORTED, "mlu layernorm_bwd: CNNL path needs db, contiguous x/dy, no fp64");
-    if (mlu_desc_numel(x) == 0) return IT_OK; /* TODO: dw/db = 0 for R = 0 (fill) */
+    /* R = 0 must still write dw = db = 0, which the CNNL call is not asked to do: declined */
+    if (!db || !all_dense(x, dy, w, mean, rstd, dx) || !all_dense(dw, db, NULL, NULL, NULL, NULL) ||
+        x->dtype == IT_DTYPE_FP64 || mlu_desc_numel(x) == 0)
+        return it_error(IT_ERR_UNSUPPORTED,
+                        "mlu layernorm_bwd: CNNL path needs db, dense tensors, at least one row, no fp64");
     mlu_dims xc, c, r;
     mlu_cnnlTensorDescriptor_t xd = NULL, wd = NULL, md = NULL;
     size_t ws_size = 0;

@@ -162,6 +162,7 @@ typedef struct mlu_cnclCliqueId {
     X(I64, I32, INT64_TO_INT32, 960)                                                                                   \
     X(I64, FP32, INT64_TO_FLOAT, 920)                                                                                  \
     X(I64, FP16, INT64_TO_HALF, 910)                                                                                   \
+    X(I64, BF16, INT64_TO_BFLOAT16, 917)                                                                               \
     X(I64, FP64, INT64_TO_DOUBLE, 914)                                                                                 \
     X(FP64, FP32, DOUBLE_TO_FLOAT, 21)
 
@@ -232,6 +233,8 @@ typedef struct mlu_cnclCliqueId {
       (mlu_cnnlTensorDescriptor_t d, mlu_cnnlTensorLayout_t layout, mlu_cnnlDataType_t dtype, int ndim,                \
        const int *dims, const int *strides),                                                                           \
       1)                                                                                                               \
+    X(cnnl, mlu_cnnlStatus_t, cnnlSetTensorDescriptorOnchipDataType,                                                   \
+      (mlu_cnnlTensorDescriptor_t d, mlu_cnnlDataType_t dt), 0)                                                        \
     X(cnnl, mlu_cnnlStatus_t, cnnlCastDataType,                                                                        \
       (mlu_cnnlHandle_t h, mlu_cnnlTensorDescriptor_t xd, const void *x, mlu_cnnlCastDataType_t cast,                  \
        mlu_cnnlTensorDescriptor_t yd, void *y),                                                                        \

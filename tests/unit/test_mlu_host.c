@@ -261,7 +261,7 @@ static void test_workspace(void) {
     CHECK(mlu_cast_workspace_bytes(&p, 0, false, false) == 0);
     CHECK_OK(mlu_cast_plan_for(IT_DTYPE_FP32, IT_DTYPE_FP16, &p));
     CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 0);          /* direct: none */
-    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_U32, IT_DTYPE_BF16, &p));      /* ZEXT, I64->F32, F32->BF16 */
+    CHECK_OK(mlu_cast_plan_for(IT_DTYPE_U16, IT_DTYPE_FP64, &p));      /* ZEXT, I32->I64, I64->F64 */
     CHECK(mlu_cast_workspace_bytes(&p, 10, true, true) == 2 * 10 * 8); /* ping + pong at 8 bytes */
 }
 
