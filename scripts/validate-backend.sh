@@ -10,8 +10,9 @@
 #      bf16 (--dtype bfloat16, autocast) within 1e-2;
 #   3. the coverage report of the GPT-2 run (--backend_report);
 #   4. a throughput table (tok/s per model from the step lines, step 1 excluded);
-#   5. N-card DDP (mpirun -np N) when NAME has N > 1 devices and the apps support it
-#      (`--help` lists --zero_stage) and mpirun exists; skipped with a note otherwise.
+#   5. N-rank DDP and 2-rank TP (mpirun) when NAME has N > 1 devices and mpirun exists, each
+#      against one cpu rank (DDP: with accumulation N) within 1e-5 per step; skipped with a
+#      note otherwise.
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 on bad usage.
 set -u
 
@@ -148,31 +149,45 @@ echo '```'
 echo
 } >>"$tmp/report"
 
-# ---- 4. DDP
+# ---- 4. parallel: DDP and TP over the backend's collectives, against one cpu rank
+# N ranks with B each see the batches of one rank with B and accumulation N (--total_batch_size);
+# TP splits the model, not the batch. fp32 losses within 1e-5 per step of the cpu run.
 {
-echo "## Data parallel"
+echo "## Parallel: DDP and TP on $name vs one cpu rank"
 echo
 if [ "$devices" -lt 2 ]; then
     echo "Skipped: \`$name\` has $devices device here (needs 2 or more)."
-elif ! "$build/gpt2" --help 2>&1 | grep -q zero_stage; then
-    echo "Skipped: the apps have no data-parallel flags yet (\`--help\` lists no --zero_stage)."
 elif ! command -v mpirun >/dev/null; then
     echo "Skipped: mpirun not found."
 else
     # Open MPI refuses root without these (containers often run as root).
     [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    # shellcheck disable=SC2046
-    timeout 600 mpirun --oversubscribe -np "$devices" "$build/gpt2" --device "$name" $(model_flags gpt2) \
-        --num_iteration "$steps" >"$tmp/ddp.log" 2>&1; rc=$?
-    n=$(losses "$tmp/ddp.log" | wc -l)
-    if [ $rc -eq 0 ] && [ "$n" -ge "$steps" ]; then
-        echo "\`mpirun -np $devices gpt2 --device $name\`: ok, $steps steps, $(toks "$tmp/ddp.log") tok/s (rank 0's lines)."
-        echo; echo '```'; grep -E '^step' "$tmp/ddp.log" | tail -n 2; echo '```'
-    else
-        note_fail
-        echo "\`mpirun -np $devices gpt2 --device $name\`: FAIL (exit $rc, $n step lines)"
-        echo; echo '```'; tail -n 8 "$tmp/ddp.log"; echo '```'
-    fi
+    echo "| run | max abs loss diff | tolerance | result | tok/s |"
+    echo "|---|---|---|---|---|"
+    gflags=$(model_flags gpt2)
+    tb=$((4 * 32 * devices))
+    # shellcheck disable=SC2086
+    "$build/gpt2" --device cpu $gflags --num_iteration "$steps" --total_batch_size $tb >"$tmp/acc.log" 2>&1
+    for run in "ddp:" "tp:--tensor_parallel 2"; do
+        kind=${run%%:*} pflags=${run#*:} ranks=$devices ref="$tmp/acc.log"
+        if [ "$kind" = tp ]; then ranks=2 ref="$tmp/gpt2-float32-cpu.log"; fi
+        # shellcheck disable=SC2086
+        timeout 600 mpirun --oversubscribe -np "$ranks" -x NEUWARE_HOME -x OMP_NUM_THREADS "$build/gpt2" --device "$name" \
+            $gflags --num_iteration "$steps" $pflags >"$tmp/$kind.log" 2>&1; rc=$?
+        losses "$tmp/$kind.log" >"$tmp/a"; losses "$ref" >"$tmp/b"
+        label="\`mpirun -np $ranks gpt2 --device $name${pflags:+ $pflags}\`"
+        if [ $rc -ne 0 ] || [ "$(wc -l <"$tmp/a")" -ne "$steps" ] || [ "$(wc -l <"$tmp/b")" -ne "$steps" ]; then
+            note_fail
+            echo "| $label | - | 1e-5 | FAIL: exit $rc | - |"
+            { echo; echo "$label, last lines:"; echo '```'; tail -n 8 "$tmp/$kind.log"; echo '```'; } >>"$tmp/pnotes"
+            continue
+        fi
+        diff=$(paste "$tmp/a" "$tmp/b" | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($2 != $2 || d > m) m = d } END { printf "%.3g", m }')
+        res=$(awk -v d="$diff" 'BEGIN { print (d <= 1e-5) ? "ok" : "FAIL" }')
+        [ "$res" = ok ] || note_fail
+        echo "| $label | $diff | 1e-5 | $res | $(toks "$tmp/$kind.log") |"
+    done
+    [ -s "$tmp/pnotes" ] && cat "$tmp/pnotes"
 fi
 echo
 } >>"$tmp/report"

@@ -308,11 +308,22 @@ int main(int argc, char **argv) {
     size_t foff = 0;
     for (int i = 0; i < ts.n; i++) {
         conf_target *t = &ts.t[i];
-        if (t->backend->runtime->default_stream(t->index, &t->stream)) {
+        /* Kernels run on a stream of their own where the backend can make one: the harness's
+         * copies are ordered after the default stream only, so a stream_synchronize that does
+         * not wait, or a kernel that ignores its stream, shows as a wrong result. */
+        const it_runtime *rt = t->backend->runtime;
+        it_stream *own = NULL;
+        if (rt->stream_create && rt->stream_create(t->index, 0, &own)) {
+            printf("%-12s FAIL: stream_create(%d): %s\n", t->name, t->index, it_last_error());
+            ctx.fail++;
+            continue;
+        }
+        if (!own && rt->default_stream(t->index, &t->stream)) {
             printf("%-12s FAIL: default_stream(%d): %s\n", t->name, t->index, it_last_error());
             ctx.fail++;
             continue;
         }
+        if (own) t->stream = own;
         printf("# %s (%s): %s\n", t->name, it_backend_origin(t->backend),
                grad ? "backward slots against central differences, fp64" : "every slot against the cpu kernel");
         ctx.dev = *t;
@@ -328,6 +339,10 @@ int main(int argc, char **argv) {
                                              t->name, conf_slots[s].name, g ? " --grad" : "", st->fail,
                                              st->fail == 1 ? "" : "s", st->fail_dtypes[0] ? st->fail_dtypes : "-");
             }
+        if (own && rt->stream_destroy(own)) {
+            printf("%-12s FAIL: stream_destroy: %s\n", t->name, it_last_error());
+            ctx.fail++;
+        }
     }
     int failures = ctx.fail + ts.errors;
     printf("%d passed, %d failed (%d skipped: declined by the backend; %d without a cpu reference; %d slots "

@@ -5,7 +5,8 @@
  * runs it with 3 ranks, so that chunks are uneven) it checks the collectives' values on
  * every rank: sums bitwise equal to the rank-ordered sum computed here, MAX/AVG, reduce-
  * scatter, all-gather (in place too), broadcast, the hash check, the staged path through
- * host memory on the sim device, and ZeRO-1 against all-reduce + a full optimizer step. */
+ * host memory on the sim device, and ZeRO-1 against all-reduce + a full optimizer step; with
+ * IT_TEST_DIST_DEVICE=NAME, the same over that device's own collectives. */
 #include "infinitrain/dist.h"
 #include "infinitrain/ops.h"
 #include "it_test.h"
@@ -307,6 +308,21 @@ int main(void) {
             check_zero_stages(ds, sim);
             /* the second group must not finalize MPI: the first one owns it */
             it_dist_free(ds);
+        }
+    }
+    /* IT_TEST_DIST_DEVICE=NAME (tests/e2e/mlu_standin.sh: mlu on the Cambricon stand-in): the
+     * same checks over that backend's own collectives */
+    const char *devname = getenv("IT_TEST_DIST_DEVICE");
+    it_device dd;
+    if (world > 1 && devname && *devname) {
+        CHECK_OK(it_device_parse(devname, &dd));
+        it_dist *dx = NULL;
+        if (dd.backend) CHECK_OK(it_dist_new(dd, &dx));
+        if (dx) {
+            CHECK_MSG(!it_dist_staged(dx), "%s: expected its own collectives, not staging", devname);
+            check_collectives(dx, dd, devname);
+            check_zero_stages(dx, dd);
+            it_dist_free(dx);
         }
     }
     check_avg_declined();
