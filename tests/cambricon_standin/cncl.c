@@ -710,7 +710,7 @@ static cnclResult_t enqueue_batch(const struct call *calls, size_t n, cnrtQueue_
 /* ---------------------------------------------------------------- groups */
 
 /* The calls between this thread's cnclGroupStart and its outermost cnclGroupEnd. */
-static _Thread_local struct {
+static STANDIN_TLS struct {
     int depth;
     struct call *v;
     size_t n, cap;

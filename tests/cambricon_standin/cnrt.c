@@ -67,8 +67,8 @@ STANDIN_EXPORT int standin_arch(void) {
 
 /* ---------------------------------------------------------------- errors */
 
-static _Thread_local cnrtRet_t tls_last_error = cnrtSuccess;
-static _Thread_local int tls_device;
+static STANDIN_TLS cnrtRet_t tls_last_error = cnrtSuccess;
+static STANDIN_TLS int tls_device;
 
 /* Every API function returns through here: a failure becomes the thread's last error
  * (cnrtGetLastError), whatever its code, NotReady and Busy included. */
@@ -374,7 +374,7 @@ struct opened {
     struct alloc **v;
     size_t n, cap;
 };
-static _Thread_local struct opened *tls_opened;
+static STANDIN_TLS struct opened *tls_opened;
 
 static bool opened_has(const struct opened *o, const struct alloc *a) {
     for (size_t i = 0; i < o->n; i++)

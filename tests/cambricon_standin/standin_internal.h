@@ -25,6 +25,11 @@
 #define STANDIN_MARKER_ATTR __attribute__((section(".rodata.it_cambricon_test_double")))
 #endif
 
+/* Thread-locals in the initial-exec model: the libraries are dlopen'ed, and LeakSanitizer's
+ * exit scan misread the dynamic TLS (__tls_get_addr) of their queue threads and crashed
+ * ("Tracer caught signal 11"). The few bytes fit glibc's static TLS reserve for dlopen. */
+#define STANDIN_TLS __attribute__((tls_model("initial-exec"))) _Thread_local
+
 /* One item of queue work. `run` is called on the queue's worker thread, after every item
  * placed on the queue before it has finished; `release` (may be NULL) frees `arg` afterwards
  * on that thread. A run returning false marks the queue failed: cnrtQueueSync then returns
