@@ -8,8 +8,9 @@
 #      all-gather, broadcast, ZeRO-1/2 against all-reduce;
 #   3. scripts/validate-backend.sh mlu: conformance (every slot served without BANG, the rest
 #      reported as CPU fallback) and --grad, GPT-2 / LLaMA-3 / Mixtral 10 steps against cpu
-#      (fp32 within 1e-5 per step, bf16 autocast within 1e-2), coverage, 2-rank DDP and TP=2
-#      over the CNCL stand-in against cpu within 1e-5: its report must say PASS;
+#      (fp32 within 1e-5 per step, bf16 autocast within 1e-2), coverage, 2-rank DDP, TP=2 and
+#      PP=2 (activations by CNCL send/recv in groups) over the CNCL stand-in against cpu within
+#      1e-5: its report must say PASS;
 #   4. an MLU370-class part (IT_CAMBRICON_STANDIN_ARCH=372, no bfloat16): bf16 training still
 #      matches cpu within 1e-2, the bf16 gemm declined to the CPU fallback.
 # In a sanitizer build, one case per mechanism: 1, 2, conformance, GPT-2 fp32 against cpu and
