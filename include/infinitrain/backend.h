@@ -188,6 +188,14 @@ typedef struct it_softmax_args {
     bool causal;
 } it_softmax_args;
 
+/* Arguments of the flash attention slots (it_kernels.flash_attention_fwd / _bwd). */
+typedef struct it_flash_args {
+    float scale;      /* multiplies q . k */
+    bool causal;      /* query row t sees key j only when j <= t + q_offset */
+    int64_t q_offset; /* position of query row 0 counted from key 0: 0 for self-attention;
+                         a context-parallel rank's later slice of queries has a positive one */
+} it_flash_args;
+
 /* One Adam/AdamW update on a flat parameter. step counts from 1.
  *   adamw:  p -= lr*wd*p;  (decoupled decay, before the moment update as torch)
  *   adam:   g += wd*p;     (L2, coupled, as torch.optim.Adam)
@@ -356,6 +364,33 @@ typedef struct it_kernels {
      * takes a forward call must take the backward of the same shapes. */
     it_status (*swiglu_low_bwd)(it_stream *s, const it_tdesc *a, const it_tdesc *b, const it_tdesc *dy, it_tdesc *da,
                                 it_tdesc *db);
+    /* ---- appended after API version 8's first table (no version step: kernels_size tells
+     * whether a plugin has them); optional and fused: empty, the core composes attention.
+     * Flash attention: attention computed block by block with a running softmax, keeping
+     * nothing of size T x S (FlashAttention-2, Dao 2023). q (B, H, T, D), k and v (B, Hkv, S, D),
+     * y (B, H, T, D) are views with any strides but a unit last one; Hkv divides H and query
+     * head h reads kv head h / (H / Hkv). With s_tj = scale * (q_t . k_j) over the keys j row t
+     * sees (all of them; with causal, j <= t + q_offset):
+     *   lse_t = log(sum_j exp(s_tj))            natural log, fp32, lse (B, H, T) contiguous
+     *   y_t   = sum_j exp(s_tj - lse_t) v_j
+     * A row that sees no key (causal, t + q_offset < 0) gets y_t = 0 and lse_t = -inf. A NaN
+     * in q, k or v reaches every row that sees it (with causal, a masked key's need not). q, k,
+     * v and y have one dtype: fp32, or bf16 / fp16 read exactly and accumulated in fp32, y
+     * rounded once. A backend that takes a forward call must take the backward of the same
+     * shapes; it may decline either (IT_ERR_UNSUPPORTED before writing anything, with the
+     * reason: a head size, length or layout it cannot take), and the core then composes. */
+    it_status (*flash_attention_fwd)(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                     const it_tdesc *v, it_tdesc *y, it_tdesc *lse);
+    /* Its backward from dy (B, H, T, D) (any strides, unit last one), recomputing the
+     * probabilities p_tj = exp(s_tj - lse_t) block by block: with delta_t = dy_t . y_t and
+     * ds_tj = p_tj (dy_t . v_j - delta_t),
+     *   dq_t = scale * sum_j ds_tj k_j,  dk_j = scale * sum_t ds_tj q_t,  dv_j = sum_t p_tj dy_t
+     * dq (B, H, T, D) and dk, dv (B, Hkv, S, D), each kv head's summed over the query heads of
+     * its group, written (not accumulated) as views with a unit last stride, in q's dtype
+     * (accumulated in fp32, rounded once). */
+    it_status (*flash_attention_bwd)(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                     const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                     it_tdesc *dq, it_tdesc *dk, it_tdesc *dv);
 } it_kernels;
 
 /* Every kernel slot, in it_kernels order: X(name) once per slot. The core builds its slot
@@ -389,7 +424,9 @@ typedef struct it_kernels {
     X(cross_entropy_low_fwd)                                                                                           \
     X(cross_entropy_low_bwd)                                                                                           \
     X(swiglu_low_fwd)                                                                                                  \
-    X(swiglu_low_bwd)
+    X(swiglu_low_bwd)                                                                                                  \
+    X(flash_attention_fwd)                                                                                             \
+    X(flash_attention_bwd)
 
 /* The number of kernel slots this header declares (it_kernels holds function pointers only). */
 #define IT_KERNEL_SLOT_COUNT (sizeof(it_kernels) / sizeof(void (*)(void)))
@@ -531,6 +568,14 @@ IT_API it_status it_backend_report(const it_backend *backend, FILE *f);
 /* CPU kernels, exported so that other backends (sim, fallbacks) can run them on host
  * memory. */
 IT_API const it_kernels *it_cpu_kernels(void);
+/* What the CPU's flash_attention_fwd (dy, dq, dk and dv NULL) or flash_attention_bwd would
+ * return before computing anything: IT_OK when it takes the call, else its error (messages
+ * start with `kernel`). A backend that runs the CPU kernel later (sim's queue) declines with
+ * it up front. */
+IT_API it_status it_cpu_flash_attention_check(const char *kernel, const it_flash_args *args, const it_tdesc *q,
+                                              const it_tdesc *k, const it_tdesc *v, const it_tdesc *y,
+                                              const it_tdesc *dy, const it_tdesc *lse, const it_tdesc *dq,
+                                              const it_tdesc *dk, const it_tdesc *dv);
 
 #ifdef __cplusplus
 }

@@ -492,6 +492,17 @@ static it_status ds_swiglu_low_bwd(it_stream *s, const it_tdesc *a, const it_tde
                                    it_tdesc *db) {
     DESCRIBE(T(a), T(b), T(dy), T(da), T(db));
 }
+static it_status ds_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                        const it_tdesc *v, it_tdesc *y, it_tdesc *lse) {
+    (void)args;
+    DESCRIBE(T(q), T(k), T(v), T(y), T(lse));
+}
+static it_status ds_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                        const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                        it_tdesc *dq, it_tdesc *dk, it_tdesc *dv) {
+    (void)args;
+    DESCRIBE(T(q), T(k), T(v), T(y), T(dy), T(lse), T(dq), T(dk), T(dv));
+}
 #undef T
 #undef DESCRIBE
 
@@ -525,6 +536,8 @@ static const it_kernels describe_kernels = {
     .cross_entropy_low_bwd = ds_cross_entropy_low_bwd,
     .swiglu_low_fwd = ds_swiglu_low_fwd,
     .swiglu_low_bwd = ds_swiglu_low_bwd,
+    .flash_attention_fwd = ds_flash_attention_fwd,
+    .flash_attention_bwd = ds_flash_attention_bwd,
 };
 
 const it_kernels *it__describe_kernels(void) { return &describe_kernels; }

@@ -61,7 +61,8 @@ const char *it_kernel_slot_name(size_t slot) { return slot < IT_KERNEL_SLOT_COUN
 bool it_kernel_slot_fused(size_t slot) {
     return slot == IT_SLOT(attention_fwd) || slot == IT_SLOT(attention_bwd) || slot == IT_SLOT(adam_step_round) ||
            slot == IT_SLOT(cross_entropy_low_fwd) || slot == IT_SLOT(cross_entropy_low_bwd) ||
-           slot == IT_SLOT(swiglu_low_fwd) || slot == IT_SLOT(swiglu_low_bwd);
+           slot == IT_SLOT(swiglu_low_fwd) || slot == IT_SLOT(swiglu_low_bwd) || slot == IT_SLOT(flash_attention_fwd) ||
+           slot == IT_SLOT(flash_attention_bwd);
 }
 
 /* The table of API version 6 (cast .. attention_bwd, 23 slots): what kernels_size 0 and

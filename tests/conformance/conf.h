@@ -102,6 +102,7 @@ typedef struct conf_case {
     float alpha, beta, eps, lr, grad_scale;
     bool trans_a, trans_b;
     it_softmax_args sm;
+    it_flash_args flash;
     it_adam_args adam;
     int64_t valid;
     it_scalar value;
@@ -238,6 +239,8 @@ CONF_DECLARE_SLOT(cross_entropy_low_fwd)
 CONF_DECLARE_SLOT(cross_entropy_low_bwd)
 CONF_DECLARE_SLOT(swiglu_low_fwd)
 CONF_DECLARE_SLOT(swiglu_low_bwd)
+CONF_DECLARE_SLOT(flash_attention_fwd)
+CONF_DECLARE_SLOT(flash_attention_bwd)
 
 /* cos / sin (T, D/2) tables of LLaMA's rotary angles (cases_llama.c). */
 void conf_rope_tables(conf_operand *cos_t, conf_operand *sin_t, int64_t D);

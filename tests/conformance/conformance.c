@@ -45,7 +45,9 @@
     X(cross_entropy_low_fwd, NULL)                                                                                     \
     X(cross_entropy_low_bwd, NULL)                                                                                     \
     X(swiglu_low_fwd, NULL)                                                                                            \
-    X(swiglu_low_bwd, NULL)
+    X(swiglu_low_bwd, NULL)                                                                                            \
+    X(flash_attention_fwd, NULL)                                                                                       \
+    X(flash_attention_bwd, NULL)
 
 #define PRESENT_FN(name, grad)                                                                                         \
     static bool present_##name(const it_kernels *k) { return k->name != NULL; }

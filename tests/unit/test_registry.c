@@ -318,11 +318,12 @@ static void test_slot_names(void) {
     CHECK(it_kernel_slot_name(IT_KERNEL_SLOT_COUNT) == NULL);
     int fused = 0;
     for (size_t i = 0; i < IT_KERNEL_SLOT_COUNT + 2; i++) fused += it_kernel_slot_fused(i);
-    CHECK(fused == 7);
+    CHECK(fused == 9);
     CHECK(it_kernel_slot_fused(SLOT_OF(attention_fwd)) && it_kernel_slot_fused(SLOT_OF(attention_bwd)));
     CHECK(it_kernel_slot_fused(SLOT_OF(adam_step_round)));
     CHECK(it_kernel_slot_fused(SLOT_OF(cross_entropy_low_fwd)) && it_kernel_slot_fused(SLOT_OF(cross_entropy_low_bwd)));
     CHECK(it_kernel_slot_fused(SLOT_OF(swiglu_low_fwd)) && it_kernel_slot_fused(SLOT_OF(swiglu_low_bwd)));
+    CHECK(it_kernel_slot_fused(SLOT_OF(flash_attention_fwd)) && it_kernel_slot_fused(SLOT_OF(flash_attention_bwd)));
     CHECK(!it_kernel_slot_fused(SLOT_OF(topk)));
 }
 
