@@ -46,7 +46,9 @@ enum kind {
     K_COPY,
     K_CAST,
     K_ATT_FWD,
-    K_ATT_BWD
+    K_ATT_BWD,
+    K_FLASH_FWD,
+    K_FLASH_BWD
 };
 
 /* One benchmark: a kernel call with its arguments (descriptors over buffers it owns). */
@@ -57,11 +59,31 @@ typedef struct kbench {
     it_gemm_args g;
     it_softmax_args sm;
     it_adam_args adam;
+    it_flash_args fa;
     int64_t valid; /* cross entropy */
     int64_t heads; /* attention */
+    int max_reps;  /* timed calls at most (0: as min_reps and min_ms say) */
     void *buf[6];
     double flops, bytes; /* per call */
 } kbench;
+
+/* The (B, H, T, D) heads of GPT-2's layout for the attention kernels: d[0] qkv (B, T, 3C) ->
+ * h[0..2] q, k, v; d[2] (B, T, C) -> h[3] (y or dy); d[3] dqkv (B, T, 3C) -> h[4], h[5] (dq, dk;
+ * dv is h[4] moved by 2C). */
+static void gpt2_heads(const kbench *b, it_tdesc h[6]) {
+    const it_tdesc *d = b->d;
+    int64_t H = b->heads, C = d[0].shape[2] / 3, D = C / H;
+    const it_tdesc *src[6] = {&d[0], &d[0], &d[0], &d[2], &d[3], &d[3]};
+    const int64_t col[6] = {0, C, 2 * C, 0, 0, C};
+    for (int i = 0; i < 6; i++) {
+        it_tdesc x = *src[i];
+        x.data = (float *)x.data + col[i];
+        x.ndim = 4;
+        int64_t sh[4] = {x.shape[0], H, x.shape[1], D}, st[4] = {x.strides[0], D, x.strides[1], 1};
+        for (int j = 0; j < 4; j++) x.shape[j] = sh[j], x.strides[j] = st[j];
+        h[i] = x;
+    }
+}
 
 static it_status kb_call(const it_kernels *k, kbench *b) {
     it_tdesc *d = b->d;
@@ -103,23 +125,25 @@ static it_status kb_call(const it_kernels *k, kbench *b) {
     case K_CAST: return k->cast(NULL, &d[0], &d[1]);
     case K_ATT_FWD:
     case K_ATT_BWD: { /* d[0] qkv (B, T, 3C), d[1] att (B, H, T, T), d[2] y or dy (B, T, C), d[3] dqkv */
-        int64_t H = b->heads, C = d[0].shape[2] / 3, D = C / H;
+        int64_t C = d[0].shape[2] / 3;
         it_tdesc h[6];
-        const it_tdesc *src[6] = {&d[0], &d[0], &d[0], &d[2], &d[3], &d[3]};
-        const int64_t col[6] = {0, C, 2 * C, 0, 0, C};
-        for (int i = 0; i < 6; i++) {
-            it_tdesc x = *src[i];
-            x.data = (float *)x.data + col[i];
-            x.ndim = 4;
-            int64_t sh[4] = {x.shape[0], H, x.shape[1], D}, st[4] = {x.strides[0], D, x.strides[1], 1};
-            for (int j = 0; j < 4; j++) x.shape[j] = sh[j], x.strides[j] = st[j];
-            h[i] = x;
-        }
+        gpt2_heads(b, h);
         if (b->kind == K_ATT_FWD) return k->attention_fwd(NULL, &b->sm, &h[0], &h[1], &h[2], &d[1], &h[3]);
         it_tdesc dv = h[4], datt = d[1];
         dv.data = (float *)d[3].data + 2 * C;
         datt.data = b->buf[4];
         return k->attention_bwd(NULL, &b->sm, &h[0], &h[1], &h[2], &d[1], &h[3], &h[4], &h[5], &dv, &datt);
+    }
+    case K_FLASH_FWD:
+    case K_FLASH_BWD: { /* d[0] qkv, d[1] lse (B, H, T), d[2] y (B, T, C), d[3] dqkv, buf[4] dy (B, T, C) */
+        int64_t C = d[0].shape[2] / 3;
+        it_tdesc h[6];
+        gpt2_heads(b, h);
+        if (b->kind == K_FLASH_FWD) return k->flash_attention_fwd(NULL, &b->fa, &h[0], &h[1], &h[2], &h[3], &d[1]);
+        it_tdesc dy = h[3], dv = h[4];
+        dy.data = b->buf[4];
+        dv.data = (float *)d[3].data + 2 * C;
+        return k->flash_attention_bwd(NULL, &b->fa, &h[0], &h[1], &h[2], &h[3], &dy, &d[1], &h[4], &h[5], &dv);
     }
     }
     return IT_ERR_INTERNAL;
@@ -150,7 +174,7 @@ static int kb_run(kbench *b) {
     double times[1000];
     int n = 0;
     double t_start = bench_now_ms();
-    while (n < 1000 && (n < min_reps || bench_now_ms() - t_start < min_ms)) {
+    while (n < 1000 && (b->max_reps == 0 || n < b->max_reps) && (n < min_reps || bench_now_ms() - t_start < min_ms)) {
         if (b->kind == K_ADAM || b->kind == K_ADAM_ROUND) b->adam.step++;
         double t0 = bench_now_ms();
         kb_call(k, b);
@@ -274,6 +298,48 @@ static int bench_fused_attention(bool bwd, int64_t B, int64_t T, int64_t H, int6
     /* the composition's products, masked half included (the CPU's kernel skips most of that
      * half: its rate here is the composition's work per second) */
     b.flops = (bwd ? 4.0 : 2.0) * 2.0 * (double)(B * H) * (double)T * (double)T * (double)D;
+    return kb_run(&b);
+}
+
+/* Flash attention on GPT-2's layout, as the fused slots above read it (the heads in place in
+ * qkv, y into (B, T, C)), with lse (B, H, T): nothing of T x S is kept, so T reaches 8192.
+ * FLOPs as FlashAttention-2 counts them: the forward's two products, 4 B H T^2 D, halved for
+ * causal; the backward 2.5 times that (its five products; the CPU kernel runs seven, as its
+ * dq pass recomputes S and dP: see backends/cpu/flash_attention.c). max_reps caps the timed
+ * calls of the long ones. */
+static int bench_flash(bool bwd, int64_t B, int64_t T, int64_t H, int64_t D, int max_reps) {
+    kbench b;
+    memset(&b, 0, sizeof b);
+    b.kind = bwd ? K_FLASH_BWD : K_FLASH_FWD;
+    snprintf(b.name, sizeof b.name, "flash attention %s", bwd ? "bwd" : "fwd");
+    snprintf(b.shape, sizeof b.shape, "B%lld H%lld T%lld D%lld causal", (long long)B, (long long)H, (long long)T,
+             (long long)D);
+    int64_t C = H * D, sq[3] = {B, T, 3 * C}, sl[3] = {B, H, T}, sy[3] = {B, T, C};
+    float *qkv = kb_buf(&b, 0, (size_t)(B * T * 3 * C), 0.5f), *lse = kb_buf(&b, 1, (size_t)(B * H * T), 0.0f);
+    float *y = kb_buf(&b, 2, (size_t)(B * T * C), 0.0f), *dqkv = kb_buf(&b, 3, (size_t)(B * T * 3 * C), 0.0f);
+    float *dy = kb_buf(&b, 4, (size_t)(B * T * C), 0.5f);
+    if (!qkv || !lse || !y || !dqkv || !dy) {
+        kb_free(&b);
+        fprintf(stderr, "flash attention: out of memory\n");
+        return 1;
+    }
+    b.d[0] = bench_desc(qkv, IT_DTYPE_FP32, 3, sq);
+    b.d[1] = bench_desc(lse, IT_DTYPE_FP32, 3, sl);
+    b.d[2] = bench_desc(y, IT_DTYPE_FP32, 3, sy);
+    b.d[3] = bench_desc(dqkv, IT_DTYPE_FP32, 3, sq);
+    b.heads = H;
+    b.max_reps = max_reps;
+    b.fa = (it_flash_args){1.0f / sqrtf((float)D), true, 0};
+    if (bwd) { /* y and lse as the forward leaves them */
+        b.kind = K_FLASH_FWD;
+        if (kb_call(it_cpu_kernels(), &b)) {
+            fprintf(stderr, "flash attention: %s\n", it_last_error());
+            kb_free(&b);
+            return 1;
+        }
+        b.kind = K_FLASH_BWD;
+    }
+    b.flops = (bwd ? 2.5 : 1.0) * 4.0 * (double)(B * H) * (double)T * (double)T * (double)D / 2.0;
     return kb_run(&b);
 }
 
@@ -581,8 +647,10 @@ static double bf16_gemm_peaks(void) {
 }
 
 int main(int argc, char **argv) {
+    bool quick = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
             min_reps = 2;
             min_ms = 20.0;
         } else if (strcmp(argv[i], "--bf16-peak") == 0) { /* make bench's bf16 line: the peak alone */
@@ -638,6 +706,14 @@ int main(int argc, char **argv) {
     fails += bench_fused_attention(true, B, T, NH, HD);
     fails += bench_fused_attention(false, B, 256, NH, HD);
     fails += bench_fused_attention(true, B, 256, NH, HD);
+    printf("-- flash attention (heads in place in qkv as above, lse (B, H, T); nothing of T x S kept). GFLOP/s by\n"
+           "   FlashAttention-2's count: fwd 4 B H T^2 D / 2 (causal), bwd 2.5x fwd; %% of the fp32 GEMM peak\n");
+    fails += bench_flash(false, B, 1024, NH, HD, quick ? 2 : 0);
+    fails += bench_flash(true, B, 1024, NH, HD, quick ? 2 : 0);
+    for (int64_t t = 1024; t <= (quick ? 2048 : 8192); t *= 2) { /* one sequence: the cost grows as T^2 */
+        fails += bench_flash(false, 1, t, NH, HD, quick ? 1 : t >= 4096 ? 2 : 0);
+        fails += bench_flash(true, 1, t, NH, HD, quick ? 1 : t >= 4096 ? 2 : 0);
+    }
     printf("-- memory-bound kernels (GB/s = least bytes moved / time)\n");
     fails += bench_norm(false, false, R, C);
     fails += bench_norm(false, true, R, C);

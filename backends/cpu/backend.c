@@ -30,6 +30,8 @@ static const it_kernels cpu_kernels = {
     .cross_entropy_low_bwd = it_cpu_cross_entropy_low_bwd,
     .swiglu_low_fwd = it_cpu_swiglu_low_fwd,
     .swiglu_low_bwd = it_cpu_swiglu_low_bwd,
+    .flash_attention_fwd = it_cpu_flash_attention_fwd,
+    .flash_attention_bwd = it_cpu_flash_attention_bwd,
 };
 
 const it_kernels *it_cpu_kernels(void) { return &cpu_kernels; }

@@ -95,6 +95,13 @@ it_status it_cpu_attention_fwd(it_stream *s, const it_softmax_args *args, const 
 it_status it_cpu_attention_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *q, const it_tdesc *k,
                                const it_tdesc *v, const it_tdesc *att, const it_tdesc *dy, it_tdesc *dq, it_tdesc *dk,
                                it_tdesc *dv, it_tdesc *datt);
+/* flash_attention.c: flash attention (it_kernels.flash_attention_fwd / _bwd), fp32, bf16 and
+ * fp16, head sizes up to 256, nothing of size T x S kept */
+it_status it_cpu_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                     const it_tdesc *v, it_tdesc *y, it_tdesc *lse);
+it_status it_cpu_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                     const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                     it_tdesc *dq, it_tdesc *dk, it_tdesc *dv);
 
 /* crossentropy.c */
 it_status it_cpu_cross_entropy_fwd(it_stream *s, const it_tdesc *logits, const it_tdesc *targets, int64_t valid,
