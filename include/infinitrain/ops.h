@@ -51,6 +51,11 @@ IT_API it_tensor *it_softmax(it_tensor *x, float scale, bool causal);
  * logits, else fp32 (bf16 / fp16 logits are computed in fp32, as autocast runs it; their
  * gradient comes back in their own dtype). */
 IT_API it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_t valid);
+/* Flash attention (--flash, on by default): when on, attention runs through the backend's
+ * flash_attention_fwd / _bwd slots where it has them (memory linear in T); off, or where it
+ * has not, the fused attention slots or the composition as before. Process-wide. */
+IT_API void it_flash_attention_set(bool enabled);
+IT_API bool it_flash_attention_enabled(void);
 /* qkv (B, T, 3C), rows Q|K|V, n_head heads -> (B, T, C); causal, scale 1/sqrt(C/n_head). */
 IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);
 

@@ -50,6 +50,7 @@ typedef struct it_train_config {
     int64_t max_memory_mb;            /* --max_memory_mb: allocator limit (0 = none) */
     float moe_aux_loss_coeff;         /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */
     bool backend_report;              /* --backend_report: kernel coverage/time table at the end */
+    bool flash;                       /* --flash: flash attention where the backend has it (true) */
     int zero_stage;                   /* --zero_stage: 0 = plain DDP, 1 = optimizer state sharded (0) */
     int64_t ddp_bucket_kb;            /* --ddp_bucket_kb: gradient all-reduce bucket size (25600 = 25 MiB) */
     int tensor_parallel;              /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */

@@ -81,6 +81,11 @@ it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
 /* it_causal_self_attention and it_attention, except that under autocast y is returned in the
  * autocast dtype, not widened (for a projection that rounds it anyway); GPT-2's qkv may
  * already be in that dtype (it__linear_low's). Without autocast they are the public ops. */
+/* ops/flash.c: flash attention's node, or NULL with *declined when the backend declined the
+ * call (the caller composes). it__flash_wanted: --flash on and both slots native on x's device. */
+bool it__flash_wanted(const it_tensor *x);
+it_tensor *it__flash_qkv(it_tensor *qkv, int64_t n_head, bool *declined);
+it_tensor *it__flash_qkv3(it_tensor *q, it_tensor *k, it_tensor *v, bool *declined);
 it_tensor *it__causal_self_attention_low(it_tensor *qkv, int n_head);
 it_tensor *it__attention_low(it_tensor *q, it_tensor *k, it_tensor *v);
 /* silu(a) * b over autocast's half-precision gate and up products, in fp32 and rounded once

@@ -199,14 +199,20 @@ static it_tensor *causal_self_attention(it_tensor *qkv, int n_head, bool keep) {
         it_error(IT_ERR_INVALID_ARG, "attention: qkv must be (B, T, 3C) with C divisible by n_head=%d", n_head);
         return NULL;
     }
+    it_dtype ac;
+    bool low = autocast_low(qkv, &ac);
+    if (it__flash_wanted(qkv) && qkv->strides[2] == 1) {
+        bool declined;
+        it_tensor *x = low ? it_cast(qkv, ac) : qkv, *y = x ? it__flash_qkv(x, n_head, &declined) : NULL;
+        if (y) return low && !keep ? it_cast(y, IT_DTYPE_FP32) : y;
+        if (!x || !declined) return NULL;
+    }
     if (fused_wanted(qkv) && qkv->strides[2] == 1) {
         bool declined;
         it_tensor *y = qkv_attention_fused(qkv, n_head, &declined);
         if (y || !declined) return y;
     }
     int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, hd = C / n_head;
-    it_dtype ac;
-    bool low = autocast_low(qkv, &ac);
     /* (B, T, 3, nh, hd) -> (3, B, nh, T, hd) */
     int64_t s5[5] = {B, T, 3, n_head, hd};
     int perm[5] = {2, 0, 3, 1, 4};
@@ -245,9 +251,19 @@ static it_tensor *attention(it_tensor *q, it_tensor *k, it_tensor *v, bool keep)
         it_error(IT_ERR_INVALID_ARG, "attention: q (B, T, nh, hd), k and v (B, T, nkv, hd) with nh divisible by nkv");
         return NULL;
     }
-    if (fused_wanted(q) && q->dtype == k->dtype && q->dtype == v->dtype &&
-        it_device_equal(it_tensor_device(k), it_tensor_device(q)) &&
-        it_device_equal(it_tensor_device(v), it_tensor_device(q))) {
+    bool same = q->dtype == k->dtype && q->dtype == v->dtype &&
+                it_device_equal(it_tensor_device(k), it_tensor_device(q)) &&
+                it_device_equal(it_tensor_device(v), it_tensor_device(q));
+    it_dtype lo;
+    bool low = autocast_low(q, &lo);
+    if (same && it__flash_wanted(q) && q->strides[3] == 1 && k->strides[3] == 1 && v->strides[3] == 1) {
+        bool declined;
+        it_tensor *qx = low ? it_cast(q, lo) : q, *kx = low ? it_cast(k, lo) : k, *vx = low ? it_cast(v, lo) : v;
+        it_tensor *y = qx && kx && vx ? it__flash_qkv3(qx, kx, vx, &declined) : NULL;
+        if (y) return low && !keep ? it_cast(y, IT_DTYPE_FP32) : y;
+        if (!qx || !kx || !vx || !declined) return NULL;
+    }
+    if (fused_wanted(q) && same) {
         int64_t H = q->shape[2], Hkv = k->shape[2], D = q->shape[3];
 #define BHTD(t, h) heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
         it_tdesc qd = BHTD(q, H), kd = BHTD(k, Hkv), vd = BHTD(v, Hkv);

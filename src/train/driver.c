@@ -138,6 +138,7 @@ static it_status stop_on_signal(it_train_ctx *ctx, int sig) {
 
 static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
+    it_flash_attention_set(ctx->cfg->flash); /* samples, steps and validation alike */
     train_banner(ctx);
     if (ctx->cfg->freq_generate_txt > 0 && !ctx->cfg->quiet && ctx->rank == 0 && (st = train_generate(ctx))) return st;
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */

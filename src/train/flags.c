@@ -83,6 +83,10 @@ static const it_train_flag FLAGS[] = {
         .def_help = "--model's"),
     INT("vocab_size", vocab_size, NULL, 1, 1 << 24, "N", G_MODEL, true,
         "vocabulary of a custom GPT-2, padded to a multiple of 64", .def_help = "--model's"),
+    BOOL("flash", flash, G_MODEL, true,
+         "flash attention where the device's backend has it: memory linear in the sequence (InfiniTrain's flag; "
+         "false composes attention and keeps its T x T probabilities)",
+         .def = "true"),
     STR("input_bin", input_bin, "PATH", G_DATA, true, "llm.c token shard to train on", .def_help = "required"),
     STR("input_val_bin", input_val_bin, "PATH", G_DATA, false, "llm.c token shard for the validation loss"),
     INT("val_loss_every", val_loss_every, "0", 0, INT_MAX, "N", G_DATA, true,

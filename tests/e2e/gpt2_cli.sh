@@ -38,8 +38,10 @@ fi
 #     8.7e-5); and they must differ from the float32 run (autocast really on).
 bf=$fix/expected_losses_bf16.txt
 bflags=$(sed -n 's/^case adamw_accum1_bf16 //p' "$bf")
-"$gpt2" --llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" $bflags --loss_log "$tmp/bf16.txt" \
-  >"$tmp/bf16.out" 2>&1 || bad "bf16 run exited $?: $(tail -2 "$tmp/bf16.out")"
+# (--flash=false: PyTorch's math attention rounds the probabilities to bf16 before P V, as the
+# composition does; flash attention does not, e2e_flash checks it within bf16's 1e-2)
+"$gpt2" --llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$fix/tiny_shard.bin" $bflags --flash=false \
+  --loss_log "$tmp/bf16.txt" >"$tmp/bf16.out" 2>&1 || bad "bf16 run exited $?: $(tail -2 "$tmp/bf16.out")"
 grep -q 'autocast bfloat16' "$tmp/bf16.out" && ok || bad "bf16 run does not say autocast is on"
 if paste "$tmp/bf16.txt" <(grep -E '^[0-9]' "$bf") | awk '{d=$2-$4; if (d<0) d=-d; t=($1==1)?1e-6:5e-4;
   if (d>t) {print "step " $1 ": ours " $2 " torch " $4; e=1}} END {exit e}'; then ok; else

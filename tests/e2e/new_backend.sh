@@ -70,7 +70,7 @@ else
     exit 1
 fi
 out=$(IT_MYACCEL_DEVICES=3 "$b/it-info" 2>&1)
-expect "it-info lists myaccel with IT_MYACCEL_DEVICES=3 devices" "$out" "^  myaccel +[0-9]+ +bfloat16 +device +3 +28/28 native"
+expect "it-info lists myaccel with IT_MYACCEL_DEVICES=3 devices" "$out" "^  myaccel +[0-9]+ +bfloat16 +device +3 +30/30 native"
 if out=$("$b/it-conformance" --backend myaccel 2>&1); then ok "conformance passes"; else bad "conformance" "$(printf '%s\n' "$out" | tail -20)"; fi
 expect "conformance: nothing failed" "$out" "^[0-9]+ passed, 0 failed"
 
@@ -107,7 +107,7 @@ expect "the declining slot is native+cpu with every call on the CPU" "$row" "^  
 ln_calls=$(printf '%s\n' "$out" | awk '$1 == "layernorm_fwd" {print $3}')
 want=$((calls + ln_calls))
 expect "the summary counts declined calls with the empty slot's ($want)" "$out" \
-    "^backend 'myaccel': 27 of 28 kernel slots native, 1 empty ones served by the CPU fallback.*; $want of [0-9]+ calls"
+    "^backend 'myaccel': 29 of 30 kernel slots native, 1 empty ones served by the CPU fallback.*; $want of [0-9]+ calls"
 [ "${calls:-0}" -gt 0 ] && ok "unary was called ($calls calls)" || bad "unary calls: '$calls'" "$out"
 cmp -s "$tmp/cpu.txt" "$tmp/acc3.txt" && ok "with the declines served by the CPU, losses still equal cpu's" ||
     bad "declined-call losses differ" "$(paste "$tmp/cpu.txt" "$tmp/acc3.txt" 2>&1)"

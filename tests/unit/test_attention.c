@@ -444,6 +444,10 @@ static void test_autocast(bool qkv3, int64_t B, int64_t T, int64_t H, int64_t Hk
 }
 
 int main(void) {
+    /* The fused attention slots (which keep the probabilities) and the composition: flash
+     * attention, which the CPU backend also has and which is on by default, is kept out of the
+     * way here (it is tested in test_flash_attention and e2e_flash). */
+    it_flash_attention_set(false);
     cpu = it_device_cpu();
     printf("test_attention: fp32 products through %s\n",
            exact_products() ? "an own sgemm: bitwise comparisons" : "the BLAS: fp32 compared within FP32_TOL");

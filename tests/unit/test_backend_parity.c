@@ -27,6 +27,7 @@ typedef struct run_case {
 static void run(const run_case *rc, const char *device, double *losses) {
     it_train_config c;
     it_train_config_defaults(&c, rc->app);
+    c.flash = false; /* see main */
     c.device = device;
     c.llmc_filepath = rc->ckpt;
     c.input_bin = rc->shard;
@@ -56,6 +57,9 @@ static void note_fallbacks(int d) {
 }
 
 int main(void) {
+    /* Bitwise across backends: testplug and simhalf compose attention, so flash attention
+     * (the CPU's and sim's) is off here; e2e_flash checks sim bitwise cpu with it. */
+    it_flash_attention_set(false);
     /* Unbuffered, so a run killed by a timeout still shows how far it got. */
     setvbuf(stdout, NULL, _IONBF, 0);
     const run_case cases[] = {

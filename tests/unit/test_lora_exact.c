@@ -146,6 +146,7 @@ static void run_case(const char *name, const char *app, int rank, float alpha, c
     const char *shard = gpt2 ? FIX "gpt2/tiny_shard.bin" : FIX "llama3/tiny_shard_u32.bin";
     it_train_config cfg;
     it_train_config_defaults(&cfg, app);
+    cfg.flash = false; /* see main */
     cfg.llmc_filepath = ckpt;
     cfg.input_bin = shard;
     cfg.batch_size = 4;
@@ -237,6 +238,11 @@ static int run_fixture(const char *path, bool bf16, int *gpt2, int *llama) {
 }
 
 int main(void) {
+    /* Against PyTorch's math attention at its rounding: the composition. Flash attention
+     * reassociates the softmax sums (fp32: last bits, 1.3e-5 on an adapter after 10 steps) and
+     * does not round the probabilities to bf16 (5e-5 on bf16's step 1); e2e_flash checks it
+     * against the composition with LoRA. */
+    it_flash_attention_set(false);
     int gpt2 = 0, llama = 0;
     CHECK(run_fixture(FIX "lora/expected_losses.txt", false, &gpt2, &llama) == 13 && gpt2 == 6 && llama == 7);
     gpt2 = llama = 0;
