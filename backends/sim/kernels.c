@@ -30,7 +30,7 @@
  * -Werror, so taking a slot out of the table is a one-line change. */
 #define SIM_SLOT static __attribute__((unused))
 
-#define SIM_MAX_ARGS 9 /* attention_bwd has the most descriptors */
+#define SIM_MAX_ARGS 9 /* attention_bwd and flash_attention_bwd have the most descriptors */
 
 typedef struct sim_kernel sim_kernel;
 /* Runs the CPU kernel on the item's copies. */
@@ -55,6 +55,7 @@ struct sim_kernel {
         it_scalar value;
         it_gemm_args gemm;
         it_softmax_args softmax;
+        it_flash_args flash;
         float eps;
         int64_t valid;
         struct {
@@ -361,6 +362,51 @@ SIM_SLOT it_status sim_attention_bwd(it_stream *s, const it_softmax_args *args, 
     return kernel_launch(s, k, "attention_bwd");
 }
 
+/* ---------------------------------------------------------------- flash attention
+ * (optional slots as the fused attention's): what the CPU kernel would decline (a dtype, a
+ * head size, a last stride) is declined here, before anything is queued. */
+
+static it_status call_flash_fwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->flash_attention_fwd(NULL, &k->a.flash, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4));
+}
+SIM_SLOT it_status sim_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q,
+                                           const it_tdesc *kk, const it_tdesc *v, it_tdesc *y, it_tdesc *lse) {
+    it_status st =
+        it_cpu_flash_attention_check("sim: flash_attention_fwd", args, q, kk, v, y, NULL, lse, NULL, NULL, NULL);
+    if (st) return st;
+    sim_kernel *k = kernel_new("flash_attention_fwd", call_flash_fwd);
+    ARG(k, "q", q);
+    ARG(k, "k", kk);
+    ARG(k, "v", v);
+    ARG(k, "y", y);
+    ARG(k, "lse", lse);
+    if (k) k->a.flash = *args;
+    return kernel_launch(s, k, "flash_attention_fwd");
+}
+
+static it_status call_flash_bwd(sim_kernel *k, const it_kernels *cpu) {
+    return cpu->flash_attention_bwd(NULL, &k->a.flash, D(k, 0), D(k, 1), D(k, 2), D(k, 3), D(k, 4), D(k, 5), D(k, 6),
+                                    D(k, 7), D(k, 8));
+}
+SIM_SLOT it_status sim_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q,
+                                           const it_tdesc *kk, const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy,
+                                           const it_tdesc *lse, it_tdesc *dq, it_tdesc *dk, it_tdesc *dv) {
+    it_status st = it_cpu_flash_attention_check("sim: flash_attention_bwd", args, q, kk, v, y, dy, lse, dq, dk, dv);
+    if (st) return st;
+    sim_kernel *k = kernel_new("flash_attention_bwd", call_flash_bwd);
+    ARG(k, "q", q);
+    ARG(k, "k", kk);
+    ARG(k, "v", v);
+    ARG(k, "y", y);
+    ARG(k, "dy", dy);
+    ARG(k, "lse", lse);
+    ARG(k, "dq", dq);
+    ARG(k, "dk", dk);
+    ARG(k, "dv", dv);
+    if (k) k->a.flash = *args;
+    return kernel_launch(s, k, "flash_attention_bwd");
+}
+
 /* ---------------------------------------------------------------- cross entropy */
 
 static it_status call_cross_entropy_fwd(sim_kernel *k, const it_kernels *cpu) {
@@ -582,6 +628,8 @@ const it_kernels sim_kernels = {
     .cross_entropy_low_bwd = sim_cross_entropy_low_bwd,
     .swiglu_low_fwd = sim_swiglu_low_fwd,
     .swiglu_low_bwd = sim_swiglu_low_bwd,
+    .flash_attention_fwd = sim_flash_attention_fwd,
+    .flash_attention_bwd = sim_flash_attention_bwd,
 };
 #else
 /* simhalf (a test build of this backend, libit_backend_simhalf.so): 10 of the 28 slots,
