@@ -4,8 +4,9 @@
  * Its kernel slots (kernels_ew.cu, kernels_nn.cu, gemm.c) take fp32, bf16 and fp16 (and
  * decline other dtypes, which the core then runs on the CPU fallback); topk and the fused
  * attention are left empty: topk is served by the CPU fallback, the attention composed by the
- * core from gemm and softmax. The coverage report (`--backend_report`) shows which calls
- * fell back and what they cost. */
+ * core from gemm and softmax. The flash attention slots are native (flash_attention.cu, head
+ * sizes up to 256; a call they decline is composed). The coverage report (`--backend_report`)
+ * shows which calls fell back and what they cost. */
 #include "cuda_backend.h"
 
 static const it_kernels cu_kernels = {
@@ -32,6 +33,8 @@ static const it_kernels cu_kernels = {
     .topk = NULL,
     .attention_fwd = NULL,
     .attention_bwd = NULL,
+    .flash_attention_fwd = cu_flash_attention_fwd,
+    .flash_attention_bwd = cu_flash_attention_bwd,
 };
 
 static const it_backend cu_backend = {

@@ -7,6 +7,9 @@
  *                  column-major call (unit-tested on any machine: tests/unit/test_cuda_host.c)
  *   kernels_ew.cu  cast, fill, copy_strided, unary, binary, reduce, sgd, adam
  *   kernels_nn.cu  embedding, layernorm, rmsnorm, softmax, cross entropy, rope
+ *   flash_attention.cu  flash attention forward and backward (FlashAttention-2 style)
+ *   flash_plan.c   the pure host logic that validates a flash attention call and plans its
+ *                  launches (unit-tested on any machine: tests/unit/test_cuda_flash_plan.c)
  *   ccl.c          collectives over NCCL
  *   backend.c      the it_backend struct and the plugin entry point
  *
@@ -92,6 +95,13 @@ it_status cu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, flo
 it_status cu_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w, const it_tdesc *rstd,
                          it_tdesc *dx, it_tdesc *dw);
 it_status cu_rope(it_stream *s, const it_tdesc *x, const it_tdesc *cos, const it_tdesc *sin, bool inverse, it_tdesc *y);
+
+/* ---------------------------------------------------------------- flash_attention.cu */
+it_status cu_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                 const it_tdesc *v, it_tdesc *y, it_tdesc *lse);
+it_status cu_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                 const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                 it_tdesc *dq, it_tdesc *dk, it_tdesc *dv);
 
 /* ---------------------------------------------------------------- ccl.c */
 extern const it_ccl cu_ccl;
