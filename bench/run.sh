@@ -38,6 +38,9 @@
 #                          BENCH_TP_STEPS, default 5)
 #   BENCH_SKIP_PP=1        skip the pipeline-parallel lines (bench/pp_bench.sh: each stage's bubble and
 #                          peak memory, GPipe/1F1B/interleaved, and recomputation on GPT-2 124M)
+#   BENCH_SKIP_FLASH=1     skip the flash attention lines (bench/flash_bench.sh: GPT-2 124M at
+#                          T=1024 flash against composed, peak memory against T up to 32768;
+#                          BENCH_FLASH_STEPS, default 3; FLASH_BENCH_LONG=0 skips T=32768)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -200,6 +203,13 @@ fi
 if [ "${BENCH_SKIP_PP:-0}" != 1 ]; then
     echo
     bash "$root/bench/pp_bench.sh" "$build" | tee "$work/pp.txt" || echo "bench: pp_bench.sh failed (see above)" >&2
+fi
+
+# ---- flash attention against the composition: GPT-2 124M at T=1024, memory against T
+if [ "${BENCH_SKIP_FLASH:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/flash_bench.sh" "$build" "${BENCH_FLASH_STEPS:-3}" | tee "$work/flash.txt" ||
+        echo "bench: flash_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets
