@@ -84,6 +84,9 @@ it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
 /* ops/flash.c: flash attention's node, or NULL with *declined when the backend declined the
  * call (the caller composes). it__flash_wanted: --flash on and both slots native on x's device. */
 bool it__flash_wanted(const it_tensor *x);
+/* ops/attention.c: the (B, H, R, D) view of the heads in t (B, R, ...), head h's (r, d) at
+ * column col0 + h * hs + d * ds. */
+it_tdesc it__heads_of(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds);
 it_tensor *it__flash_qkv(it_tensor *qkv, int64_t n_head, bool *declined);
 it_tensor *it__flash_qkv3(it_tensor *q, it_tensor *k, it_tensor *v, bool *declined);
 it_tensor *it__causal_self_attention_low(it_tensor *qkv, int n_head);

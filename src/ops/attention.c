@@ -24,7 +24,7 @@
 
 /* The (B, H, T, D) view of the heads in t, a (B, T, ...) tensor whose element
  * (b, t, col0 + h * D + d) is head h's (t, d); hs: t's stride between heads' starts. */
-static it_tdesc heads_of(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds) {
+it_tdesc it__heads_of(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds) {
     it_tdesc d = it_tensor_desc(t);
     int64_t B = t->shape[0], T = t->shape[1];
     d.data = (char *)d.data + (size_t)(col0 * t->strides[2]) * it_dtype_size(t->dtype);
@@ -58,7 +58,7 @@ static it_tensor *fused_forward(const it_tensor *src, const it_tdesc *q, const i
     it_tensor *y = it__scope_add(it__tensor_new_owned(dev, src->dtype, 3, (int64_t[]){B, T, H * D}));
     *att = it__scope_add(it__tensor_new_owned(dev, src->dtype, 4, (int64_t[]){B, H, T, S}));
     OP_REQUIRE(y && *att);
-    it_tdesc yd = heads_of(y, H, D, 0, D, 1), ad = it_tensor_desc(*att);
+    it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), ad = it_tensor_desc(*att);
     it_softmax_args args = {scale, true};
     it_status st = KCALL(dev, attention_fwd, &args, q, k, v, &ad, &yd);
     if (st == IT_ERR_UNSUPPORTED) {
@@ -75,7 +75,7 @@ static it_status fused_backward(it_node *n, it_tensor *dy, const it_tdesc *q, co
     it_tensor *att = n->saved[0], *dyc = it_tensor_contiguous(dy), *datt = it__empty_like(att);
     if (!dyc || !datt) return it_last_status();
     int64_t H = q->shape[1], D = q->shape[3];
-    it_tdesc dyd = heads_of(dyc, H, D, 0, D, 1), ad = it_tensor_desc(att), dad = it_tensor_desc(datt);
+    it_tdesc dyd = it__heads_of(dyc, H, D, 0, D, 1), ad = it_tensor_desc(att), dad = it_tensor_desc(datt);
     it_softmax_args args = {(float)n->f[0], true};
     return KCALL(it_tensor_device(att), attention_bwd, &args, q, k, v, &ad, &dyd, dq, dk, dv, &dad);
 }
@@ -85,9 +85,10 @@ static it_status qkv_attention_backward(it_node *n, it_tensor *dy) {
     it_tensor *qkv = n->in[0], *dqkv = it__empty_like(qkv);
     if (!dqkv) return it_last_status();
     int64_t H = n->i[0], C = qkv->shape[2] / 3, D = C / H;
-    it_tdesc q = heads_of(qkv, H, D, 0, D, 1), k = heads_of(qkv, H, D, C, D, 1), v = heads_of(qkv, H, D, 2 * C, D, 1);
-    it_tdesc dq = heads_of(dqkv, H, D, 0, D, 1), dk = heads_of(dqkv, H, D, C, D, 1),
-             dv = heads_of(dqkv, H, D, 2 * C, D, 1);
+    it_tdesc q = it__heads_of(qkv, H, D, 0, D, 1), k = it__heads_of(qkv, H, D, C, D, 1),
+             v = it__heads_of(qkv, H, D, 2 * C, D, 1);
+    it_tdesc dq = it__heads_of(dqkv, H, D, 0, D, 1), dk = it__heads_of(dqkv, H, D, C, D, 1),
+             dv = it__heads_of(dqkv, H, D, 2 * C, D, 1);
     it_status st = fused_backward(n, dy, &q, &k, &v, &dq, &dk, &dv);
     return st ? st : it__accum_grad(qkv, dqkv);
 }
@@ -95,7 +96,8 @@ static it_status qkv_attention_backward(it_node *n, it_tensor *dy) {
 /* qkv (B, T, 3C) with unit column stride; NULL with *declined when the fused kernel declined. */
 static it_tensor *qkv_attention_fused(it_tensor *qkv, int64_t H, bool *declined) {
     int64_t C = qkv->shape[2] / 3, D = C / H;
-    it_tdesc q = heads_of(qkv, H, D, 0, D, 1), k = heads_of(qkv, H, D, C, D, 1), v = heads_of(qkv, H, D, 2 * C, D, 1);
+    it_tdesc q = it__heads_of(qkv, H, D, 0, D, 1), k = it__heads_of(qkv, H, D, C, D, 1),
+             v = it__heads_of(qkv, H, D, 2 * C, D, 1);
     float scale = 1.0f / sqrtf((float)D);
     it_tensor *att = NULL, *y = fused_forward(qkv, &q, &k, &v, scale, &att, declined);
     OP_REQUIRE(y);
@@ -138,7 +140,7 @@ static it_status qkv3_attention_backward(it_node *n, it_tensor *dy) {
     it_tensor *dke = Hkv == H ? it__empty_like(kt) : it__scope_add(it__tensor_new_owned(dev, kt->dtype, 4, es));
     it_tensor *dve = Hkv == H ? it__empty_like(vt) : it__scope_add(it__tensor_new_owned(dev, vt->dtype, 4, es));
     if (!dqt || !dke || !dve) return it_last_status();
-#define BHTD(t, h) heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
+#define BHTD(t, h) it__heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
     it_tdesc q = BHTD(qt, H), k = BHTD(kt, Hkv), v = BHTD(vt, Hkv), dq = BHTD(dqt, H), dk = BHTD(dke, H),
              dv = BHTD(dve, H);
 #undef BHTD
@@ -265,7 +267,7 @@ static it_tensor *attention(it_tensor *q, it_tensor *k, it_tensor *v, bool keep)
     }
     if (fused_wanted(q) && same) {
         int64_t H = q->shape[2], Hkv = k->shape[2], D = q->shape[3];
-#define BHTD(t, h) heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
+#define BHTD(t, h) it__heads_of((t), (h), D, 0, (t)->strides[2], (t)->strides[3])
         it_tdesc qd = BHTD(q, H), kd = BHTD(k, Hkv), vd = BHTD(v, Hkv);
 #undef BHTD
         float scale = 1.0f / sqrtf((float)D);

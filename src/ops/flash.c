@@ -32,18 +32,6 @@ bool it__flash_wanted(const it_tensor *x) {
     return it__kernel_native(dev, IT_SLOT(flash_attention_fwd)) && it__kernel_native(dev, IT_SLOT(flash_attention_bwd));
 }
 
-/* The (B, H, R, D) view of the heads in t (B, R, ...): head h's row r, element d at
- * col0 + h * hs + d * ds of t's last-but-rows layout (as ops/attention.c's heads_of). */
-static it_tdesc heads(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds) {
-    it_tdesc d = it_tensor_desc(t);
-    int64_t B = t->shape[0], R = t->shape[1];
-    d.data = (char *)d.data + (size_t)(col0 * t->strides[t->ndim - 1]) * it_dtype_size(t->dtype);
-    d.ndim = 4;
-    int64_t shape[4] = {B, H, R, D}, strides[4] = {t->strides[0], hs, t->strides[1], ds};
-    for (int i = 0; i < 4; i++) d.shape[i] = shape[i], d.strides[i] = strides[i];
-    return d;
-}
-
 /* y (B, T, H * D) and lse (B, H, T) from the forward; NULL with *declined when the backend
  * declined (its error cleared: the caller composes). */
 static it_tensor *forward(const it_tensor *src, const it_tdesc *q, const it_tdesc *k, const it_tdesc *v,
@@ -54,7 +42,7 @@ static it_tensor *forward(const it_tensor *src, const it_tdesc *q, const it_tdes
     it_tensor *y = it__scope_add(it__tensor_new_owned(dev, src->dtype, 3, (int64_t[]){B, T, H * D}));
     *lse = it__scope_add(it__tensor_new_owned(dev, IT_DTYPE_FP32, 3, (int64_t[]){B, H, T}));
     OP_REQUIRE(y && *lse);
-    it_tdesc yd = heads(y, H, D, 0, D, 1), ld = it_tensor_desc(*lse);
+    it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), ld = it_tensor_desc(*lse);
     it_status st = KCALL(dev, flash_attention_fwd, a, q, k, v, &yd, &ld);
     if (st == IT_ERR_UNSUPPORTED) {
         it_error_clear();
@@ -77,7 +65,7 @@ static it_status backward(it_node *n, it_tensor *dy, const it_tdesc *q, const it
     it_tensor *y = n->saved[0], *lse = n->saved[1], *dyc = it_tensor_contiguous(dy);
     if (!dyc) return it_last_status();
     int64_t H = q->shape[1], D = q->shape[3];
-    it_tdesc yd = heads(y, H, D, 0, D, 1), dyd = heads(dyc, H, D, 0, D, 1), ld = it_tensor_desc(lse);
+    it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), dyd = it__heads_of(dyc, H, D, 0, D, 1), ld = it_tensor_desc(lse);
     it_flash_args a = {(float)n->f[0], true, 0};
     return KCALL(it_tensor_device(y), flash_attention_bwd, &a, q, k, v, &yd, &dyd, &ld, dq, dk, dv);
 }
@@ -88,15 +76,18 @@ static it_status qkv_backward(it_node *n, it_tensor *dy) {
     it_tensor *qkv = n->in[0], *dqkv = it__empty_like(qkv);
     if (!dqkv) return it_last_status();
     int64_t H = n->i[0], C = qkv->shape[2] / 3, D = C / H;
-    it_tdesc q = heads(qkv, H, D, 0, D, 1), k = heads(qkv, H, D, C, D, 1), v = heads(qkv, H, D, 2 * C, D, 1);
-    it_tdesc dq = heads(dqkv, H, D, 0, D, 1), dk = heads(dqkv, H, D, C, D, 1), dv = heads(dqkv, H, D, 2 * C, D, 1);
+    it_tdesc q = it__heads_of(qkv, H, D, 0, D, 1), k = it__heads_of(qkv, H, D, C, D, 1),
+             v = it__heads_of(qkv, H, D, 2 * C, D, 1);
+    it_tdesc dq = it__heads_of(dqkv, H, D, 0, D, 1), dk = it__heads_of(dqkv, H, D, C, D, 1),
+             dv = it__heads_of(dqkv, H, D, 2 * C, D, 1);
     it_status st = backward(n, dy, &q, &k, &v, &dq, &dk, &dv);
     return st ? st : it__accum_grad(qkv, dqkv);
 }
 
 it_tensor *it__flash_qkv(it_tensor *qkv, int64_t H, bool *declined) {
     int64_t C = qkv->shape[2] / 3, D = C / H;
-    it_tdesc q = heads(qkv, H, D, 0, D, 1), k = heads(qkv, H, D, C, D, 1), v = heads(qkv, H, D, 2 * C, D, 1);
+    it_tdesc q = it__heads_of(qkv, H, D, 0, D, 1), k = it__heads_of(qkv, H, D, C, D, 1),
+             v = it__heads_of(qkv, H, D, 2 * C, D, 1);
     it_flash_args a = {1.0f / sqrtf((float)D), true, 0};
     it_tensor *lse = NULL, *y = forward(qkv, &q, &k, &v, &a, &lse, declined);
     OP_REQUIRE(y);
@@ -110,7 +101,7 @@ it_tensor *it__flash_qkv(it_tensor *qkv, int64_t H, bool *declined) {
 
 /* ---------------------------------------------------------------- LLaMA: q (B, T, H, D), k, v (B, T, Hkv, D) */
 
-#define BHTD(t, h) heads((t), (h), (t)->shape[3], 0, (t)->strides[2], (t)->strides[3])
+#define BHTD(t, h) it__heads_of((t), (h), (t)->shape[3], 0, (t)->strides[2], (t)->strides[3])
 
 static it_status qkv3_backward(it_node *n, it_tensor *dy) {
     it_tensor *qt = n->in[0], *kt = n->in[1], *vt = n->in[2];

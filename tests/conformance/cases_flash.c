@@ -41,19 +41,6 @@ static const flash_shape flash_shapes[] = {
     {"B0 H2 T4 D4 causal", 0, 2, 2, 4, 4, 4, 0, true, 1},
 };
 
-/* A (B, H, R, D) view of heads stored as in a (B, R, interleave, H, D) buffer, at part `part`. */
-static conf_operand *flash_heads(conf_case *c, const char *name, conf_role role, it_dtype dt, int64_t B, int64_t H,
-                                 int64_t R, int64_t D, int interleave, int part) {
-    int64_t whole[3] = {B, R, interleave * H * D};
-    conf_operand *o = conf_add(c, name, role, dt, 3, whole, CONF_CONTIG, 0);
-    int64_t row = interleave * H * D;
-    o->ndim = 4;
-    o->shape[0] = B, o->shape[1] = H, o->shape[2] = R, o->shape[3] = D;
-    o->strides[0] = (R > 0 ? R : 1) * row, o->strides[1] = D, o->strides[2] = row, o->strides[3] = 1;
-    o->offset = part * H * D;
-    return o;
-}
-
 /* The backward's y and lse: the CPU's forward on the case's q, k, v (host copies). */
 static bool prepare_forward(conf_case *c, int y, int lse) {
     const it_kernels *cpu = it_cpu_kernels();
@@ -76,22 +63,22 @@ static void flash_cases(conf_ctx *ctx, bool bwd) {
             c.flash.causal = e->causal;
             c.flash.q_offset = e->q_offset;
             int il = e->interleave;
-            flash_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
-            flash_heads(&c, "k", CONF_IN, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 1 : 0);
-            flash_heads(&c, "v", CONF_IN, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 2 : 0);
+            conf_add_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
+            conf_add_heads(&c, "k", CONF_IN, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 1 : 0);
+            conf_add_heads(&c, "v", CONF_IN, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 2 : 0);
             int64_t lsh[3] = {e->B, e->H, e->T};
             bool ok = true;
             if (!bwd) {
-                flash_heads(&c, "y", CONF_OUT, dt, e->B, e->H, e->T, e->D, 1, 0);
+                conf_add_heads(&c, "y", CONF_OUT, dt, e->B, e->H, e->T, e->D, 1, 0);
                 conf_add(&c, "lse", CONF_OUT, IT_DTYPE_FP32, 3, lsh, CONF_CONTIG, 0);
             } else {
-                flash_heads(&c, "y", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
-                flash_heads(&c, "dy", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
+                conf_add_heads(&c, "y", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
+                conf_add_heads(&c, "dy", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
                 conf_add(&c, "lse", CONF_IN, IT_DTYPE_FP32, 3, lsh, CONF_CONTIG, 0);
                 ok = prepare_forward(&c, 3, 5);
-                flash_heads(&c, "dq", CONF_OUT, dt, e->B, e->H, e->T, e->D, il, 0);
-                flash_heads(&c, "dk", CONF_OUT, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 1 : 0);
-                flash_heads(&c, "dv", CONF_OUT, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 2 : 0);
+                conf_add_heads(&c, "dq", CONF_OUT, dt, e->B, e->H, e->T, e->D, il, 0);
+                conf_add_heads(&c, "dk", CONF_OUT, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 1 : 0);
+                conf_add_heads(&c, "dv", CONF_OUT, dt, e->B, e->Hkv, e->S, e->D, il, il > 1 ? 2 : 0);
             }
             /* a dtype the CPU's forward does not take has no reference either */
             bool noref = !ok || conf_run(ctx, &c) == CONF_SKIP_NOREF;

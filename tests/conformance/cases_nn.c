@@ -445,9 +445,8 @@ static const att_shape att_shapes[] = {
     {"B1 H4 Hkv2 T20 S37 D8 causal (keys ahead)", 1, 4, 20, 37, 8, true, 1, 2},
 };
 
-/* A (B, H, R, D) view of heads stored as in a (B, R, interleave, H, D) buffer, at part `part`. */
-static conf_operand *att_heads(conf_case *c, const char *name, conf_role role, it_dtype dt, int64_t B, int64_t H,
-                               int64_t R, int64_t D, int interleave, int part) {
+conf_operand *conf_add_heads(conf_case *c, const char *name, conf_role role, it_dtype dt, int64_t B, int64_t H,
+                             int64_t R, int64_t D, int interleave, int part) {
     int64_t whole[3] = {B, R, interleave * H * D};
     conf_operand *o = conf_add(c, name, role, dt, 3, whole, CONF_CONTIG, 0);
     int64_t row = interleave * H * D;
@@ -471,20 +470,20 @@ static void att_cases(conf_ctx *ctx, bool bwd) {
             conf_rng r = conf_rng_seed(c.label, (uint64_t)dt + (bwd ? 101u : 0u));
             int il = e->interleave;
             int64_t hkv = e->Hkv ? e->Hkv : e->H; /* (interleaved heads have hkv == H) */
-            att_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
-            att_heads(&c, "k", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 1 : 0);
-            att_heads(&c, "v", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 2 : 0);
+            conf_add_heads(&c, "q", CONF_IN, dt, e->B, e->H, e->T, e->D, il, 0);
+            conf_add_heads(&c, "k", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 1 : 0);
+            conf_add_heads(&c, "v", CONF_IN, dt, e->B, hkv, e->S, e->D, il, il > 1 ? 2 : 0);
             int64_t ash[4] = {e->B, e->H, e->T, e->S};
             if (!bwd) {
                 conf_add(&c, "att", CONF_OUT, dt, 4, ash, CONF_CONTIG, 0);
-                att_heads(&c, "y", CONF_OUT, dt, e->B, e->H, e->T, e->D, 1, 0);
+                conf_add_heads(&c, "y", CONF_OUT, dt, e->B, e->H, e->T, e->D, 1, 0);
             } else {
                 conf_operand *att = conf_add(&c, "att", CONF_IN, dt, 4, ash, CONF_CONTIG, 0);
                 host_prepare_softmax(&c.sm, att, &r); /* probabilities, causal zeros included */
-                att_heads(&c, "dy", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
-                att_heads(&c, "dq", CONF_OUT, dt, e->B, e->H, e->T, e->D, il, 0);
-                att_heads(&c, "dk", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 1 : 0);
-                att_heads(&c, "dv", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 2 : 0);
+                conf_add_heads(&c, "dy", CONF_IN, dt, e->B, e->H, e->T, e->D, 1, 0);
+                conf_add_heads(&c, "dq", CONF_OUT, dt, e->B, e->H, e->T, e->D, il, 0);
+                conf_add_heads(&c, "dk", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 1 : 0);
+                conf_add_heads(&c, "dv", CONF_OUT, dt, e->B, e->H, e->S, e->D, il, il > 1 ? 2 : 0);
                 conf_add(&c, "datt", CONF_OUT, dt, 4, ash, CONF_CONTIG, 0);
             }
             bool noref = conf_run(ctx, &c) == CONF_SKIP_NOREF;

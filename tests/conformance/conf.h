@@ -119,6 +119,10 @@ void conf_case_tol(conf_case *c, conf_tol cls, it_dtype dt);
 conf_operand *conf_add(conf_case *c, const char *name, conf_role role, it_dtype dt, int ndim, const int64_t *shape,
                        conf_layout layout, unsigned bcast_mask);
 conf_operand *conf_add_absent(conf_case *c, const char *name);
+/* A (B, H, R, D) view of attention heads stored as in a (B, R, interleave, H, D) buffer, at
+ * part `part` (interleave 3: GPT-2's qkv; 1: plain (B, R, H, D)). */
+conf_operand *conf_add_heads(conf_case *c, const char *name, conf_role role, it_dtype dt, int64_t B, int64_t H,
+                             int64_t R, int64_t D, int interleave, int part);
 conf_operand *conf_add_alias(conf_case *c, const char *name, int target);
 
 int64_t conf_numel(const conf_operand *o);
