@@ -61,7 +61,12 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);
     it_tensor *l = it_model_loss(m, x, y);
     st = l ? it_tensor_item(l, NULL, loss) : it_last_status();
-    it_tensor *root = l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l;
+    it_tensor *root = it_scope_keep(l && parts > 1 ? it_scale(l, 1.0f / (float)parts) : l);
+    /* The forward's tensors are now held by the tape alone (as a pipeline's are, pipeline.c):
+     * those no backward reads go now, and each saved one as soon as its node has run, instead
+     * of every activation of the step living until the end of the backward. */
+    it_scope_end();
+    it_scope_begin();
     it_model_set_loss_scale(m, parts > 1 ? 1.0f / (float)parts : 1.0f); /* recomputed auxiliary losses' */
     if (!st && last && ctx->gsync && !(st = it_grad_sync_begin(ctx->gsync, first ? NULL : ctx->acc)))
         st = it_backward_hooked(root, it_grad_sync_ready, ctx->gsync);
@@ -70,6 +75,7 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     else if (!st)
         st = it_backward(root);
     it_scope_end();
+    it_tensor_release(root);
     it_tape_clear();
     if (!st) st = it_model_grads_final(m);                                          /* zeros where no node wrote */
     if (!st && !first && !hooked) st = train_add_into(it_model_grads(m), ctx->acc); /* ((g0 + g1) + g2) ... */
