@@ -47,6 +47,10 @@ it_status it__node_set_blob(it_node *node, const void *data, size_t bytes);
 bool it__grad_owned(const it_tensor *g);
 /* t.grad += g (g has t's shape). Takes g over when nothing else holds it (it__grad_owned). */
 it_status it__accum_grad(it_tensor *t, it_tensor *g);
+/* it__accum_grad for a g whose storage others still hold but none reads again (cross entropy's
+ * gradient written over the logits at their last use): taken over as t's first gradient even
+ * so; added (as it__accum_grad) when t already has one. */
+it_status it__accum_grad_taken(it_tensor *t, it_tensor *g);
 /* For kernels that can accumulate themselves (gemm with beta): returns t's gradient buffer
  * to write into, with *beta = 1 if it already holds a gradient to add to, 0 if fresh.
  * NULL when t needs no gradient (or on error: check it_last_status()). */
@@ -78,6 +82,23 @@ bool it__autocast_keep_low(void);
  * autocast dtype, not widened to float32: for a consumer that reads it widened itself (cross
  * entropy's fused half-logits slots). Without autocast it is it_linear. */
 it_tensor *it__linear_low(it_tensor *x, it_tensor *w, it_tensor *bias);
+/* it_cross_entropy at the logits' last use (a model's loss, which hands them to no one else):
+ * its backward writes dlogits over the logits, a chunk of rows at a time, instead of into a
+ * second buffer of their size (llm.c's memory plan; the same bits). Nothing may read the
+ * logits after the backward. */
+it_tensor *it__cross_entropy_last_use(it_tensor *logits, it_tensor *targets, int64_t valid);
+/* it_cross_entropy(it_linear(x, w, NULL), targets, valid) as one op that never holds the
+ * whole (N, Vp) logits (ops/linear_ce.c); x and w float32, w (Vp, C). The 0-D loss. */
+it_tensor *it__linear_cross_entropy(it_tensor *x, it_tensor *w, it_tensor *targets, int64_t valid);
+/* Whether it__linear_cross_entropy takes these operands: float32, autocast off, and not
+ * turned off by IT_LINEAR_CE=0. */
+bool it__linear_cross_entropy_wanted(const it_tensor *x, const it_tensor *w);
+/* it_linear(it_gelu(x), w, bias) as one op that keeps x alone for its backward and computes
+ * gelu(x) again there (ops/gelu_linear.c; llm.c's GELU recompute), x and w float32. */
+it_tensor *it__gelu_linear(it_tensor *x, it_tensor *w, it_tensor *bias);
+/* Whether it__gelu_linear takes these operands: float32, autocast off, and not turned off by
+ * IT_GELU_RECOMPUTE=0. */
+bool it__gelu_linear_wanted(const it_tensor *x, const it_tensor *w);
 /* it_causal_self_attention and it_attention, except that under autocast y is returned in the
  * autocast dtype, not widened (for a projection that rounds it anyway); GPT-2's qkv may
  * already be in that dtype (it__linear_low's). Without autocast they are the public ops. */

@@ -218,6 +218,14 @@ it_status it__accum_grad(it_tensor *t, it_tensor *g) {
     return KCALL(dev, binary, IT_BINARY_ADD, &a, &b, &o);
 }
 
+it_status it__accum_grad_taken(it_tensor *t, it_tensor *g) {
+    if (!t || !t->requires_grad || !g || t->grad || !same_shape(t, g) || g->dtype != t->dtype ||
+        !it_tensor_is_contiguous(g))
+        return it__accum_grad(t, g);
+    t->grad = it_tensor_retain(g);
+    return IT_OK;
+}
+
 static bool hooked_leaf(const it_tensor *t) { return t && t->is_leaf && t->requires_grad; }
 
 /* The leaves of node n whose last pending use this was: report them. */

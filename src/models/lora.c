@@ -394,6 +394,11 @@ bool it__mlp_keeps_low(const it_model *m, it_tensor *const *w, int n) {
 }
 
 it_tensor *it__lm_head(it_model *m, it_tensor *x, it_tensor *w) {
+    if (m->loss_forward && m->tp_size <= 1 && m->loss_targets && !it__lora_adapts(m, w) && !IT_PREC_ON() &&
+        it__linear_cross_entropy_wanted(x, w)) {
+        m->loss_fused = true; /* the loss, not the logits (it_model_loss) */
+        return it__linear_cross_entropy(x, w, m->loss_targets, m->loss_valid);
+    }
     if (m->loss_forward && m->tp_size <= 1) return it__linear_keep(m, x, w, NULL);
     return it__linear(m, x, w, NULL);
 }

@@ -423,15 +423,22 @@ double it_model_flops_per_token(const it_model *m, int64_t T) { return m->vt->fl
 it_tensor *it_model_loss(it_model *m, it_tensor *idx, it_tensor *targets) {
     m->aux_loss = NULL;
     m->loss_forward = true;
+    m->loss_targets = targets;
+    m->loss_valid = m->info.vocab_size;
+    m->loss_fused = false;
     it_tensor *logits = it_model_forward(m, idx), *loss;
     m->loss_forward = false;
-    if (m->tp_size > 1) { /* this rank's vocabulary columns [lo, lo + Vl), the first `valid` of them real */
+    m->loss_targets = NULL;
+    if (m->loss_fused) { /* the LM head gave the loss itself (ops/linear_ce.c) */
+        m->loss_fused = false;
+        loss = logits;
+    } else if (m->tp_size > 1) { /* this rank's vocabulary columns [lo, lo + Vl), the first `valid` of them real */
         int64_t vl = m->info.padded_vocab / m->tp_size, lo = (int64_t)m->tp_rank * vl;
         int64_t valid = m->info.vocab_size - lo;
         valid = valid < 0 ? 0 : valid > vl ? vl : valid;
         loss = it_tp_cross_entropy(m->tp, logits, targets, lo, valid);
     } else {
-        loss = it_cross_entropy(logits, targets, m->info.vocab_size);
+        loss = it__cross_entropy_last_use(logits, targets, m->info.vocab_size);
     }
     if (loss && m->aux_loss) loss = it_add(loss, m->aux_loss);
     m->aux_loss = NULL;

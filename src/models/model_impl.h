@@ -48,6 +48,12 @@ struct it_model {
     /* True during it_model_loss's forward: the LM head may then leave the logits in the
      * autocast dtype (it__lm_head), since cross entropy is all that reads them. */
     bool loss_forward;
+    /* During it_model_loss's forward, its targets and valid vocabulary: where the LM head and
+     * the loss can run as one op (it__lm_head, ops/linear_ce.c), the head returns the loss
+     * itself and sets loss_fused. */
+    it_tensor *loss_targets;
+    int64_t loss_valid;
+    bool loss_fused;
     struct it__lora *lora; /* NULL: no adapters (src/models/lora.c) */
     /* Tensor parallelism (it_model_parallel): the TP group (NULL: none), its size (1: none) and
      * this rank's place in it; sp: sequence parallel. Set before the layout walk, which then

@@ -45,7 +45,7 @@ static it_status flat3(it_tensor **t, it_tdesc *d) {
 }
 
 /* c = alpha * op(a) @ op(b) + beta * c over the batch. */
-static it_status gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb, float alpha, float beta) {
+it_status it__gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb, float alpha, float beta) {
     it_gemm_args g;
     memset(&g, 0, sizeof g);
     it_status st = flat3(&a, &g.a);
@@ -319,7 +319,7 @@ static it_tensor *matmul_new(it_tensor *a, it_tensor *b, bool ta, bool tb) {
     shape[nd - 2] = ta ? a->shape[nd - 1] : a->shape[nd - 2];
     shape[nd - 1] = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
     it_tensor *c = it__scope_add(it__tensor_new_owned(it_tensor_device(a), a->dtype, nd, shape));
-    if (!c || gemm(a, b, c, ta, tb, 1.0f, 0.0f)) return NULL;
+    if (!c || it__gemm(a, b, c, ta, tb, 1.0f, 0.0f)) return NULL;
     return c;
 }
 
@@ -411,7 +411,7 @@ static it_status linear_backward(it_node *n, it_tensor *dy) {
     it_tensor *gx = it__grad_buffer(x, &beta);
     if (gx) {
         it_tensor *gx2 = rows2d(gx);
-        it_status st = gx2 ? gemm(dy2, w, gx2, false, false, 1.0f, beta) : it_last_status();
+        it_status st = gx2 ? it__gemm(dy2, w, gx2, false, false, 1.0f, beta) : it_last_status();
         if (st) return st;
     } else if (x->requires_grad) {
         return it_last_status();
@@ -419,7 +419,7 @@ static it_status linear_backward(it_node *n, it_tensor *dy) {
     it_tensor *gw = it__grad_buffer(w, &beta);
     if (gw) {
         it_tensor *x2 = rows2d(n->saved[0]);
-        it_status st = x2 ? gemm(dy2, x2, gw, true, false, 1.0f, beta) : it_last_status();
+        it_status st = x2 ? it__gemm(dy2, x2, gw, true, false, 1.0f, beta) : it_last_status();
         if (st) return st;
     } else if (w->requires_grad) {
         return it_last_status();
@@ -489,7 +489,7 @@ it_tensor *it_linear(it_tensor *x, it_tensor *w, it_tensor *bias) {
     bool half = y->dtype != IT_DTYPE_FP32 && y->dtype != IT_DTYPE_FP64;
     it_tdesc yd = it_tensor_desc(y2), bd = bias ? it__broadcast_desc(bias, 2, y2->shape) : yd;
     if (bias && half && KCALL(it_tensor_device(y), copy_strided, &bd, &yd)) return NULL;
-    if (gemm(x2, w, y2, false, true, 1.0f, bias && half ? 1.0f : 0.0f)) return NULL;
+    if (it__gemm(x2, w, y2, false, true, 1.0f, bias && half ? 1.0f : 0.0f)) return NULL;
     if (bias && !half && KCALL(it_tensor_device(y), binary, IT_BINARY_ADD, &yd, &bd, &yd)) return NULL;
     if (it__needs_grad(3, in)) {
         it_node *n = it__node_record("linear", linear_backward, y, bias ? 3 : 2, in);
@@ -521,14 +521,14 @@ static it_status grouped_linear_backward(it_node *n, it_tensor *dy) {
         if (!dyg) return it_last_status();
         if (gx) {
             it_tensor *gxg = rows_of(gx, r0, r1);
-            it_status st = gxg ? gemm(dyg, w, gxg, false, false, 1.0f, bx) : it_last_status();
+            it_status st = gxg ? it__gemm(dyg, w, gxg, false, false, 1.0f, bx) : it_last_status();
             if (st) return st;
         }
         float bw = 0.0f;
         it_tensor *gw = it__grad_buffer(w, &bw);
         if (gw) {
             it_tensor *xg = rows_of(xs, r0, r1);
-            it_status st = xg ? gemm(dyg, xg, gw, true, false, 1.0f, bw) : it_last_status();
+            it_status st = xg ? it__gemm(dyg, xg, gw, true, false, 1.0f, bw) : it_last_status();
             if (st) return st;
         } else if (w->requires_grad) {
             return it_last_status();
@@ -608,7 +608,7 @@ it_tensor *it_grouped_linear(it_tensor *x, int n_group, it_tensor *const *w, con
     for (int g = 0; g < n_group; g++) {
         if (offsets[g] == offsets[g + 1]) continue;
         it_tensor *xg = rows_of(x, offsets[g], offsets[g + 1]), *yg = rows_of(y, offsets[g], offsets[g + 1]);
-        if (!xg || !yg || gemm(xg, w[g], yg, false, true, 1.0f, 0.0f)) return NULL;
+        if (!xg || !yg || it__gemm(xg, w[g], yg, false, true, 1.0f, 0.0f)) return NULL;
     }
     if (it__needs_grad(1, &x) || it__needs_grad(n_group, w)) {
         it_tensor **in_ = malloc(sizeof *in_ * (size_t)(n_group + 1));

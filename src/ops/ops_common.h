@@ -23,4 +23,8 @@ it_tensor *it__sum_to(it_tensor *g, const it_tensor *like);
 /* A new scope-owned contiguous tensor like t (same device, dtype, shape), uninitialized. */
 it_tensor *it__empty_like(const it_tensor *t);
 
+/* c = alpha * op(a) @ op(b) + beta * c through the gemm slot, over the leading dims as one
+ * batch (a 2-D operand broadcasts); an operand that cannot be seen so is copied first. */
+it_status it__gemm(it_tensor *a, it_tensor *b, it_tensor *c, bool ta, bool tb, float alpha, float beta);
+
 #endif
