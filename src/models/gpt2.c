@@ -155,8 +155,12 @@ static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
     h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
     h = IT_PREC_MODULE(it__linear(m, it__tp_enter(m, h), p[FCW], p[FCB]), l, "mlp.c_fc");
-    h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
-    h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
+    if (m->tp_size <= 1 && !it__lora_adapts(m, p[FCPROJW]) && !IT_PREC_ON() && it__gelu_linear_wanted(h, p[FCPROJW])) {
+        h = it__gelu_linear(h, p[FCPROJW], p[FCPROJB]); /* GELU computed again in backward: one (B, T, 4C) kept */
+    } else {
+        h = IT_PREC_MODULE(it_gelu(h), l, "mlp.gelu"); /* (B, T, 4C) */
+        h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[FCPROJW], p[FCPROJB]), l, "mlp.c_proj");
+    }
     return IT_PREC_MODULE(it_add(x, IT_PREC_MODULE(h, l, "mlp")), l, "");
 }
 
