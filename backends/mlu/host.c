@@ -463,6 +463,38 @@ it_status mlu_embedding_bwd_geometry(const it_tdesc *idx, const it_tdesc *dout, 
     return st;
 }
 
+/* Flash attention on the MLU: every call is declined (IT_ERR_UNSUPPORTED, nothing written),
+ * and the core composes attention from the slots above on the device. The reason names the
+ * first limit of cnnlFlashAttentionForward_v2 / cnnlFlashAttentionBackward_v2 (cnnl_extra.h)
+ * the call meets: half or bfloat16 only, head_size in [1, 512], qk_scale in (0, 1], causal
+ * masks aligned top-left (query offset 0) or bottom-right (offset S - T) only. A call inside
+ * all of them is declined too, saying why: the mapping (packed or B_HN_S_HS layouts,
+ * softmax_lse as [head_num_q, total_q], int32 seqlens) has not been run on a device, and the
+ * stand-in has no model of the call to run it against (docs/backends/mlu.md). */
+it_status mlu_flash_decline(const char *fn, const it_flash_args *a, const it_tdesc *q, const it_tdesc *k) {
+    int64_t T = q->shape[2], S = k->shape[2], D = q->shape[3];
+    const char *why = "attention composes on the device";
+    const char *call = strstr(fn, "bwd") ? "cnnlFlashAttentionBackward_v2" : "cnnlFlashAttentionForward_v2";
+    if (q->dtype != IT_DTYPE_BF16 && q->dtype != IT_DTYPE_FP16)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu %s: dtype %s: %s takes half and bfloat16 only (%s)", fn,
+                        it_dtype_name(q->dtype), call, why);
+    if (D < 1 || D > 512)
+        return it_error(IT_ERR_UNSUPPORTED, "mlu %s: head size %lld outside %s's [1, 512] (%s)", fn, (long long)D, call,
+                        why);
+    if (!(a->scale > 0.0f && a->scale <= 1.0f))
+        return it_error(IT_ERR_UNSUPPORTED, "mlu %s: scale %g outside %s's qk_scale (0, 1] (%s)", fn, (double)a->scale,
+                        call, why);
+    if (a->causal && a->q_offset != 0 && a->q_offset != S - T)
+        return it_error(IT_ERR_UNSUPPORTED,
+                        "mlu %s: query offset %lld with T = %lld, S = %lld: CNNL's causal masks "
+                        "align top-left (offset 0) or bottom-right (offset S - T) only (%s)",
+                        fn, (long long)a->q_offset, (long long)T, (long long)S, why);
+    return it_error(IT_ERR_UNSUPPORTED,
+                    "mlu %s: %s is not wired: its mapping (softmax_lse [head_num_q, total_q], "
+                    "int32 seqlens) has not run on a device (%s)",
+                    fn, call, why);
+}
+
 int64_t mlu_col_blocks(int64_t cols, int64_t block) { return cols <= 0 ? 0 : (cols + block - 1) / block; }
 
 int mlu_bang_tasks(int64_t items, int cap) {

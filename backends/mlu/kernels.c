@@ -508,9 +508,11 @@ const it_kernels mlu_kernels = {
     .embedding_fwd = mlu_embedding_fwd,
     .layernorm_fwd = mlu_layernorm_fwd,
     .layernorm_bwd = mlu_layernorm_bwd,
-    .rmsnorm_fwd = mlu_rmsnorm_fwd, /* cnnlRmsNormForward (kernels_llm.c) */
-    .rmsnorm_bwd = mlu_rmsnorm_bwd, /* cnnlRmsNormBackward */
-    .topk = mlu_topk,               /* cnnlTopKTensor_v3, lower_index_first */
+    .rmsnorm_fwd = mlu_rmsnorm_fwd,                 /* cnnlRmsNormForward (kernels_llm.c) */
+    .rmsnorm_bwd = mlu_rmsnorm_bwd,                 /* cnnlRmsNormBackward */
+    .topk = mlu_topk,                               /* cnnlTopKTensor_v3, lower_index_first */
+    .flash_attention_fwd = mlu_flash_attention_fwd, /* declined with the reason: composed */
+    .flash_attention_bwd = mlu_flash_attention_bwd,
 #ifdef IT_MLU_HAVE_BANG
     .softmax_fwd = mlu_bang_softmax_fwd,             /* bang/softmax.mlu */
     .softmax_bwd = mlu_bang_softmax_bwd,             /* bang/softmax.mlu */

@@ -4,6 +4,7 @@
  *   rmsnorm_bwd    cnnlGetRmsNormBackwardWorkspaceSize + cnnlRmsNormBackward
  *   topk           cnnlGetTopKTensorWorkspaceSize + cnnlTopKTensor_v3 (largest, sorted,
  *                  lower_index_first = true: backend.h's tie rule)
+ *   flash_attention_fwd/bwd  declined with the reason (host.c mlu_flash_decline): composed
  *   softmax_fwd/bwd, rope, embedding_bwd: the BANG kernels of bang/ (it_bang.h), only when
  *                  cncc built them (IT_MLU_HAVE_BANG); otherwise these slots stay NULL.
  *
@@ -203,6 +204,21 @@ done:
     mlu_desc_free(vd);
     mlu_desc_free(id);
     return st;
+}
+
+/* Flash attention: declined, every call, with the CNNL limit it meets (host.c); the core then
+ * composes attention from gemm and the softmax slots, on the device. */
+it_status mlu_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, it_tdesc *y, it_tdesc *lse) {
+    (void)s, (void)v, (void)y, (void)lse;
+    return mlu_flash_decline("flash_attention_fwd", args, q, k);
+}
+
+it_status mlu_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                  it_tdesc *dq, it_tdesc *dk, it_tdesc *dv) {
+    (void)s, (void)v, (void)y, (void)dy, (void)lse, (void)dq, (void)dk, (void)dv;
+    return mlu_flash_decline("flash_attention_bwd", args, q, k);
 }
 
 #ifdef IT_MLU_HAVE_BANG

@@ -120,6 +120,8 @@ it_status mlu_topk_geometry(const it_tdesc *x, int64_t k, const it_tdesc *values
  * within int32 bytes. The BANG kernel works on column blocks of MLU_EMB_BLOCK columns. */
 #define MLU_EMB_BLOCK 256
 it_status mlu_embedding_bwd_geometry(const it_tdesc *idx, const it_tdesc *dout, const it_tdesc *dweight);
+/* Always IT_ERR_UNSUPPORTED, with the first CNNL flash attention limit q and k meet. */
+it_status mlu_flash_decline(const char *fn, const it_flash_args *a, const it_tdesc *q, const it_tdesc *k);
 int64_t mlu_col_blocks(int64_t cols, int64_t block);
 
 /* Tasks of a cnrtFuncTypeBlock launch: one per work item up to `cap`, at least 1. */
@@ -240,6 +242,12 @@ it_status mlu_rmsnorm_fwd(it_stream *s, const it_tdesc *x, const it_tdesc *w, fl
 it_status mlu_rmsnorm_bwd(it_stream *s, const it_tdesc *dy, const it_tdesc *x, const it_tdesc *w, const it_tdesc *rstd,
                           it_tdesc *dx, it_tdesc *dw);
 it_status mlu_topk(it_stream *s, const it_tdesc *x, int64_t k, it_tdesc *values, it_tdesc *indices);
+/* flash attention: declined with the reason (host.c mlu_flash_decline); the core composes */
+it_status mlu_flash_attention_fwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, it_tdesc *y, it_tdesc *lse);
+it_status mlu_flash_attention_bwd(it_stream *s, const it_flash_args *args, const it_tdesc *q, const it_tdesc *k,
+                                  const it_tdesc *v, const it_tdesc *y, const it_tdesc *dy, const it_tdesc *lse,
+                                  it_tdesc *dq, it_tdesc *dk, it_tdesc *dv);
 #ifdef IT_MLU_HAVE_BANG
 it_status mlu_bang_softmax_fwd(it_stream *s, const it_softmax_args *args, const it_tdesc *x, it_tdesc *y);
 it_status mlu_bang_softmax_bwd(it_stream *s, const it_softmax_args *args, const it_tdesc *y, const it_tdesc *dy,

@@ -56,6 +56,12 @@ IT_API it_tensor *it_cross_entropy(it_tensor *logits, it_tensor *targets, int64_
  * has not, the fused attention slots or the composition as before. Process-wide. */
 IT_API void it_flash_attention_set(bool enabled);
 IT_API bool it_flash_attention_enabled(void);
+/* Whether dev's backend has both flash attention slots (what --flash uses there). */
+IT_API bool it_flash_attention_available(it_device dev);
+/* The message of the first call a backend declined (IT_ERR_UNSUPPORTED: a head size,
+ * length, dtype or layout it cannot take; that attention composed) since the last
+ * it_flash_attention_set, or NULL when none was. */
+IT_API const char *it_flash_attention_declined(void);
 /* qkv (B, T, 3C), rows Q|K|V, n_head heads -> (B, T, C); causal, scale 1/sqrt(C/n_head). */
 IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);
 

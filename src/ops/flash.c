@@ -14,6 +14,7 @@
  * the precision checker and the profiler see the same operator. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,15 +22,36 @@
 
 static atomic_bool flash_on = true;
 
-void it_flash_attention_set(bool enabled) { atomic_store(&flash_on, enabled); }
+/* The first decline since it_flash_attention_set: its message, written once by the thread
+ * that wins `declined_claim` and published by `declined_ready` (ranks may be threads). */
+static atomic_flag declined_claim = ATOMIC_FLAG_INIT;
+static atomic_bool declined_ready = false;
+static char declined_msg[512];
+
+void it_flash_attention_set(bool enabled) {
+    atomic_store(&flash_on, enabled);
+    atomic_store(&declined_ready, false);
+    atomic_flag_clear(&declined_claim);
+}
 bool it_flash_attention_enabled(void) { return atomic_load(&flash_on); }
+
+bool it_flash_attention_available(it_device dev) {
+    return it__kernel_native(dev, IT_SLOT(flash_attention_fwd)) && it__kernel_native(dev, IT_SLOT(flash_attention_bwd));
+}
+
+const char *it_flash_attention_declined(void) { return atomic_load(&declined_ready) ? declined_msg : NULL; }
+
+static void note_declined(void) {
+    if (atomic_flag_test_and_set(&declined_claim)) return;
+    snprintf(declined_msg, sizeof declined_msg, "%s", it_last_error());
+    atomic_store(&declined_ready, true);
+}
 
 bool it__flash_wanted(const it_tensor *x) {
     if (!atomic_load(&flash_on)) return false;
     const char *env = getenv("IT_FUSED_KERNELS"); /* 0: compose everything (test_attention) */
     if (env && strcmp(env, "0") == 0) return false;
-    it_device dev = it_tensor_device(x);
-    return it__kernel_native(dev, IT_SLOT(flash_attention_fwd)) && it__kernel_native(dev, IT_SLOT(flash_attention_bwd));
+    return it_flash_attention_available(it_tensor_device(x));
 }
 
 /* y (B, T, H * D) and lse (B, H, T) from the forward; NULL with *declined when the backend
@@ -45,6 +67,7 @@ static it_tensor *forward(const it_tensor *src, const it_tdesc *q, const it_tdes
     it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), ld = it_tensor_desc(*lse);
     it_status st = KCALL(dev, flash_attention_fwd, a, q, k, v, &yd, &ld);
     if (st == IT_ERR_UNSUPPORTED) {
+        note_declined();
         it_error_clear();
         *declined = true;
         return NULL;

@@ -147,9 +147,18 @@ static it_status train_loop(it_train_ctx *ctx) {
     it_autocast_set(ctx->cfg->dtype == IT_DTYPE_BF16, IT_DTYPE_BF16);
     st = IT_OK;
     saved_handlers old;
+    bool declined_said = false;
     if (ctx->handle_signals) stop_signals_install(&old);
     for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
         if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_val_due(ctx)) st = train_validate(ctx);
+        if (!st && !declined_said && it_flash_attention_declined()) { /* once: why attention composed */
+            declined_said = true;
+            if (!ctx->cfg->quiet && ctx->rank == 0) {
+                printf("attention: flash declined by the %s backend, composed instead: %s\n", ctx->dev.backend->name,
+                       it_flash_attention_declined());
+                fflush(stdout);
+            }
+        }
         if (!st && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
         int sig = 0;
         if (!st && ctx->handle_signals && step < ctx->cfg->num_iteration && !(st = stop_agreed(ctx, &sig)) && sig) {

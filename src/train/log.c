@@ -35,6 +35,10 @@ void train_banner(const it_train_ctx *ctx) {
            (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),
            c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
+    if (c->flash && !it_flash_attention_available(ctx->dev))
+        printf("attention: composed: the %s backend has no flash attention kernel (flash_attention_fwd/_bwd), "
+               "so the probabilities kept for backward grow with T^2\n",
+               ctx->dev.backend->name);
     if (c->input_val_bin && c->val_loss_every <= 0)
         printf("validation: --input_val_bin %s is not read: --val_loss_every is 0 (never)\n", c->input_val_bin);
     if (ctx->pp_size > 1)

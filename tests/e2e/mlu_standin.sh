@@ -11,9 +11,11 @@
 #      (fp32 within 1e-5 per step, bf16 autocast within 1e-2), coverage, 2-rank DDP, TP=2 and
 #      PP=2 (activations by CNCL send/recv in groups) over the CNCL stand-in against cpu within
 #      1e-5: its report must say PASS;
-#   4. an MLU370-class part (IT_CAMBRICON_STANDIN_ARCH=372, no bfloat16): bf16 training still
+#   4. flash attention declined on the MLU with its reason (fp32: CNNL's takes half/bf16;
+#      bf16: the CNNL call is not wired), the run composing attention;
+#   5. an MLU370-class part (IT_CAMBRICON_STANDIN_ARCH=372, no bfloat16): bf16 training still
 #      matches cpu within 1e-2, the bf16 gemm declined to the CPU fallback.
-# In a sanitizer build, one case per mechanism: 1, 2, conformance, GPT-2 fp32 against cpu and
+# In a sanitizer build, one case per mechanism: 1, 2, 4, conformance, GPT-2 fp32 against cpu and
 # 2-rank DDP against one cpu rank.
 # Usage: mlu_standin.sh BUILD_DIR SOURCE_DIR
 set -u
@@ -54,6 +56,20 @@ run1() { # device, log, args...
   "$build/gpt2" --device "$dev" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
     bad "gpt2 on $dev exited $?: $(tail -3 "$log.out")"
 }
+
+# the flash attention slots decline on the MLU, each saying why, and attention composes
+for dt in float32 bfloat16; do
+  want="takes half and bfloat16 only"
+  [[ $dt == bfloat16 ]] && want="is not wired"
+  "$build/gpt2" --device mlu --llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" --batch_size 4 \
+    --sequence_length 32 --num_iteration 2 --dtype $dt >"$tmp/decline.out" 2>&1 ||
+    bad "gpt2 on mlu, $dt, exited $?: $(tail -3 "$tmp/decline.out")"
+  if grep -q "^attention: flash declined by the mlu backend, composed instead: .*$want" "$tmp/decline.out"; then ok
+  else
+    bad "gpt2 on mlu, $dt: no 'attention: flash declined ... $want' line"
+    cat "$tmp/decline.out"
+  fi
+done
 
 if $sanitized; then
   if "$build/it-conformance" --backend mlu >"$tmp/conf.log" 2>&1; then ok; else

@@ -856,6 +856,29 @@ static void test_optim(void) {
     CHECK_ERR(mlu_adam_coef(&a0, &c), IT_ERR_INVALID_ARG, "step = 0");
 }
 
+/* Every flash attention call is declined, naming the first CNNL limit it meets. */
+static void test_flash_decline(void) {
+    it_flash_args a = {0.125f, true, 0};
+    it_tdesc q = {0}, k = {0};
+    q.dtype = k.dtype = IT_DTYPE_FP32, q.ndim = k.ndim = 4;
+    q.shape[0] = k.shape[0] = 2, q.shape[1] = 6, k.shape[1] = 2, q.shape[2] = k.shape[2] = 64;
+    q.shape[3] = k.shape[3] = 64;
+    CHECK_ERR(mlu_flash_decline("flash_attention_fwd", &a, &q, &k), IT_ERR_UNSUPPORTED,
+              "dtype float32: cnnlFlashAttentionForward_v2 takes half and bfloat16 only");
+    q.dtype = k.dtype = IT_DTYPE_BF16;
+    q.shape[3] = k.shape[3] = 640;
+    CHECK_ERR(mlu_flash_decline("flash_attention_bwd", &a, &q, &k), IT_ERR_UNSUPPORTED, "head size 640 outside");
+    q.shape[3] = k.shape[3] = 64, a.scale = 2.0f;
+    CHECK_ERR(mlu_flash_decline("flash_attention_fwd", &a, &q, &k), IT_ERR_UNSUPPORTED, "qk_scale (0, 1]");
+    a.scale = 0.125f, a.q_offset = 7, k.shape[2] = 128;
+    CHECK_ERR(mlu_flash_decline("flash_attention_fwd", &a, &q, &k), IT_ERR_UNSUPPORTED,
+              "query offset 7 with T = 64, S = 128");
+    a.q_offset = 64; /* bottom-right: inside CNNL's limits, still declined, saying why */
+    CHECK_ERR(mlu_flash_decline("flash_attention_fwd", &a, &q, &k), IT_ERR_UNSUPPORTED, "is not wired");
+    q.dtype = k.dtype = IT_DTYPE_FP16, a.q_offset = 0, a.causal = false;
+    CHECK_ERR(mlu_flash_decline("flash_attention_fwd", &a, &q, &k), IT_ERR_UNSUPPORTED, "is not wired");
+}
+
 int main(void) {
     test_dtype_map();
     test_cast_plans();
@@ -865,6 +888,7 @@ int main(void) {
     test_rope_geometry();
     test_topk_geometry();
     test_embedding_bwd_geometry();
+    test_flash_decline();
     test_ws_layout();
     test_bang_math();
     test_bang_math_dense();
