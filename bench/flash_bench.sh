@@ -2,8 +2,12 @@
 # Flash attention (--flash, the default) against the composition (--flash=false), for
 # `make bench`:
 #   1. GPT-2 124M (d12, random weights, random tokens), B=4, T=1024 (its context), fp32: the
-#      driver's peak used and the median step time of steps 2..N for each, and their ratios
-#      against the targets (peak at most 60% of the composition's, step time no slower).
+#      driver's peak used, the process's peak RSS and the median step time of steps 2..N for
+#      each, and their ratios against the targets (peak at most 60% of the composition's, step
+#      time no slower); then PyTorch (bench/peer_pytorch.py, Debian's python3-torch) on the same
+#      weights and tokens, its peak RSS and step time, where torch imports (else a
+#      FLASH_PEER_SKIPPED line says why). The weights are an llm.c checkpoint written with numpy
+#      when it imports (ours and PyTorch's read it), else ours start from --model d12.
 #   2. A LLaMA-3 style model (6 layers, 384 wide, 6 heads, 2 kv heads, vocabulary 512; random
 #      weights), B=1: the peak used at T = 1k, 2k, 4k and 8k with flash and composed (flash
 #      should grow linearly in T, the composition quadratically), then T = 32768 with flash
@@ -53,6 +57,33 @@ with open(work + "/llama.bin", "wb") as f:
         array.array("f", (random.gauss(0.0, 0.02) for _ in range(n))).tofile(f)
 PY
 
+# GPT-2 124M's initial weights as an llm.c checkpoint (version 3, fp32), N(0, 0.02), when
+# numpy imports: both sides of the PyTorch comparison read it
+gpt2_init=(--model d12)
+if /usr/bin/python3 - "$work/gpt2_124m.bin" 2>/dev/null <<'PY'; then gpt2_init=(--llmc_filepath "$work/gpt2_124m.bin"); fi
+import sys
+import numpy as np
+maxT, V, L, NH, C, Vp = 1024, 50257, 12, 12, 768, 50304
+h = np.zeros(256, np.int32)
+h[:8] = [20240326, 3, maxT, V, L, NH, C, Vp]
+n = Vp * C + maxT * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
+w = np.random.default_rng(1234).normal(0.0, 0.02, n).astype(np.float32)
+with open(sys.argv[1], "wb") as f:
+    h.tofile(f)
+    w.tofile(f)
+PY
+
+# run OUT CMD...: CMD's output to OUT, then its peak RSS (MB, getrusage of the child) appended
+run_rss() {
+  local out=$1
+  shift
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"), stderr=subprocess.STDOUT).returncode
+print("RSS_PEAK_MB %.0f" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024), file=open(sys.argv[1], "a"))
+sys.exit(r)' "$out" "$@"
+}
+rss() { sed -n 's/^RSS_PEAK_MB //p' "$1"; }
+
 # the peak used (MB) and median step ms of steps 2.. from the step lines of a log
 peak() { sed -n 's/.*peak used: *\([0-9]*\) MB.*/\1/p' "$1" | sort -n | tail -1; }
 med() { sed -n 's/^step *\([0-9]*\)\/.*| (\([0-9.]*\) ms .*/\1 \2/p' "$1" | awk '$1 > 1 { print $2 }' | sort -n |
@@ -61,11 +92,32 @@ med() { sed -n 's/^step *\([0-9]*\)\/.*| (\([0-9.]*\) ms .*/\1 \2/p' "$1" | awk 
 echo "FLASH host=\"$cpu\" threads=$OMP_NUM_THREADS"
 # ---- 1. GPT-2 124M at its context
 for f in true false; do
-  "$build/gpt2" --model d12 --input_bin "$work/gpt2_tokens.bin" --batch_size 4 --sequence_length 1024 \
-    --num_iteration $((steps + 1)) --flash=$f >"$work/gpt2_$f.log" 2>&1 ||
+  run_rss "$work/gpt2_$f.log" "$build/gpt2" "${gpt2_init[@]}" --input_bin "$work/gpt2_tokens.bin" --batch_size 4 \
+    --sequence_length 1024 --num_iteration $((steps + 1)) --flash=$f ||
     { echo "FLASH_GPT2 flash=$f FAILED: $(tail -2 "$work/gpt2_$f.log")"; continue; }
-  echo "FLASH_GPT2 model=d12 B=4 T=1024 flash=$f peak_used_mb=$(peak "$work/gpt2_$f.log") step_ms=$(med "$work/gpt2_$f.log")"
+  echo "FLASH_GPT2 model=d12 B=4 T=1024 flash=$f peak_used_mb=$(peak "$work/gpt2_$f.log")" \
+    "rss_peak_mb=$(rss "$work/gpt2_$f.log") step_ms=$(med "$work/gpt2_$f.log")" \
+    "loss1=$(sed -n 's/^step *1\/.*train loss \([0-9.]*\).*/\1/p' "$work/gpt2_$f.log")"
 done
+# PyTorch 1.13 on the same weights and tokens: its attention is the composition (torch 1.13's
+# CPU _scaled_dot_product_attention is the math path, keeping the probabilities likewise)
+if [ "${gpt2_init[0]}" != --llmc_filepath ]; then
+  echo "FLASH_PEER_SKIPPED reason=numpy does not import for /usr/bin/python3 (Debian's python3-torch brings it)"
+elif ! why=$(/usr/bin/python3 -c 'import torch' 2>&1); then
+  echo "FLASH_PEER_SKIPPED reason=/usr/bin/python3 cannot import torch: $(echo "$why" | tail -n1)"
+else
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  run_rss "$work/peer.log" env OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" /usr/bin/python3 "$root/bench/peer_pytorch.py" \
+    --checkpoint "$work/gpt2_124m.bin" --shard "$work/gpt2_tokens.bin" --case gpt2_124m_t1024 --B 4 --T 1024 \
+    --warmup 1 --steps "$steps" --threads "$OMP_NUM_THREADS" || true
+  if line=$(grep '^PEER ' "$work/peer.log"); then
+    echo "FLASH_PEER model=d12 B=4 T=1024 torch=$(sed -n 's/.* torch=\([^ ]*\).*/\1/p' <<<"$line")" \
+      "rss_peak_mb=$(rss "$work/peer.log") step_ms=$(sed -n 's/.* ms_median=\([^ ]*\).*/\1/p' <<<"$line")" \
+      "loss1=$(sed -n 's/.* loss_check=\([^ ]*\).*/\1/p' <<<"$line") (steps 2..$((steps + 1)); attention composed)"
+  else
+    echo "FLASH_PEER_SKIPPED reason=peer_pytorch.py: $(tail -n2 "$work/peer.log" | tr '\n' ' ')"
+  fi
+fi
 if [ -s "$work/gpt2_true.log" ] && [ -s "$work/gpt2_false.log" ]; then
   awk -v a="$(peak "$work/gpt2_true.log")" -v b="$(peak "$work/gpt2_false.log")" \
     -v s="$(med "$work/gpt2_true.log")" -v t="$(med "$work/gpt2_false.log")" 'BEGIN {
