@@ -1,0 +1,81 @@
+/* Hugging Face models in and out: safetensors files (read through mmap, written atomically,
+ * sharded with model.safetensors.index.json), config.json, and the weight layouts of
+ * GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM. docs/hf.md says what maps to what;
+ * docs/formats.md has the two file formats. */
+#ifndef INFINITRAIN_HF_H
+#define INFINITRAIN_HF_H
+
+#include "dtype.h"
+#include "models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- safetensors
+ *
+ * A file is a little-endian u64 N, N bytes of JSON {name: {"dtype", "shape", "data_offsets":
+ * [begin, end]}, "__metadata__": {string: string} (optional)}, then the data: offsets count
+ * from the data's first byte, and the tensors tile it with no gap and no overlap. The reader
+ * checks all of that (and duplicate names, dtypes, shapes against byte counts, a header past
+ * the end of the file) and refuses a file with one message naming the file, the tensor and the
+ * values; nothing is read past a check. */
+#define IT_SAFETENSORS_MAX_DIMS 8
+
+typedef struct it_safetensors it_safetensors;
+
+typedef struct it_safetensors_tensor {
+    const char *name;
+    const char *dtype_name; /* as in the file: "F32", "BF16", "F16", "I64", ... */
+    it_dtype dtype;         /* its element type; F8_E4M3 / F8_E5M2 have none (IT_DTYPE_COUNT) */
+    int ndim;
+    int64_t shape[IT_SAFETENSORS_MAX_DIMS];
+    int64_t numel;
+    const void *data; /* mapped read-only, valid until it_safetensors_close */
+    size_t nbytes;
+    const char *file; /* the file it is in */
+} it_safetensors_tensor;
+
+/* path: a .safetensors file; or a directory holding model.safetensors, or
+ * model.safetensors.index.json and the shards its weight_map names (each mapped once; a shard
+ * the index names that is missing, a tensor the index names that its shard lacks, or a tensor
+ * in two shards is an error). The tensors are listed in ascending byte order of their names. */
+IT_API it_status it_safetensors_open(const char *path, it_safetensors **out);
+IT_API void it_safetensors_close(it_safetensors *st);
+IT_API int it_safetensors_count(const it_safetensors *st);
+IT_API const it_safetensors_tensor *it_safetensors_at(const it_safetensors *st, int i);
+/* NULL when absent (no error recorded). */
+IT_API const it_safetensors_tensor *it_safetensors_find(const it_safetensors *st, const char *name);
+/* A value of the (first) file's __metadata__, or NULL. */
+IT_API const char *it_safetensors_metadata(const it_safetensors *st, const char *key);
+/* Elements [at, at + n) of a float tensor (F32, BF16, F16, F64) as fp32: exact for the first
+ * three, rounded to nearest for F64. */
+IT_API it_status it_safetensors_read_f32(const it_safetensors_tensor *t, int64_t at, int64_t n, float *dst);
+
+/* Writing: n tensors, laid out in ascending byte order of their names (the order the reader
+ * lists), the JSON compact with "__metadata__": {"format": "pt"} first and padded with spaces
+ * to a multiple of 8 bytes. fill(ctx, i, dst, nbytes) writes tensor i's bytes (i indexes the
+ * caller's array, not the sorted order). The file is written to a temporary and renamed. */
+typedef struct it_safetensors_spec {
+    const char *name;
+    it_dtype dtype;
+    int ndim;
+    int64_t shape[IT_SAFETENSORS_MAX_DIMS];
+} it_safetensors_spec;
+typedef it_status (*it_safetensors_fill)(void *ctx, int i, void *dst, size_t nbytes);
+IT_API it_status it_safetensors_write(const char *path, const it_safetensors_spec *t, int n, it_safetensors_fill fill,
+                                      void *ctx);
+/* Into directory dir (created if missing): model.safetensors when all fits in max_shard_bytes
+ * (0: no limit), else model-00001-of-0000K.safetensors ... and model.safetensors.index.json,
+ * shards filled in name order and a new one begun when the next tensor would pass the limit
+ * (transformers' rule; a tensor larger than the limit gets a shard of its own). Returns the
+ * number of shards in *shards (may be NULL). */
+IT_API it_status it_safetensors_write_dir(const char *dir, const it_safetensors_spec *t, int n, size_t max_shard_bytes,
+                                          it_safetensors_fill fill, void *ctx, int *shards);
+/* "5GB", "500MB", "2GiB", "1000" (bytes) -> bytes; transformers' units (GB = 10^9). */
+IT_API it_status it_hf_parse_size(const char *text, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
