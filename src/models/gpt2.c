@@ -233,7 +233,7 @@ static void gpt2_walk_all(const it_model *m, it__layout *lo) {
 static const it_model_vtable gpt2_vtable = {gpt2_forward, gpt2_save, gpt2_flops, gpt2_free, NULL, NULL, gpt2_walk_all};
 
 /* Build the model object and the parameter views over freshly allocated buffers. */
-static it_status gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out) {
+it_status it__gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out) {
     it_status st = it_gpt2_config_check(cfg);
     if (!st)
         st = it__tp_check(par, "GPT-2", cfg->n_head, cfg->n_head, 4 * (int64_t)cfg->n_embd, cfg->padded_vocab_size);
@@ -315,7 +315,7 @@ static void init_draw(void *p, const it__param_spec *spec, int64_t full_off, con
 it_status it_gpt2_new_tp(const it_gpt2_config *cfg, it_device dev, uint64_t seed, const it_model_parallel *par,
                          it_model **out) {
     it_model *m = NULL;
-    it_status st = gpt2_build(cfg, dev, par, &m);
+    it_status st = it__gpt2_build(cfg, dev, par, &m);
     if (st) return st;
     int64_t n = num_params(cfg, NULL); /* the whole model's draws, as one rank makes them; then this rank's slices */
     float *host = malloc((size_t)n * sizeof(float));
@@ -370,7 +370,7 @@ it_status it_gpt2_load_tp(const char *path, it_device dev, const it_model_parall
                         path, cfg.n_layer, cfg.n_embd, cfg.padded_vocab_size, cfg.block_size, (long long)n, want,
                         file_bytes);
     it_model *m = NULL;
-    st = gpt2_build(&cfg, dev, par, &m);
+    st = it__gpt2_build(&cfg, dev, par, &m);
     if (st) return st;
     memcpy(((gpt2 *)m->impl)->header, h, sizeof h);
     st = m->tp || m->pp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);

@@ -27,6 +27,7 @@ typedef struct llama {
     int L, nh, nkv, C, hd, F, V, T, E, topk; /* F: FFN width (LLaMA-3 MLP, each Mixtral expert) */
     float eps, theta;
     bool scaled_rope;
+    float rope_factor, rope_low, rope_high, rope_old_ctx; /* LLaMA-3.1 scaling: 8, 1, 4, 8192 in llm.c */
     int32_t header[256];
     it_tensor *cos, *sin; /* owned */
     int rope_T;           /* positions cos/sin hold: built by the first forward for its T, grown on demand */
@@ -66,7 +67,8 @@ static int64_t llama3_ffn_hidden(int C, float multiplier, int multiple_of) {
 /* ---------------------------------------------------------------- RoPE tables */
 
 /* cos/sin (T, hd/2) of t * freq_i, freq_i = theta^(-2i/hd) in fp32, optionally with the
- * LLaMA-3.1 scaling (factor 8, low 1, high 4, original context 8192). Row t depends on t alone,
+ * LLaMA-3.1 scaling (llm.c's factor 8, low 1, high 4, original context 8192, or a Hugging Face
+ * config's rope_scaling). Row t depends on t alone,
  * so tables for the T a forward uses equal the first T rows of tables for block_size; they are
  * built for the T asked, not for block_size, since a header may say block_size 2^20 (about
  * 1 GB of tables) for a file of under a megabyte. */
@@ -84,7 +86,7 @@ static it_status rope_tables(llama *g, it_device dev, int T) {
         float expo = (float)(2 * i) / (float)g->hd;
         float f = 1.0f / powf(g->theta, expo);
         if (g->scaled_rope) {
-            const float factor = 8.0f, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+            const float factor = g->rope_factor, low = g->rope_low, high = g->rope_high, old_ctx = g->rope_old_ctx;
             float low_wl = old_ctx / low, high_wl = old_ctx / high;
             float wavelen = (float)(2.0 * M_PI) / f;
             if (wavelen < high_wl) {
@@ -462,12 +464,72 @@ static it_status check_config(const char *path, const llama *g) {
     NEED(isfinite(g->eps) && g->eps > 0, "norm_eps", "a positive float, found %g", g->eps);
     NEED(isfinite(g->theta) && g->theta > 0, "rope_theta", "a positive float, found %g", g->theta);
     NEED(g->F >= 1 && g->F <= (1 << 20), "ffn hidden size", "1..%d, found %d", 1 << 20, g->F);
+    if (g->scaled_rope) {
+        NEED(isfinite(g->rope_factor) && g->rope_factor >= 1, "rope scaling factor", "a float >= 1, found %g",
+             g->rope_factor);
+        NEED(isfinite(g->rope_low) && isfinite(g->rope_high) && g->rope_low > 0 && g->rope_high > g->rope_low,
+             "rope scaling low/high_freq_factor", "0 < low < high, found %g and %g", g->rope_low, g->rope_high);
+        NEED(g->rope_old_ctx >= 1, "rope scaling original_max_position_embeddings", ">= 1, found %g", g->rope_old_ctx);
+    }
     if (g->moe) {
         NEED(g->E >= 1 && g->E <= 256, "num_experts", "1..256, found %d", g->E);
         NEED(g->topk >= 1 && g->topk <= g->E, "router_topk", "1..num_experts %d, found %d", g->E, g->topk);
     }
 #undef NEED
     return IT_OK;
+}
+
+/* The model of g (taken over: freed with the model, or here on failure), its parameters not
+ * yet read. `what` names the source in messages. */
+static it_status llama_make(llama *g, it_device dev, const it_model_parallel *par, const char *what, it_model **out) {
+    bool moe = g->moe;
+    it_status st = check_config(what, g);
+    if (!st) st = it__tp_check(par, moe ? "Mixtral" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
+    if (st) {
+        free(g);
+        return st;
+    }
+    it_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        free(g);
+        return it_error(IT_ERR_OOM, "%s: out of host memory", what);
+    }
+    m->impl = g;
+    it__model_set_parallel(m, par);
+    if (m->pp_size > 1) it__model_set_stages(m, g->L);
+    it__layout mine = {.par = m}; /* this rank's elements */
+    llama_walk(g, &mine);
+    st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);
+    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
+                              .block_size = g->T,
+                              .vocab_size = g->V,
+                              .padded_vocab = g->V,
+                              .num_params = mine.off,
+                              .n_layer = g->L,
+                              .n_head = g->nh,
+                              .n_embd = g->C,
+                              .n_kv_head = g->nkv,
+                              .ffn_hidden = g->F,
+                              .n_expert = g->E,
+                              .router_topk = g->topk};
+    if (!st) {
+        it__layout lo = {.m = m};
+        st = llama_walk(g, &lo);
+    }
+    if (!st && moe) {
+        g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
+        if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", what);
+    }
+    if (st) {
+        it_model_free(m);
+        return st;
+    }
+    *out = m;
+    return IT_OK;
+}
+
+static void rope_scaling_llmc(llama *g) {
+    g->rope_factor = 8.0f, g->rope_low = 1.0f, g->rope_high = 4.0f, g->rope_old_ctx = 8192.0f;
 }
 
 static it_status llama_load(const char *path, it_device dev, bool moe, const it_model_parallel *par, it_model **out) {
@@ -485,6 +547,7 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
     if (!g) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     g->moe = moe;
     memcpy(g->header, h, sizeof h);
+    rope_scaling_llmc(g);
     g->T = h[2];
     g->V = h[3];
     g->L = h[4];
@@ -511,6 +574,10 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
             free(g);
             return it_error(IT_ERR_FORMAT, "%s: header field use_scaled_rope: expected 0 or 1, found %d", path, h[12]);
         }
+        if (h[12] && h[32]) { /* this project's extension (docs/formats.md): the scaling's own numbers */
+            g->rope_factor = f32(h[32]), g->rope_low = f32(h[33]), g->rope_high = f32(h[34]);
+            g->rope_old_ctx = (float)h[35];
+        }
     } else {
         g->E = h[8];
         g->eps = f32(h[12]);
@@ -520,7 +587,6 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
         g->F = h[16];
     }
     st = check_config(path, g);
-    if (!st) st = it__tp_check(par, moe ? "Mixtral" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);
         return st;
@@ -537,44 +603,70 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
                         path, h[4], h[7], h[3], moe ? h[16] : 0, moe ? ", experts" : "", (long long)n, want,
                         file_bytes);
     }
-    it_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        free(g);
-        return it_error(IT_ERR_OOM, "%s: out of host memory", path);
-    }
-    m->impl = g;
-    it__model_set_parallel(m, par);
-    if (m->pp_size > 1) it__model_set_stages(m, g->L);
-    it__layout mine = {.par = m}; /* this rank's elements */
-    llama_walk(g, &mine);
-    st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);
-    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
-                              .block_size = g->T,
-                              .vocab_size = g->V,
-                              .padded_vocab = g->V,
-                              .num_params = mine.off,
-                              .n_layer = g->L,
-                              .n_head = g->nh,
-                              .n_embd = g->C,
-                              .n_kv_head = g->nkv,
-                              .ffn_hidden = g->F,
-                              .n_expert = g->E,
-                              .router_topk = g->topk};
-    if (!st) {
-        it__layout lo = {.m = m};
-        st = llama_walk(g, &lo);
-    }
-    if (!st && moe) {
-        g->expert_tokens = calloc((size_t)g->L * (size_t)g->E, sizeof(int64_t));
-        if (!g->expert_tokens) st = it_error(IT_ERR_OOM, "%s: out of host memory", path);
-    }
-    if (!st) st = m->tp || m->pp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
+    it_model *m = NULL;
+    st = llama_make(g, dev, par, path, &m);
+    if (st) return st;
+    st = m->tp || m->pp ? it__model_read_sliced(m, path) : it__read_params(path, m->params, n);
     if (st) {
         it_model_free(m);
         return st;
     }
     *out = m;
     return IT_OK;
+}
+
+/* ffn_dim_multiplier and multiple_of for the llm.c header that give F by InfiniTrain's
+ * formula: a usual pair when one fits (LLaMA-3 8B: 1.3 and 1024), else multiple_of = F with a
+ * multiplier that makes the rounded product 1. */
+static void ffn_encode(int C, int F, float *mult, int *multiple_of) {
+    static const float mults[] = {1.0f, 1.3f, 1.5f, 2.0f};
+    static const int multiples[] = {1024, 256};
+    for (size_t a = 0; a < sizeof mults / sizeof mults[0]; a++)
+        for (size_t b = 0; b < sizeof multiples / sizeof multiples[0]; b++)
+            if (llama3_ffn_hidden(C, mults[a], multiples[b]) == F) {
+                *mult = mults[a], *multiple_of = multiples[b];
+                return;
+            }
+    *multiple_of = F;
+    *mult = 1.0f / (float)(2 * (4 * (int64_t)C) / 3);
+}
+
+static int32_t bits(float f) {
+    int32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+it_status it__llama_build(const it__llama_config *c, it_device dev, const it_model_parallel *par, const char *what,
+                          it_model **out) {
+    llama *g = calloc(1, sizeof *g);
+    if (!g) return it_error(IT_ERR_OOM, "%s: out of host memory", what);
+    g->moe = c->moe;
+    g->T = c->block_size, g->V = c->vocab_size, g->L = c->n_layer, g->nh = c->n_head, g->nkv = c->n_kv_head;
+    g->C = c->n_embd, g->hd = c->n_head > 0 ? c->n_embd / c->n_head : 0, g->F = c->ffn_hidden;
+    g->E = c->n_expert, g->topk = c->router_topk, g->eps = c->norm_eps, g->theta = c->rope_theta;
+    g->scaled_rope = c->scaled_rope;
+    g->rope_factor = c->rope_factor, g->rope_low = c->rope_low, g->rope_high = c->rope_high;
+    g->rope_old_ctx = c->rope_old_ctx;
+    /* the llm.c / InfiniTrain header it_model_save writes */
+    int32_t *h = g->header;
+    h[0] = c->moe ? MIXTRAL_MAGIC : LLAMA3_MAGIC, h[1] = c->moe ? MIXTRAL_VERSION : LLAMA3_VERSION;
+    h[2] = g->T, h[3] = g->V, h[4] = g->L, h[5] = g->nh, h[6] = g->nkv, h[7] = g->C;
+    if (!c->moe) {
+        float mult = 1.0f;
+        int multiple_of = 1;
+        if (g->C >= 1 && g->C <= (1 << 16) && g->F >= 1) ffn_encode(g->C, g->F, &mult, &multiple_of);
+        h[8] = bits(mult), h[9] = multiple_of, h[10] = bits(g->eps), h[11] = bits(g->theta);
+        h[12] = g->scaled_rope;
+        bool llmc = g->rope_factor == 8.0f && g->rope_low == 1.0f && g->rope_high == 4.0f && g->rope_old_ctx == 8192.0f;
+        if (g->scaled_rope && !llmc)
+            h[32] = bits(g->rope_factor), h[33] = bits(g->rope_low), h[34] = bits(g->rope_high),
+            h[35] = (int32_t)g->rope_old_ctx;
+    } else {
+        h[8] = g->E, h[12] = bits(g->eps), h[13] = bits(g->theta), h[14] = g->scaled_rope, h[15] = g->topk;
+        h[16] = g->F;
+    }
+    return llama_make(g, dev, par, what, out);
 }
 
 it_status it_llama3_load(const char *path, it_device dev, it_model **out) {
@@ -592,4 +684,29 @@ it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_par
 
 int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
     return llama3_ffn_hidden(n_embd, ffn_dim_multiplier, multiple_of);
+}
+
+it_status it__llama_config_of(const it_model *m, it__llama_config *c) {
+    const char *fam = m->info.family;
+    if (strcmp(fam, "llama3") != 0 && strcmp(fam, "mixtral") != 0)
+        return it_error(IT_ERR_INVALID_ARG, "model family %s is not LLaMA-3 or Mixtral", fam);
+    const llama *g = m->impl;
+    *c = (it__llama_config){.moe = g->moe,
+                            .block_size = g->T,
+                            .vocab_size = g->V,
+                            .n_layer = g->L,
+                            .n_head = g->nh,
+                            .n_kv_head = g->nkv,
+                            .n_embd = g->C,
+                            .ffn_hidden = g->F,
+                            .n_expert = g->E,
+                            .router_topk = g->topk,
+                            .norm_eps = g->eps,
+                            .rope_theta = g->theta,
+                            .scaled_rope = g->scaled_rope,
+                            .rope_factor = g->rope_factor,
+                            .rope_low = g->rope_low,
+                            .rope_high = g->rope_high,
+                            .rope_old_ctx = g->rope_old_ctx};
+    return IT_OK;
 }

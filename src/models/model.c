@@ -694,6 +694,35 @@ it_status it__model_read_sliced(it_model *m, const char *path) {
     return st;
 }
 
+typedef struct entry_ctx {
+    const it_model_param_info *p;
+    float *buf; /* the entry's local elements */
+    it__entry_read_fn fn;
+    void *fn_ctx;
+    it_status st;
+} entry_ctx;
+
+static void run_entry(void *c_, int64_t full_at, int64_t local_at, int64_t n) {
+    entry_ctx *c = c_;
+    if (!c->st) c->st = c->fn(c->fn_ctx, c->p, full_at - c->p->full_offset, n, c->buf + (local_at - c->p->offset));
+}
+
+it_status it__model_read_entries(it_model *m, it__entry_read_fn fn, void *ctx) {
+    int64_t most = 0;
+    for (int i = 0; i < m->n_entries; i++)
+        if (m->entries[i].info.numel > most) most = m->entries[i].info.numel;
+    entry_ctx c = {.fn = fn, .fn_ctx = ctx, .buf = malloc(sizeof(float) * (size_t)(most ? most : 1))};
+    if (!c.buf) return it_error(IT_ERR_OOM, "model: %lld floats of host memory to read a tensor", (long long)most);
+    for (int i = 0; i < m->n_entries && !c.st; i++) {
+        c.p = &m->entries[i].info;
+        it__param_runs(c.p, m->tp_size, m->tp_rank, run_entry, &c);
+        if (!c.st) c.st = it_tensor_copy_from_host(c.p->param, c.buf, sizeof(float) * (size_t)c.p->numel);
+    }
+    it__weights_written();
+    free(c.buf);
+    return c.st;
+}
+
 it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_num_params) {
     int64_t P = it_tensor_numel(m->params), F = full_numel(m), tp = m->tp_size;
     *full = malloc(sizeof(float) * (size_t)F + 1);

@@ -117,6 +117,29 @@ void it__param_runs(const it_model_param_info *p, int tp, int r, it__run_fn fn, 
 it_status it__model_from_full(it_model *m, const float *full);
 /* This rank's slices read from an llm.c file's parameters (offset 1024). */
 it_status it__model_read_sliced(it_model *m, const char *path);
+/* The same from another source (a Hugging Face model): for each entry, fn gives elements
+ * [at, at + n) of the entry's whole (one-rank) tensor in this project's layout, for this
+ * rank's slices only; each entry is read into a buffer of its own size and copied in, so no
+ * second copy of the whole model is made. */
+typedef it_status (*it__entry_read_fn)(void *ctx, const it_model_param_info *p, int64_t at, int64_t n, float *dst);
+it_status it__model_read_entries(it_model *m, it__entry_read_fn fn, void *ctx);
+
+/* Models built from a configuration rather than an llm.c header (src/hf/): GPT-2 as
+ * it_gpt2_new_tp without the initialization, LLaMA-3 / Mixtral with every value given (the
+ * FFN width as is, the RoPE scaling's numbers). Parameters are left unread. The header
+ * it_model_save writes is made from the configuration (docs/formats.md). */
+typedef struct it__llama_config {
+    bool moe;
+    int block_size, vocab_size, n_layer, n_head, n_kv_head, n_embd, ffn_hidden, n_expert, router_topk;
+    float norm_eps, rope_theta;
+    bool scaled_rope;
+    float rope_factor, rope_low, rope_high, rope_old_ctx;
+} it__llama_config;
+it_status it__llama_build(const it__llama_config *c, it_device dev, const it_model_parallel *par, const char *what,
+                          it_model **out);
+it_status it__gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out);
+/* A LLaMA-3 or Mixtral model's configuration (IT_ERR_INVALID_ARG for another family). */
+it_status it__llama_config_of(const it_model *m, it__llama_config *c);
 /* The whole flat parameters (full_num_params floats, malloc'd) gathered over the TP group on
  * every rank of it. */
 it_status it__model_gather_full(const it_model *m, float **full, int64_t *full_num_params);
