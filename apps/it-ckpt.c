@@ -7,6 +7,11 @@
  *                                     run started from (a run without one needs --like)
  *   it-ckpt from-llmc APP IN.bin DIR  an llm.c file (APP gpt2, llama3 or mixtral) as a
  *                                     checkpoint directory holding the model alone (step 0)
+ *   it-ckpt from-hf HFDIR OUT.bin     a Hugging Face model directory as an llm.c file
+ *   it-ckpt to-hf IN HFDIR [--dtype float32|bfloat16|float16] [--max_shard_size 5GB]
+ *                 [--like FILE|HFDIR] an llm.c file, or a checkpoint directory (its model read
+ *                                     as to-llmc reads it; --like may also name an HF directory
+ *                                     of the same model), as a Hugging Face directory
  *
  * Exit status: 0 done, 2 bad arguments or input, 1 other failures. */
 #include <errno.h>
@@ -15,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "infinitrain/hf.h"
 #include "infinitrain/train.h"
 #include "train/ckpt_file.h"
 #include "train/train_internal.h"
@@ -22,7 +28,10 @@
 static int usage(FILE *f) {
     fprintf(f, "usage: it-ckpt show PATH\n"
                "       it-ckpt to-llmc DIR OUT.bin [--like FILE]\n"
-               "       it-ckpt from-llmc gpt2|llama3|mixtral IN.bin DIR\n");
+               "       it-ckpt from-llmc gpt2|llama3|mixtral IN.bin DIR\n"
+               "       it-ckpt from-hf HFDIR OUT.bin\n"
+               "       it-ckpt to-hf IN.bin|CKPT_DIR HFDIR [--dtype float32|bfloat16|float16] [--max_shard_size SIZE]"
+               " [--like FILE|HFDIR]\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -106,6 +115,61 @@ static it_status to_llmc(const char *dir, const char *out, const char *like) {
     return st;
 }
 
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* An llm.c file's model, its app known from the magic. */
+static it_status load_llmc_any(const char *path, it_model **m) {
+    int32_t magic = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t got = fread(&magic, sizeof magic, 1, f);
+    fclose(f);
+    const char *app = !got                ? NULL
+                      : magic == 20240326 ? "gpt2"
+                      : magic == 20240803 ? "llama3"
+                      : magic == 20260513 ? "mixtral"
+                                          : NULL;
+    if (!app)
+        return it_error(IT_ERR_FORMAT,
+                        "%s: magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803) or "
+                        "Mixtral (20260513)",
+                        path, magic);
+    return load_llmc(app, path, m);
+}
+
+static it_status to_hf(const char *in, const char *out, const char *dtype, const char *shard, const char *like) {
+    it_hf_save_options o = {IT_DTYPE_FP32, 0};
+    it_status st = it_hf_parse_size(shard ? shard : "5GB", &o.max_shard_bytes);
+    if (st) return it_error_context("--max_shard_size: ");
+    if (dtype && (st = it_dtype_from_name(dtype, &o.dtype))) return it_error_context("--dtype: ");
+    it_model *m = NULL;
+    if (!is_dir(in)) {
+        st = load_llmc_any(in, &m);
+    } else {
+        char app[32], source[4096];
+        if ((st = it_ckpt_origin(in, app, sizeof app, source, sizeof source))) return st;
+        if (!like && !*source)
+            return it_error(IT_ERR_INVALID_ARG,
+                            "%s: the run did not start from an llm.c file; give the model it "
+                            "started from with --like FILE|HFDIR",
+                            in);
+        if (like && is_dir(like)) {
+            it_device cpu;
+            if (!(st = it_device_parse("cpu", &cpu))) st = it_hf_load(like, cpu, NULL, &m);
+        } else {
+            st = load_llmc(app, like ? like : source, &m);
+        }
+        if (st) return it_error_context("the model's shape (--like, or the run's --llmc_filepath): ");
+        st = it_ckpt_load_model_dir(m, in, false);
+    }
+    if (!st) st = it_hf_save(m, out, &o);
+    it_model_free(m);
+    return st;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage(stderr);
     const char *cmd = argv[1];
@@ -124,6 +188,27 @@ int main(int argc, char **argv) {
         free(real);
         it_model_free(m);
         if (!st) printf("wrote %s\n", argv[4]);
+    } else if (strcmp(cmd, "from-hf") == 0 && argc == 4) {
+        it_device cpu;
+        it_model *m = NULL;
+        if (!(st = it_device_parse("cpu", &cpu)) && !(st = it_hf_load(argv[2], cpu, NULL, &m)))
+            st = it_model_save(m, argv[3]);
+        it_model_free(m);
+        if (!st) printf("wrote %s\n", argv[3]);
+    } else if (strcmp(cmd, "to-hf") == 0 && argc >= 4 && argc % 2 == 0) {
+        const char *dtype = NULL, *shard = NULL, *like = NULL;
+        for (int i = 4; i < argc; i += 2) {
+            if (strcmp(argv[i], "--dtype") == 0)
+                dtype = argv[i + 1];
+            else if (strcmp(argv[i], "--max_shard_size") == 0)
+                shard = argv[i + 1];
+            else if (strcmp(argv[i], "--like") == 0)
+                like = argv[i + 1];
+            else
+                return usage(stderr);
+        }
+        st = to_hf(argv[2], argv[3], dtype, shard, like);
+        if (!st) printf("wrote %s\n", argv[3]);
     } else {
         return usage(stderr);
     }

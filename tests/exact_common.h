@@ -18,7 +18,7 @@
 #include "infinitrain/train.h"
 #include "it_test.h"
 
-static void *exact_read_file(const char *path, size_t *n) {
+static inline void *exact_read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -42,7 +42,7 @@ typedef struct exact_segment {
 
 /* Forward + backward of the debug batch; compare logits (first `vocab` of `vp` columns),
  * loss and the gradients segment by segment. */
-static void exact_debug_state(it_model *m, const char *debug_path, const exact_segment *segs, int nseg) {
+static inline void exact_debug_state(it_model *m, const char *debug_path, const exact_segment *segs, int nseg) {
     size_t n = 0;
     unsigned char *buf = exact_read_file(debug_path, &n);
     CHECK_MSG(buf != NULL, "cannot read %s", debug_path);
@@ -101,8 +101,10 @@ static void exact_debug_state(it_model *m, const char *debug_path, const exact_s
     free(buf);
 }
 
-/* Run every case of expected_losses.txt through the driver of `app`. */
-static int exact_trajectories(const char *app, const char *expected, const char *ckpt, const char *shard) {
+/* Run every case of expected_losses.txt through the driver of `app`, the model from the llm.c
+ * file ckpt or the Hugging Face directory hf. */
+static inline int exact_trajectories_from(const char *app, const char *expected, const char *ckpt, const char *hf,
+                                          const char *shard) {
     FILE *f = fopen(expected, "r");
     CHECK_MSG(f != NULL, "cannot read %s", expected);
     if (!f) return 0;
@@ -123,6 +125,7 @@ static int exact_trajectories(const char *app, const char *expected, const char 
             bool help = false;
             CHECK_OK(it_train_parse_args(&cfg, argc, argv, &help));
             cfg.llmc_filepath = ckpt;
+            cfg.hf_model = hf;
             cfg.input_bin = shard;
             cfg.quiet = true;
             double losses[64] = {0};
@@ -157,8 +160,12 @@ static int exact_trajectories(const char *app, const char *expected, const char 
     return cases;
 }
 
+static inline int exact_trajectories(const char *app, const char *expected, const char *ckpt, const char *shard) {
+    return exact_trajectories_from(app, expected, ckpt, NULL, shard);
+}
+
 /* Save and compare bytes with the file that was loaded. */
-static void exact_roundtrip(it_model *m, const char *original) {
+static inline void exact_roundtrip(it_model *m, const char *original) {
     char path[] = "/tmp/it_exact_rt_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);

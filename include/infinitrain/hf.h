@@ -75,6 +75,26 @@ IT_API it_status it_safetensors_write_dir(const char *dir, const it_safetensors_
 /* "5GB", "500MB", "2GiB", "1000" (bytes) -> bytes; transformers' units (GB = 10^9). */
 IT_API it_status it_hf_parse_size(const char *text, size_t *bytes);
 
+/* ---- Hugging Face model directories: config.json + safetensors */
+
+/* The model DIR holds (GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM), on dev, under
+ * tensor / pipeline parallelism when par says so (each rank reads only its slices). Half
+ * precision files load into fp32 exactly. Refused with the key and value: a config the model
+ * cannot compute; with the file and tensor: a missing tensor, a shape the config does not make,
+ * a tensor nothing would read. */
+IT_API it_status it_hf_load(const char *dir, it_device dev, const it_model_parallel *par, it_model **out);
+/* "gpt2", "llama3" or "mixtral": the app that trains DIR's model. */
+IT_API it_status it_hf_family(const char *dir, const char **family);
+
+typedef struct it_hf_save_options {
+    it_dtype dtype;         /* of the written tensors: fp32 (0 = fp32), bf16 or fp16 (rounded to nearest even) */
+    size_t max_shard_bytes; /* 0: one model.safetensors */
+} it_hf_save_options;
+/* config.json and the weights into DIR (created), in HF's names and layouts. Under TP/PP every
+ * rank of the model's groups calls it; the first writes. LLaMA / Mixtral are written untied
+ * (tie_word_embeddings false), since training here updates lm_head apart from the embedding. */
+IT_API it_status it_hf_save(it_model *m, const char *dir, const it_hf_save_options *opt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,10 @@ typedef struct it_train_config {
     int text_length;                  /* --text_length (64) */
     uint64_t seed;                    /* --seed (42) */
     const char *output_checkpoint;    /* --output_checkpoint: written after the last step */
+    const char *hf_model;             /* --hf_model: a Hugging Face directory to start from */
+    const char *output_hf;            /* --output_hf: the trained model as a Hugging Face directory */
+    it_dtype output_hf_dtype;         /* --output_hf_dtype (float32) */
+    const char *max_shard_size;       /* --max_shard_size (5GB) */
     int log_interval;                 /* --log_interval: progress/ETA line every N steps (10) */
     int64_t max_memory_mb;            /* --max_memory_mb: allocator limit (0 = none) */
     float moe_aux_loss_coeff;         /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */

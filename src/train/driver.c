@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "infinitrain/hf.h"
+
 #include "infinitrain/precision.h"
 #include "infinitrain/profile.h"
 #include "train/train_internal.h"
@@ -34,6 +36,14 @@ static it_status train_finish(it_train_ctx *ctx) {
     if (c->output_checkpoint) {
         if ((st = it_model_save(ctx->model, c->output_checkpoint))) return it_error_context("--output_checkpoint: ");
         if (!ctx->quiet) printf("wrote %s\n", c->output_checkpoint);
+    }
+    if (c->output_hf) {
+        it_hf_save_options o = {c->output_hf_dtype, 0};
+        if (it_hf_parse_size(c->max_shard_size ? c->max_shard_size : "5GB", &o.max_shard_bytes) ||
+            (st = it_hf_save(ctx->model, c->output_hf, &o)))
+            return it_error_context("--output_hf: ");
+        if (!ctx->quiet && ctx->grank == 0)
+            printf("wrote %s (Hugging Face: config.json + safetensors)\n", c->output_hf);
     }
     return train_lora_finish(ctx);
 }

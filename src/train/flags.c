@@ -40,6 +40,11 @@ static const it_flag_choice dtype_choices[] = {
     {"fp16", IT_DTYPE_FP16, "float16 training needs loss scaling, not implemented; use bfloat16 or float32"},
     {NULL, 0, NULL}};
 
+static const it_flag_choice hf_dtype_choices[] = {{"float32", IT_DTYPE_FP32, NULL},
+                                                  {"bfloat16", IT_DTYPE_BF16, NULL},
+                                                  {"float16", IT_DTYPE_FP16, NULL},
+                                                  {NULL, 0, NULL}};
+
 _Static_assert(sizeof(it_optim_kind) == sizeof(int) && sizeof(it_lr_decay) == sizeof(int) &&
                    sizeof(it_dtype) == sizeof(int) && sizeof(it_pp_schedule) == sizeof(int) &&
                    sizeof(it_recompute) == sizeof(int) && sizeof(it_recompute_granularity) == sizeof(int),
@@ -74,6 +79,8 @@ static const char G_MODEL[] = "model", G_DATA[] = "data", G_OPT[] = "optimizatio
 static const it_train_flag FLAGS[] = {
     STR("llmc_filepath", llmc_filepath, "PATH", G_MODEL, true, "llm.c checkpoint to start from",
         .def_help = "none: a new model"),
+    STR("hf_model", hf_model, "DIR", G_MODEL, true,
+        "Hugging Face model to start from (config.json + safetensors), in place of --llmc_filepath"),
     STR("model", model, "NAME", G_MODEL, true, "preset when no checkpoint: d12, d24, d36, d48"),
     INT("n_layer", n_layer, NULL, 1, 1024, "N", G_MODEL, true, "layers of a custom GPT-2", .def_help = "--model's"),
     INT("n_head", n_head, NULL, 1, 1024, "N", G_MODEL, true, "attention heads of a custom GPT-2",
@@ -169,6 +176,12 @@ static const it_train_flag FLAGS[] = {
     STR("loss_log", loss_log, "PATH", G_OUT, false, "write each step's loss at full precision (%.17g), rank 0"),
     STR("output_checkpoint", output_checkpoint, "PATH", G_OUT, false,
         "write the trained model (llm.c format) at the end"),
+    STR("output_hf", output_hf, "DIR", G_OUT, false,
+        "write the trained model as a Hugging Face directory at the end (config.json + safetensors)"),
+    CHOICE("output_hf_dtype", output_hf_dtype, "float32", hf_dtype_choices, "a dtype", G_OUT, false,
+           "dtype of --output_hf's tensors: float32, bfloat16 or float16"),
+    STR("max_shard_size", max_shard_size, "SIZE", G_OUT, false,
+        "--output_hf shards above SIZE (5GB, 500MB; transformers' units)", .def_help = "5GB"),
     STR("profile", profile, "PATH", G_OUT, false,
         "profile every kernel call: PATH.report.rankR, PATH.records.log.rankR, PATH.trace.rankR.json (Perfetto)"),
     STR("precision_check", precision_check, "SPEC", G_OUT, false,

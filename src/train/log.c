@@ -27,9 +27,10 @@ void train_banner(const it_train_ctx *ctx) {
     printf("%s: %s on %s, %lld parameters (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
            "B=%lld T=%lld accumulation %lld, %s lr %g%s\n",
            c->app,
-           c->llmc_filepath ? c->llmc_filepath
-           : custom         ? "custom GPT-2"
-                            : c->model,
+           c->hf_model        ? c->hf_model
+           : c->llmc_filepath ? c->llmc_filepath
+           : custom           ? "custom GPT-2"
+                              : c->model,
            it_device_str(ctx->dev, devname, sizeof devname), (long long)info->num_params, info->n_layer, info->n_head,
            info->n_embd, (long long)info->vocab_size, (long long)info->padded_vocab, (long long)info->block_size,
            (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),

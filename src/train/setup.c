@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "autograd/node.h"
+#include "infinitrain/hf.h"
 #include "infinitrain/precision.h"
 #include "train/train_internal.h"
 
@@ -287,7 +288,16 @@ static it_status setup_model(it_train_ctx *ctx) {
     it_status st;
     it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx), c->virtual_pipeline_parallel};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
-    if (c->llmc_filepath) {
+    if (c->hf_model) {
+        const char *family = NULL;
+        if (c->llmc_filepath)
+            return it_error(IT_ERR_INVALID_ARG, "--hf_model and --llmc_filepath: give one model to start from");
+        if ((st = it_hf_family(c->hf_model, &family))) return it_error_context("--hf_model: ");
+        if (strcmp(family, c->app) != 0)
+            return it_error(IT_ERR_INVALID_ARG, "--hf_model %s: a %s model; train it with the %s app, not %s",
+                            c->hf_model, family, family, c->app);
+        if ((st = it_hf_load(c->hf_model, ctx->dev, &par, &ctx->model))) return it_error_context("--hf_model: ");
+    } else if (c->llmc_filepath) {
         if (gpt2)
             st = it_gpt2_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else if (strcmp(c->app, "llama3") == 0)
@@ -427,7 +437,8 @@ static it_status sync_params(it_train_ctx *ctx, it_tensor *params, const char *c
 
 /* The base parameters, then the adapters (their initial values or --lora_load_path's). */
 static it_status setup_sync_params(it_train_ctx *ctx) {
-    it_status st = sync_params(ctx, it_model_params(ctx->model), ctx->cfg->llmc_filepath);
+    const char *from = ctx->cfg->hf_model ? ctx->cfg->hf_model : ctx->cfg->llmc_filepath;
+    it_status st = sync_params(ctx, it_model_params(ctx->model), from);
     if (!st && it_model_has_lora(ctx->model))
         st = sync_params(ctx, it_model_trainable(ctx->model), ctx->cfg->lora_load_path);
     return st;
@@ -492,6 +503,37 @@ static it_status setup_schedule(it_train_ctx *ctx) {
     return it_lr_scheduler_init(&ctx->sched, &lc);
 }
 
+static bool same_file(const char *a, const char *b);
+
+/* --output_hf: a directory that is not --hf_model's (its shards are replaced one by one: a
+ * crash between two would leave neither model whole), that exists or can be made in an
+ * existing parent; --max_shard_size readable. */
+static it_status check_output_hf(const it_train_config *c) {
+    size_t bytes;
+    if (c->max_shard_size && it_hf_parse_size(c->max_shard_size, &bytes)) return it_error_context("--max_shard_size: ");
+    if (!c->output_hf) return IT_OK;
+    struct stat sb;
+    if (!*c->output_hf) return it_error(IT_ERR_INVALID_ARG, "--output_hf: empty path");
+    if (c->hf_model && same_file(c->output_hf, c->hf_model))
+        return it_error(IT_ERR_INVALID_ARG, "--output_hf %s: is --hf_model's directory; write to another and move it",
+                        c->output_hf);
+    if (stat(c->output_hf, &sb) == 0)
+        return S_ISDIR(sb.st_mode)
+                   ? IT_OK
+                   : it_error(IT_ERR_INVALID_ARG, "--output_hf %s: exists and is not a directory", c->output_hf);
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", c->output_hf);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent)
+        *slash = 0;
+    else
+        snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(parent, W_OK) != 0)
+        return it_error(IT_ERR_INVALID_ARG, "--output_hf %s: cannot be created (%s is not a writable directory)",
+                        c->output_hf, parent);
+    return IT_OK;
+}
+
 /* Same file: the same path, or two existing paths on one inode. */
 static bool same_file(const char *a, const char *b) {
     struct stat sa, sb;
@@ -513,11 +555,9 @@ static it_status setup_outputs(it_train_ctx *ctx) {
                             {"lora_save_path", c->lora_save_path, c->lora_load_path},
                             {"lora_merge_output", c->lora_merge_output, NULL},
                             {"loss_log", c->loss_log, NULL}};
-    const char *in[][2] = {{"input_bin", c->input_bin},
-                           {"input_val_bin", c->input_val_bin},
-                           {"tokenizer_bin", c->tokenizer_bin},
-                           {"llmc_filepath", c->llmc_filepath},
-                           {"lora_load_path", c->lora_load_path}};
+    const char *in[][2] = {{"input_bin", c->input_bin},         {"input_val_bin", c->input_val_bin},
+                           {"tokenizer_bin", c->tokenizer_bin}, {"llmc_filepath", c->llmc_filepath},
+                           {"hf_model", c->hf_model},           {"lora_load_path", c->lora_load_path}};
     const size_t nout = sizeof out / sizeof out[0], nin = sizeof in / sizeof in[0];
     it_status st;
     for (size_t i = 0; i < nout; i++) {
@@ -533,7 +573,7 @@ static it_status setup_outputs(it_train_ctx *ctx) {
         /* the loss log is opened (and checked) with the run's other buffers */
         if (i + 1 < nout && (st = check_output_path(out[i][0], out[i][1]))) return st;
     }
-    return IT_OK;
+    return check_output_hf(c);
 }
 
 static it_status setup_buffers(it_train_ctx *ctx) {
