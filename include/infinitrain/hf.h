@@ -95,6 +95,19 @@ typedef struct it_hf_save_options {
  * (tie_word_embeddings false), since training here updates lm_head apart from the embedding. */
 IT_API it_status it_hf_save(it_model *m, const char *dir, const it_hf_save_options *opt);
 
+/* ---- LoRA adapters in PEFT's form: DIR/adapter_config.json + DIR/adapter_model.safetensors,
+ * tensors base_model.model.<HF module>.lora_A.weight (r, in) / .lora_B.weight (out, r). A
+ * fused layer of this project that is several HF modules (LLaMA's c_attn: q_proj, k_proj,
+ * v_proj) is written as one adapter per module with the same lora_A, and read back only when
+ * their lora_A are one. base_model (may be NULL) goes to base_model_name_or_path. Collective
+ * under TP/PP as it_model_lora_save. */
+IT_API it_status it_hf_lora_save(const it_model *m, const char *dir, const char *base_model);
+/* Into the model's adapters (r and lora_alpha must be the run's; every adapter of the run must
+ * be in the file and every tensor of the file an adapter of the run). */
+IT_API it_status it_hf_lora_load(it_model *m, const char *dir);
+/* Whether path is a directory holding adapter_config.json. */
+IT_API bool it_hf_lora_is_peft(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,7 @@ typedef struct it_train_config {
     const char *output_hf;            /* --output_hf: the trained model as a Hugging Face directory */
     it_dtype output_hf_dtype;         /* --output_hf_dtype (float32) */
     const char *max_shard_size;       /* --max_shard_size (5GB) */
+    int lora_save_format;             /* --lora_save_format: 0 InfiniTrain's file, 1 PEFT's directory */
     int log_interval;                 /* --log_interval: progress/ETA line every N steps (10) */
     int64_t max_memory_mb;            /* --max_memory_mb: allocator limit (0 = none) */
     float moe_aux_loss_coeff;         /* --moe_aux_loss_coeff: Mixtral load-balancing loss weight (0) */

@@ -24,4 +24,32 @@ it_status hf_config_write(const it_model *m, const char *dir, it_dtype dtype);
 /* A model's configuration as hf_config (for the export's tensor names and shapes). */
 it_status hf_config_of_model(const it_model *m, hf_config *c);
 
+/* ---- the weight layouts (hf_model.c) */
+typedef enum map_kind {
+    MAP_COPY,      /* rows as they are */
+    MAP_TRANSPOSE, /* the HF tensor is [cols, rows] (Conv1D) */
+    MAP_UNPERMUTE, /* rows in HF's half-split rotary order, `heads` heads */
+    MAP_ZERO,      /* no HF rows: zeros in, nothing out (GPT-2's vocabulary padding) */
+} map_kind;
+
+/* Rows [row0, row0 + rows) of one of our tensors come from HF tensor `hf`. */
+typedef struct seg {
+    int64_t row0, rows;
+    map_kind kind;
+    int heads;
+    char hf[192];
+} seg;
+
+typedef struct tmap {
+    int64_t rows, cols; /* our whole tensor: (rows, cols), or (n) as (n, 1) */
+    int ns;
+    seg s[3];
+} tmap;
+
+/* The map of our whole tensor `name` of shape (rows, cols) (a 1-D one as (n, 1)); an unknown
+ * name is IT_ERR_INTERNAL. */
+it_status hf_map_of(const hf_config *c, const char *name, int64_t rows, int64_t cols, tmap *t);
+/* Row r of segment s (of its rows) in its HF tensor: r itself, or un-permuted (MAP_UNPERMUTE). */
+int64_t hf_row(const seg *s, int64_t r);
+
 #endif

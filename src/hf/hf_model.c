@@ -23,27 +23,6 @@
 
 #include "hf/hf_internal.h"
 
-typedef enum map_kind {
-    MAP_COPY,      /* rows as they are */
-    MAP_TRANSPOSE, /* the HF tensor is [cols, rows] (Conv1D) */
-    MAP_UNPERMUTE, /* rows in HF's half-split rotary order, `heads` heads */
-    MAP_ZERO,      /* no HF rows: zeros in, nothing out (GPT-2's vocabulary padding) */
-} map_kind;
-
-/* Rows [row0, row0 + rows) of one of our tensors come from HF tensor `hf`. */
-typedef struct seg {
-    int64_t row0, rows;
-    map_kind kind;
-    int heads;
-    char hf[192];
-} seg;
-
-typedef struct tmap {
-    int64_t rows, cols; /* our whole tensor: (rows, cols), or (n) as (n, 1) */
-    int ns;
-    seg s[3];
-} tmap;
-
 static void add(tmap *t, int64_t rows, map_kind kind, int heads, const char *fmt, int a, int b) {
     seg *s = &t->s[t->ns];
     s->row0 = t->ns ? t->s[t->ns - 1].row0 + t->s[t->ns - 1].rows : 0;
@@ -54,7 +33,7 @@ static void add(tmap *t, int64_t rows, map_kind kind, int heads, const char *fmt
 
 /* The map of our tensor `name` of whole shape (rows, cols); IT_ERR_INTERNAL for a name the
  * model family does not have (a bug: the models name their parameters). */
-static it_status map_of(const hf_config *c, const char *name, int64_t rows, int64_t cols, tmap *t) {
+it_status hf_map_of(const hf_config *c, const char *name, int64_t rows, int64_t cols, tmap *t) {
     memset(t, 0, sizeof *t);
     t->rows = rows, t->cols = cols;
     int l, e;
@@ -122,7 +101,7 @@ unknown:
 
 /* Row r of a rotary-permuted tensor (heads of hd rows): ours r = h*hd + 2i + j is HF's
  * h*hd + j*hd/2 + i. */
-static int64_t hf_row(const seg *s, int64_t r) {
+int64_t hf_row(const seg *s, int64_t r) {
     if (s->kind != MAP_UNPERMUTE) return r;
     int64_t hd = s->rows / s->heads, h = r / hd, w = r % hd;
     return h * hd + (w % 2) * (hd / 2) + w / 2;
@@ -152,7 +131,7 @@ static it_status prepare(loader *ld, const it_model_param_info *p) {
     if (ld->p == p) return IT_OK;
     ld->p = NULL;
     int64_t rows = p->full_shape[0], cols = p->ndim == 2 ? p->full_shape[1] : 1;
-    it_status st = map_of(ld->c, p->name, rows, cols, &ld->tm);
+    it_status st = hf_map_of(ld->c, p->name, rows, cols, &ld->tm);
     if (st) return st;
     for (int i = 0; i < ld->tm.ns; i++) {
         const seg *s = &ld->tm.s[i];
@@ -220,7 +199,7 @@ static void mark_used(void *ctx, const it__param_spec *spec, int64_t full_off, c
     (void)full_off;
     if (u->st) return;
     tmap tm;
-    u->st = map_of(u->c, name, spec->shape[0], spec->ndim == 2 ? spec->shape[1] : 1, &tm);
+    u->st = hf_map_of(u->c, name, spec->shape[0], spec->ndim == 2 ? spec->shape[1] : 1, &tm);
     for (int i = 0; i < tm.ns && !u->st; i++) {
         if (tm.s[i].kind == MAP_ZERO) continue;
         const it_safetensors_tensor *t = find_hf(u->ld, tm.s[i].hf);
@@ -331,7 +310,7 @@ static void collect(void *ctx, const it__param_spec *spec, int64_t full_off, con
     }
     ours *o = &sv->o[sv->n_o];
     int64_t rows = spec->shape[0], cols = spec->ndim == 2 ? spec->shape[1] : 1;
-    sv->st = map_of(sv->c, name, rows, cols, &o->tm);
+    sv->st = hf_map_of(sv->c, name, rows, cols, &o->tm);
     if (sv->st) return;
     o->full_off = full_off;
     sv->n_o++;

@@ -695,3 +695,32 @@ it_status it_model_lora_save_merged(it_model *m, const char *path) {
     it_grad_set_enabled(grad);
     return st;
 }
+
+/* ---------------------------------------------------------------- other adapter formats */
+
+int it__lora_whole_count(const it_model *m) { return m && m->lora ? m->lora->nw : 0; }
+
+const char *it__lora_whole_at(const it_model *m, int i, int64_t shape[2], int64_t *offset, bool *is_b) {
+    const struct lora_whole *w = &m->lora->w[i];
+    shape[0] = w->shape[0], shape[1] = w->shape[1];
+    *offset = w->offset;
+    *is_b = w->is_b;
+    return w->name;
+}
+
+int64_t it__lora_full_numel(const it_model *m) { return m->lora->full_numel; }
+int it__lora_rank(const it_model *m) { return m->lora->rank; }
+float it__lora_alpha(const it_model *m) { return m->lora->alpha; }
+
+it_status it__lora_get_full(const it_model *m, float *full) { return gather_full(m, full); }
+
+it_status it__lora_set_full(it_model *m, float *full) {
+    struct it__lora *l = m->lora;
+    float *host = malloc(sizeof(float) * (size_t)l->numel + 1);
+    if (!host) return it_error(IT_ERR_OOM, "lora: out of host memory");
+    slices(l, m->tp_size, m->tp_rank, host, full, false);
+    it_status st = it_tensor_copy_from_host(l->params, host, sizeof(float) * (size_t)l->numel);
+    it__weights_written();
+    free(host);
+    return st;
+}

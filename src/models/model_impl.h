@@ -138,6 +138,18 @@ typedef struct it__llama_config {
 it_status it__llama_build(const it__llama_config *c, it_device dev, const it_model_parallel *par, const char *what,
                           it_model **out);
 it_status it__gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out);
+/* The adapters as other formats see them (PEFT, src/hf/hf_peft.c): the whole model's adapter
+ * tensors ("<module>.lora_A" (r, in), ".lora_B" (out, r)) at their offsets in the one-rank
+ * adapter buffer; that buffer gathered (collective over TP and PP, as it_model_lora_save) or
+ * set (each rank keeping its slices). */
+int it__lora_whole_count(const it_model *m);
+const char *it__lora_whole_at(const it_model *m, int i, int64_t shape[2], int64_t *offset, bool *is_b);
+int64_t it__lora_full_numel(const it_model *m);
+int it__lora_rank(const it_model *m);
+float it__lora_alpha(const it_model *m);
+it_status it__lora_get_full(const it_model *m, float *full);
+it_status it__lora_set_full(it_model *m, float *full);
+
 /* A LLaMA-3 or Mixtral model's configuration (IT_ERR_INVALID_ARG for another family). */
 it_status it__llama_config_of(const it_model *m, it__llama_config *c);
 /* The whole flat parameters (full_num_params floats, malloc'd) gathered over the TP group on

@@ -40,6 +40,7 @@ static const it_flag_choice dtype_choices[] = {
     {"fp16", IT_DTYPE_FP16, "float16 training needs loss scaling, not implemented; use bfloat16 or float32"},
     {NULL, 0, NULL}};
 
+static const it_flag_choice lora_format_choices[] = {{"infinitrain", 0, NULL}, {"peft", 1, NULL}, {NULL, 0, NULL}};
 static const it_flag_choice hf_dtype_choices[] = {{"float32", IT_DTYPE_FP32, NULL},
                                                   {"bfloat16", IT_DTYPE_BF16, NULL},
                                                   {"float16", IT_DTYPE_FP16, NULL},
@@ -154,8 +155,12 @@ static const it_train_flag FLAGS[] = {
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,
         "comma list of module-name suffixes to adapt (c_attn, attn.c_proj, c_fc, c_fc2, c_proj, mlp.c_proj)",
         .def_help = "gpt2 c_attn,c_proj; llama3 c_attn,c_proj,c_fc,c_fc2; mixtral c_attn,attn.c_proj"),
-    STR("lora_save_path", lora_save_path, "PATH", "lora", false, "write the adapters (InfiniTrain's file) at the end"),
-    STR("lora_load_path", lora_load_path, "PATH", "lora", false, "start from the adapters in PATH"),
+    STR("lora_save_path", lora_save_path, "PATH", "lora", false,
+        "write the adapters at the end: InfiniTrain's file, or with --lora_save_format peft a PEFT directory"),
+    CHOICE("lora_save_format", lora_save_format, "infinitrain", lora_format_choices, "an adapter format", "lora", false,
+           "infinitrain (one file) or peft (adapter_config.json + adapter_model.safetensors)"),
+    STR("lora_load_path", lora_load_path, "PATH", "lora", false,
+        "start from the adapters in PATH: InfiniTrain's file or a PEFT directory"),
     STR("lora_merge_output", lora_merge_output, "PATH", "lora", false,
         "write W + (alpha/r) B A as an llm.c checkpoint at the end"),
     STR("save", save, "DIR", G_CKPT, false, "checkpoint root: DIR/checkpoint_step_NNNNNN/ every --save_interval steps"),

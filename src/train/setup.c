@@ -389,7 +389,7 @@ static it_status setup_lora(it_train_ctx *ctx) {
 static it_status setup_lora_load(it_train_ctx *ctx) {
     const char *path = ctx->cfg->lora_load_path;
     if (!path || ctx->cfg->lora_rank <= 0) return IT_OK;
-    it_status st = it_model_lora_load(ctx->model, path);
+    it_status st = it_hf_lora_is_peft(path) ? it_hf_lora_load(ctx->model, path) : it_model_lora_load(ctx->model, path);
     if (st) return it_error_context("--lora_load_path: ");
     if (!ctx->quiet) printf("LoRA: adapters loaded from %s\n", path);
     return IT_OK;
@@ -505,33 +505,40 @@ static it_status setup_schedule(it_train_ctx *ctx) {
 
 static bool same_file(const char *a, const char *b);
 
-/* --output_hf: a directory that is not --hf_model's (its shards are replaced one by one: a
- * crash between two would leave neither model whole), that exists or can be made in an
- * existing parent; --max_shard_size readable. */
-static it_status check_output_hf(const it_train_config *c) {
-    size_t bytes;
-    if (c->max_shard_size && it_hf_parse_size(c->max_shard_size, &bytes)) return it_error_context("--max_shard_size: ");
-    if (!c->output_hf) return IT_OK;
+/* An output directory (--output_hf, a PEFT --lora_save_path): not `input`, the one the run
+ * reads (its files are replaced one by one: a crash between two would leave neither whole),
+ * existing or creatable in an existing parent. */
+static it_status check_output_dir(const char *flag, const char *dir, const char *input, const char *input_flag) {
     struct stat sb;
-    if (!*c->output_hf) return it_error(IT_ERR_INVALID_ARG, "--output_hf: empty path");
-    if (c->hf_model && same_file(c->output_hf, c->hf_model))
-        return it_error(IT_ERR_INVALID_ARG, "--output_hf %s: is --hf_model's directory; write to another and move it",
-                        c->output_hf);
-    if (stat(c->output_hf, &sb) == 0)
-        return S_ISDIR(sb.st_mode)
-                   ? IT_OK
-                   : it_error(IT_ERR_INVALID_ARG, "--output_hf %s: exists and is not a directory", c->output_hf);
+    if (!dir) return IT_OK;
+    if (!*dir) return it_error(IT_ERR_INVALID_ARG, "--%s: empty path", flag);
+    if (input && same_file(dir, input))
+        return it_error(IT_ERR_INVALID_ARG, "--%s %s: is --%s's directory; write to another and move it", flag, dir,
+                        input_flag);
+    if (stat(dir, &sb) == 0)
+        return S_ISDIR(sb.st_mode) ? IT_OK
+                                   : it_error(IT_ERR_INVALID_ARG, "--%s %s: exists and is not a directory", flag, dir);
     char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", c->output_hf);
+    snprintf(parent, sizeof parent, "%s", dir);
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent)
         *slash = 0;
     else
         snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
     if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(parent, W_OK) != 0)
-        return it_error(IT_ERR_INVALID_ARG, "--output_hf %s: cannot be created (%s is not a writable directory)",
-                        c->output_hf, parent);
+        return it_error(IT_ERR_INVALID_ARG, "--%s %s: cannot be created (%s is not a writable directory)", flag, dir,
+                        parent);
     return IT_OK;
+}
+
+/* --output_hf, --max_shard_size and a PEFT --lora_save_path. */
+static it_status check_output_dirs(const it_train_config *c) {
+    size_t bytes;
+    it_status st;
+    if (c->max_shard_size && it_hf_parse_size(c->max_shard_size, &bytes)) return it_error_context("--max_shard_size: ");
+    if ((st = check_output_dir("output_hf", c->output_hf, c->hf_model, "hf_model"))) return st;
+    if (c->lora_save_format != 1) return IT_OK;
+    return check_output_dir("lora_save_path", c->lora_save_path, c->lora_load_path, "lora_load_path");
 }
 
 /* Same file: the same path, or two existing paths on one inode. */
@@ -552,7 +559,7 @@ static it_status setup_outputs(it_train_ctx *ctx) {
     if (ctx->grank != 0) return IT_OK;
     const char *out[][3] = {/* flag, path, the input it may replace */
                             {"output_checkpoint", c->output_checkpoint, c->llmc_filepath},
-                            {"lora_save_path", c->lora_save_path, c->lora_load_path},
+                            {"lora_save_path", c->lora_save_format == 1 ? NULL : c->lora_save_path, c->lora_load_path},
                             {"lora_merge_output", c->lora_merge_output, NULL},
                             {"loss_log", c->loss_log, NULL}};
     const char *in[][2] = {{"input_bin", c->input_bin},         {"input_val_bin", c->input_val_bin},
@@ -573,7 +580,7 @@ static it_status setup_outputs(it_train_ctx *ctx) {
         /* the loss log is opened (and checked) with the run's other buffers */
         if (i + 1 < nout && (st = check_output_path(out[i][0], out[i][1]))) return st;
     }
-    return check_output_hf(c);
+    return check_output_dirs(c);
 }
 
 static it_status setup_buffers(it_train_ctx *ctx) {
@@ -603,7 +610,12 @@ it_status train_lora_finish(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
     if (ctx->rank != 0 || !it_model_has_lora(ctx->model)) return IT_OK;
-    if (c->lora_save_path) {
+    if (c->lora_save_path && c->lora_save_format == 1) {
+        if ((st = it_hf_lora_save(ctx->model, c->lora_save_path, c->hf_model)))
+            return it_error_context("--lora_save_path: ");
+        if (!ctx->quiet && ctx->grank == 0)
+            printf("wrote %s (PEFT: adapter_config.json + adapter_model.safetensors)\n", c->lora_save_path);
+    } else if (c->lora_save_path) {
         if ((st = it_model_lora_save(ctx->model, c->lora_save_path))) return it_error_context("--lora_save_path: ");
         if (!ctx->quiet) printf("wrote %s (%d LoRA tensors)\n", c->lora_save_path, it_model_lora_count(ctx->model));
     }

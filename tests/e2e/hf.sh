@@ -7,7 +7,9 @@
 #      1e-5 per step, and --output_hf from TP=2 and PP=2 ranks (no step) byte-identical to what
 #      one rank writes;
 #   3. it-ckpt to-hf of a checkpoint directory, and the refusals a user meets first: the wrong
-#      app, --hf_model with --llmc_filepath, --output_hf on --hf_model's directory.
+#      app, --hf_model with --llmc_filepath, --output_hf on --hf_model's directory;
+#   4. LoRA adapters saved in PEFT's form and loaded by the next run (--lora_load_path DIR),
+#      which saves them again, with no step between: the same bytes.
 # In a sanitizer build: 1 (LLaMA-3) and the TP=2 load.
 # Usage: hf.sh BUILD_DIR SOURCE_DIR
 set -u
@@ -85,5 +87,13 @@ if ! $sanitized; then
   expect "a directory without a model" 2 "config.json: cannot open" \
     "$build/llama3" --hf_model "$tmp" --input_bin "$shard"
 fi
+# 4. LoRA adapters in PEFT's form: saved by one run, resumed by the next with --lora_load_path
+lora=(--hf_model "$F/hf/llama3" --input_bin "$shard" --batch_size 4 --sequence_length 32 --optimizer adamw
+  --learning_rate 0.01 --lora_rank 4 --lora_alpha 8)
+"$build/llama3" "${lora[@]}" --num_iteration 3 --lora_save_path "$tmp/peft" --lora_save_format peft >"$tmp/p1.out" 2>&1 &&
+  "$build/llama3" "${lora[@]}" --num_iteration 0 --lr_decay_iters 1 --lora_load_path "$tmp/peft" \
+    --lora_save_path "$tmp/peft2" --lora_save_format peft >"$tmp/p2.out" 2>&1 &&
+  cmp -s "$tmp/peft/adapter_model.safetensors" "$tmp/peft2/adapter_model.safetensors" && ok ||
+  bad "PEFT adapters: saved, loaded and saved again differ: $(tail -n 2 "$tmp/p1.out" "$tmp/p2.out")"
 echo "hf.sh: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -9,7 +9,9 @@
  *     the bf16 file loading exactly (every weight the bf16 value widened);
  *   - the same weights from HF or from the llm.c file it-ckpt from-hf writes: bitwise equal;
  *   - a config the model cannot compute, a missing tensor, a wrong shape and a tensor nothing
- *     reads, each refused naming the key or the tensor. */
+ *     reads, each refused naming the key or the tensor;
+ *   - LoRA adapters in PEFT's form: the HF weight plus PEFT's (alpha/r) B A is the merged model's
+ *     HF weight (q/k rows permuted and Conv1D transposed alike), and they load back bitwise. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +261,110 @@ static void check_refusals(void) {
     refused(tmp("missing", nodir, sizeof nodir), IT_ERR_NOT_FOUND, "config.json: cannot open");
 }
 
+/* ---------------------------------------------------------------- PEFT adapters */
+
+static const it_safetensors_tensor *must_find(const it_safetensors *st, const char *name) {
+    const it_safetensors_tensor *t = it_safetensors_find(st, name);
+    CHECK_MSG(t != NULL, "no tensor %s", name);
+    return t;
+}
+
+static float *read_all_f32(const it_safetensors_tensor *t) {
+    float *v = malloc(sizeof(float) * (size_t)t->numel + 1);
+    CHECK_OK(it_safetensors_read_f32(t, 0, t->numel, v));
+    return v;
+}
+
+/* Adapters with random values saved as PEFT: for every adapted HF module, the fixture's weight
+ * plus (alpha/r) B A from the PEFT file (transposed for GPT-2's Conv1D) equals the weight our
+ * merged model writes back to HF, within fp32 rounding of the product (2e-6 absolute: |W| and
+ * the delta are about 0.1); and the PEFT directory loads back into fresh adapters bitwise. */
+static void check_peft(const char *name, const char *app, const char *targets, bool conv1d) {
+    char src[512], pdir[512], bin[600], mdir[600];
+    snprintf(src, sizeof src, FIX "hf/%s", name);
+    snprintf(pdir, sizeof pdir, "%s/peft_%s", tmpdir, name);
+    snprintf(bin, sizeof bin, "%s/merged_%s.bin", tmpdir, name);
+    snprintf(mdir, sizeof mdir, "%s/merged_%s", tmpdir, name);
+    it_model *m = load(src);
+    if (!m) return;
+    it_lora_config lc = {4, 8.0f, targets, 7};
+    CHECK_OK(it_model_lora_apply(m, &lc));
+    int64_t n = it_model_lora_numel(m);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(((i * 2654435761u) % 2001) - 1000) * 1e-4f;
+    CHECK_OK(it_tensor_copy_from_host(it_model_trainable(m), v, sizeof(float) * (size_t)n));
+    CHECK_OK(it_hf_lora_save(m, pdir, src));
+    CHECK(it_hf_lora_is_peft(pdir) && !it_hf_lora_is_peft(src));
+    CHECK_OK(it_model_lora_save_merged(m, bin));
+    it_model *merged = NULL;
+    CHECK_OK(strcmp(app, "gpt2") == 0 ? it_gpt2_load(bin, it_device_cpu(), &merged)
+                                      : it_llama3_load(bin, it_device_cpu(), &merged));
+    it_hf_save_options o = {IT_DTYPE_FP32, 0};
+    if (merged) CHECK_OK(it_hf_save(merged, mdir, &o));
+    it_model_free(merged);
+
+    it_safetensors *base = NULL, *peft = NULL, *out = NULL;
+    char pfile[600];
+    snprintf(pfile, sizeof pfile, "%s/adapter_model.safetensors", pdir);
+    CHECK_OK(it_safetensors_open(src, &base));
+    CHECK_OK(it_safetensors_open(pfile, &peft));
+    CHECK_OK(it_safetensors_open(mdir, &out));
+    int modules = 0;
+    double worst = 0;
+    for (int i = 0; peft && base && out && i < it_safetensors_count(peft); i++) {
+        const it_safetensors_tensor *ta = it_safetensors_at(peft, i);
+        const char *tail = strstr(ta->name, ".lora_A.weight");
+        if (!tail) continue;
+        char module[256], wname[300], bname[300];
+        snprintf(module, sizeof module, "%.*s", (int)(tail - ta->name - 17),
+                 ta->name + 17); /* less base_model.model. */
+        snprintf(wname, sizeof wname, "%s.weight", module);
+        snprintf(bname, sizeof bname, "base_model.model.%s.lora_B.weight", module);
+        const it_safetensors_tensor *tb = must_find(peft, bname), *tw = must_find(base, wname),
+                                    *tm = must_find(out, wname);
+        if (!tb || !tw || !tm) continue;
+        float *A = read_all_f32(ta), *Bm = read_all_f32(tb), *W = read_all_f32(tw), *M = read_all_f32(tm);
+        int64_t r = ta->shape[0], in = ta->shape[1], outf = tb->shape[0];
+        for (int64_t o2 = 0; o2 < outf; o2++)
+            for (int64_t j = 0; j < in; j++) {
+                double d = 0;
+                for (int64_t k = 0; k < r; k++) d += (double)Bm[o2 * r + k] * A[k * in + j];
+                int64_t at = conv1d ? j * outf + o2 : o2 * in + j;
+                worst = fmax(worst, fabs((double)W[at] + 2.0 * d - M[at])); /* alpha/r = 8/4 */
+            }
+        modules++;
+        free(A), free(Bm), free(W), free(M);
+    }
+    printf("%-8s PEFT: %d modules, max |W + (alpha/r) B A - merged| = %.3g\n", name, modules, worst);
+    CHECK(modules >= 4);
+    CHECK_MSG(worst <= 2e-6, "%s: PEFT's delta and the merged weight differ by %.3g", name, worst);
+    it_safetensors_close(base);
+    it_safetensors_close(peft);
+    it_safetensors_close(out);
+
+    /* loaded back into fresh adapters: bitwise */
+    it_model *m2 = load(src);
+    if (m2) {
+        CHECK_OK(it_model_lora_apply(m2, &lc));
+        CHECK_OK(it_hf_lora_load(m2, pdir));
+        float *v2 = malloc(sizeof(float) * (size_t)n);
+        CHECK_OK(it_tensor_copy_to_host(it_model_trainable(m2), v2, sizeof(float) * (size_t)n));
+        CHECK_MSG(memcmp(v, v2, sizeof(float) * (size_t)n) == 0, "%s: PEFT adapters did not load back bitwise", name);
+        free(v2);
+        it_model_free(m2);
+    }
+    /* another rank, or targets the file does not have: refused, naming them */
+    it_model *m3 = load(src);
+    if (m3) {
+        it_lora_config other = {8, 8.0f, targets, 7};
+        CHECK_OK(it_model_lora_apply(m3, &other));
+        CHECK_ERR(it_hf_lora_load(m3, pdir), IT_ERR_INVALID_ARG, "r 4 and lora_alpha 8");
+        it_model_free(m3);
+    }
+    free(v);
+    it_model_free(m);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/it_test_hf_%d", (int)getpid());
     mkdir(tmpdir, 0777);
@@ -291,6 +397,8 @@ int main(void) {
     check_llmc("llama3", it_llama3_load);
     check_llmc("mixtral", it_mixtral_load);
     check_refusals();
+    check_peft("llama3", "llama3", "c_attn,c_proj,c_fc,c_fc2", false);
+    check_peft("gpt2", "gpt2", "c_attn,c_proj,c_fc", true);
 
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
