@@ -41,6 +41,8 @@
 #   BENCH_SKIP_FLASH=1     skip the flash attention lines (bench/flash_bench.sh: GPT-2 124M at
 #                          T=1024 flash against composed, peak memory against T up to 32768;
 #                          BENCH_FLASH_STEPS, default 3; FLASH_BENCH_LONG=0 skips T=32768)
+#   BENCH_SKIP_HF=1        skip the Hugging Face load lines (bench/hf_bench.sh: a 1.1B LLaMA-3 style
+#                          model loaded from bf16 safetensors and from its llm.c file, peak RSS of each)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -210,6 +212,12 @@ if [ "${BENCH_SKIP_FLASH:-0}" != 1 ]; then
     echo
     bash "$root/bench/flash_bench.sh" "$build" "${BENCH_FLASH_STEPS:-3}" | tee "$work/flash.txt" ||
         echo "bench: flash_bench.sh failed (see above)" >&2
+fi
+
+# ---- loading a Hugging Face model: peak memory against the llm.c file's
+if [ "${BENCH_SKIP_HF:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/hf_bench.sh" "$build" | tee "$work/hf.txt" || echo "bench: hf_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets

@@ -51,6 +51,9 @@ IT_API const char *it_safetensors_metadata(const it_safetensors *st, const char 
 /* Elements [at, at + n) of a float tensor (F32, BF16, F16, F64) as fp32: exact for the first
  * three, rounded to nearest for F64. */
 IT_API it_status it_safetensors_read_f32(const it_safetensors_tensor *t, int64_t at, int64_t n, float *dst);
+/* The tensor's pages are not needed now (madvise DONTNEED on the pages it alone holds): the
+ * process's resident memory drops; reading it again reads the file again. */
+IT_API void it_safetensors_drop(const it_safetensors_tensor *t);
 
 /* Writing: n tensors, laid out in ascending byte order of their names (the order the reader
  * lists), the JSON compact with "__metadata__": {"format": "pt"} first and padded with spaces

@@ -129,6 +129,9 @@ static const it_safetensors_tensor *find_hf(const loader *ld, const char *name) 
 /* The entry's map, its HF tensors found and their shapes and dtypes checked. */
 static it_status prepare(loader *ld, const it_model_param_info *p) {
     if (ld->p == p) return IT_OK;
+    /* the last entry is read: its tensors' pages leave the process (entries are read in order,
+     * each HF tensor by one of them but GPT-2's wte, which a pipeline's last stage reads again) */
+    for (int i = 0; ld->p && i < ld->tm.ns; i++) it_safetensors_drop(ld->t[i]);
     ld->p = NULL;
     int64_t rows = p->full_shape[0], cols = p->ndim == 2 ? p->full_shape[1] : 1;
     it_status st = hf_map_of(ld->c, p->name, rows, cols, &ld->tm);

@@ -443,6 +443,14 @@ it_status it_safetensors_read_f32(const it_safetensors_tensor *t, int64_t at, in
     }
 }
 
+void it_safetensors_drop(const it_safetensors_tensor *t) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (!t || page <= 0) return;
+    uintptr_t a = (uintptr_t)t->data, b = a + t->nbytes, p = (uintptr_t)page;
+    uintptr_t lo = (a + p - 1) / p * p, hi = b / p * p; /* the pages that hold this tensor alone */
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* ---------------------------------------------------------------- writing */
 
 typedef struct order {

@@ -3,8 +3,8 @@
 # logits, the fixtures' losses and the byte round trips on one rank):
 #   1. the same weights from the HF directory or from the llm.c file it-ckpt from-hf writes
 #      train bitwise the same (--loss_log), GPT-2 and LLaMA-3;
-#   2. --hf_model under TP=2 and PP=2 (each rank reading its slices) against one rank within
-#      1e-5 per step, and --output_hf from TP=2 and PP=2 ranks (no step) byte-identical to what
+#   2. --hf_model under TP=2, PP=2 (each rank reading its slices) and DP=2 with ZeRO-2 against
+#      one rank within 1e-5 per step, and --output_hf from TP=2 and PP=2 ranks (no step) byte-identical to what
 #      one rank writes;
 #   3. it-ckpt to-hf of a checkpoint directory, and the refusals a user meets first: the wrong
 #      app, --hf_model with --llmc_filepath, --output_hf on --hf_model's directory;
@@ -48,6 +48,15 @@ for par in "--tensor_parallel 2" "--pipeline_parallel 2"; do
     >"$tmp/$tag.out" 2>&1 || bad "llama3 --hf_model $par exited $?: $(tail -3 "$tmp/$tag.out")"
   within "llama3 --hf_model $par vs one rank" "$tmp/$tag" "$tmp/one" 1e-5
 done
+# data parallel with ZeRO-2: each rank reads the whole model; against one rank accumulating 2
+if ! $sanitized; then
+  timeout 300 "${mpi[@]}" -np 2 "$build/llama3" "${one[@]}" --zero_stage 2 --loss_log "$tmp/z2" >"$tmp/z2.out" 2>&1 ||
+    bad "llama3 --hf_model DP=2 ZeRO-2 exited $?: $(tail -3 "$tmp/z2.out")"
+  "$build/llama3" "${one[@]}" --total_batch_size 256 --loss_log "$tmp/acc2" >"$tmp/acc2.out" 2>&1 ||
+    bad "llama3 --hf_model accumulation 2 exited $?"
+  within "llama3 --hf_model DP=2 ZeRO-2 vs one rank accumulating 2" "$tmp/z2" "$tmp/acc2" 1e-5
+fi
+
 # HF -> TP=2 or PP=2 ranks -> HF, no step between: the fixture's weights written back byte for
 # byte as one rank writes them (it-ckpt to-hf of the llm.c file of section 1)
 "$build/it-ckpt" from-hf "$F/hf/llama3" "$tmp/l.bin" >/dev/null && "$build/it-ckpt" to-hf "$tmp/l.bin" "$tmp/ref" >/dev/null ||
