@@ -10,8 +10,9 @@
  *   it-ckpt from-hf HFDIR OUT.bin     a Hugging Face model directory as an llm.c file
  *   it-ckpt to-hf IN HFDIR [--dtype float32|bfloat16|float16] [--max_shard_size 5GB]
  *                 [--like FILE|HFDIR] an llm.c file, or a checkpoint directory (its model read
- *                                     as to-llmc reads it; --like may also name an HF directory
- *                                     of the same model), as a Hugging Face directory
+ *                                     as to-llmc reads it, or shaped as the --hf_model its run
+ *                                     started from; --like names another llm.c file or HF
+ *                                     directory of the same model), as a Hugging Face directory
  *
  * Exit status: 0 done, 2 bad arguments or input, 1 other failures. */
 #include <errno.h>
@@ -149,12 +150,14 @@ static it_status to_hf(const char *in, const char *out, const char *dtype, const
     if (!is_dir(in)) {
         st = load_llmc_any(in, &m);
     } else {
-        char app[32], source[4096];
+        char app[32], source[4096], hf[4096];
         if ((st = it_ckpt_origin(in, app, sizeof app, source, sizeof source))) return st;
+        if ((st = it_ckpt_origin_hf(in, hf, sizeof hf))) return st;
+        if (!like && !*source && *hf) like = hf; /* the run's --hf_model gives the model's shape */
         if (!like && !*source)
             return it_error(IT_ERR_INVALID_ARG,
-                            "%s: the run did not start from an llm.c file; give the model it "
-                            "started from with --like FILE|HFDIR",
+                            "%s: the run started from no model file; give the model it started "
+                            "from with --like FILE|HFDIR",
                             in);
         if (like && is_dir(like)) {
             it_device cpu;

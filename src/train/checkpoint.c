@@ -1077,3 +1077,17 @@ it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, 
     json_decref(j);
     return st;
 }
+
+it_status it_ckpt_origin_hf(const char *dir, char *hf, size_t n) {
+    char path[PATH_MAX];
+    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
+    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
+    json_t *j = NULL;
+    it_status st = parse_state(path, &j);
+    if (st) return st;
+    json_t *ours = json_object_get(j, "infinitrain_c"), *flags = ours ? json_object_get(ours, "flags") : NULL;
+    json_t *v = flags ? json_object_get(flags, "hf_model") : NULL;
+    snprintf(hf, n, "%s", json_is_string(v) ? json_string_value(v) : "");
+    json_decref(j);
+    return IT_OK;
+}

@@ -129,6 +129,8 @@ IT_API it_status it_ckpt_load_model_dir(it_model *m, const char *dir, bool quiet
 /* A checkpoint directory of the model alone (step 0, no optimizer state); DIR must not exist. */
 IT_API it_status it_ckpt_save_model_dir(it_model *m, const char *app, const char *source, const char *dir);
 IT_API it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, size_t nsource);
+/* The --hf_model the checkpoint's run started from ("" when none). */
+IT_API it_status it_ckpt_origin_hf(const char *dir, char *hf, size_t n);
 
 /* flags.c: one hash per flag that every rank must agree on, with its name; returns the count. */
 IT_API int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max);

@@ -6,7 +6,7 @@
 #   2. --hf_model under TP=2, PP=2 (each rank reading its slices) and DP=2 with ZeRO-2 against
 #      one rank within 1e-5 per step, and --output_hf from TP=2 and PP=2 ranks (no step) byte-identical to what
 #      one rank writes;
-#   3. it-ckpt to-hf of a checkpoint directory, and the refusals a user meets first: the wrong
+#   3. it-ckpt to-hf of a checkpoint directory (shaped as its run's --hf_model), and the refusals a user meets first: the wrong
 #      app, --hf_model with --llmc_filepath, --output_hf on --hf_model's directory;
 #   4. LoRA adapters saved in PEFT's form and loaded by the next run (--lora_load_path DIR),
 #      which saves them again, with no step between: the same bytes.
@@ -77,7 +77,7 @@ done
 # 3. a checkpoint directory to HF; the refusals
 if ! $sanitized; then
   "$build/llama3" "${one[@]}" --num_iteration 2 --save "$tmp/ck" --save_interval 2 >/dev/null 2>&1 &&
-    "$build/it-ckpt" to-hf "$tmp/ck/checkpoint_step_000002" "$tmp/ck_hf" --like "$F/hf/llama3" >/dev/null &&
+    "$build/it-ckpt" to-hf "$tmp/ck/checkpoint_step_000002" "$tmp/ck_hf" >/dev/null &&
     "$build/llama3" --hf_model "$tmp/ck_hf" --input_bin "$shard" --batch_size 4 --sequence_length 32 --num_iteration 1 \
       --quiet >/dev/null 2>&1 && ok || bad "it-ckpt to-hf of a checkpoint directory, then --hf_model on it"
   expect() { # WHAT STATUS PATTERN CMD...
