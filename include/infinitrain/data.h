@@ -18,7 +18,8 @@ extern "C" {
  * nothing after them. */
 #define IT_SHARD_MAGIC_U16 20240520
 #define IT_SHARD_MAGIC_U32 20240801
-#define IT_SHARD_VERSION 1
+#define IT_SHARD_VERSION 1     /* uint16 shards (llm.c's GPT-2 data) */
+#define IT_SHARD_VERSION_U32 7 /* uint32 shards as llm.c's LLaMA-3 data scripts write them */
 #define IT_SHARD_HEADER_BYTES 1024
 
 typedef struct it_shard it_shard;

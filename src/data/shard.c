@@ -41,9 +41,11 @@ static it_status check_header(const char *path, const unsigned char *h, int64_t 
                         "found %d",
                         path, IT_SHARD_MAGIC_U16, IT_SHARD_MAGIC_U32, magic);
     }
-    if (version != IT_SHARD_VERSION)
-        return it_error(IT_ERR_FORMAT, "token shard %s: header field version: expected %d, found %d", path,
-                        IT_SHARD_VERSION, version);
+    /* uint32: llm.c writes 7 (dev/data/data_common.py); this project wrote 1 before, InfiniTrain
+     * reads either (it keys on the magic) */
+    if (*width == 2 ? version != IT_SHARD_VERSION : version != IT_SHARD_VERSION_U32 && version != IT_SHARD_VERSION)
+        return it_error(IT_ERR_FORMAT, "token shard %s: header field version: expected %s, found %d", path,
+                        *width == 2 ? "1 (uint16 tokens)" : "7 or 1 (uint32 tokens)", version);
     if (count < 0)
         return it_error(IT_ERR_FORMAT, "token shard %s: header field n_tokens: expected >= 0, found %d", path, count);
     int64_t expected = IT_SHARD_HEADER_BYTES + (int64_t)count * *width;
@@ -136,7 +138,7 @@ it_status it_shard_write(const char *path, const uint32_t *tokens, int64_t n, bo
     }
     unsigned char h[IT_SHARD_HEADER_BYTES] = {0};
     it_data_put_le_i32(h, wide ? IT_SHARD_MAGIC_U32 : IT_SHARD_MAGIC_U16);
-    it_data_put_le_i32(h + 4, IT_SHARD_VERSION);
+    it_data_put_le_i32(h + 4, wide ? IT_SHARD_VERSION_U32 : IT_SHARD_VERSION);
     it_data_put_le_i32(h + 8, (int32_t)n);
 
     it_afile *f;

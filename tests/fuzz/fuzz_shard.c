@@ -66,7 +66,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int width = magic == IT_SHARD_MAGIC_U16 ? 2 : 4;
     int64_t n = it_shard_num_tokens(s);
     FUZZ_ASSERT(magic == IT_SHARD_MAGIC_U16 || magic == IT_SHARD_MAGIC_U32, "accepted magic %d", magic);
-    FUZZ_ASSERT(fuzz_le32(data + 4) == IT_SHARD_VERSION, "accepted version %d", fuzz_le32(data + 4));
+    FUZZ_ASSERT(fuzz_le32(data + 4) == IT_SHARD_VERSION ||
+                    (fuzz_le32(data) == IT_SHARD_MAGIC_U32 && fuzz_le32(data + 4) == IT_SHARD_VERSION_U32),
+                "accepted version %d", fuzz_le32(data + 4));
     FUZZ_ASSERT(n == fuzz_le32(data + 8) && size == 1024 + (size_t)n * (size_t)width,
                 "accepted %lld tokens from a %zu-byte file", (long long)n, size);
     uint32_t mx = 0;

@@ -30,7 +30,7 @@ static void test_shard_round_trip(void) {
     CHECK_OK(it_shard_write(p, wide, 5, true));
     raw = read_bytes(p, &n);
     CHECK(n == 1024 + 5 * 4);
-    CHECK(le32(raw) == 20240801 && le32(raw + 4) == 1 && le32(raw + 8) == 5);
+    CHECK(le32(raw) == 20240801 && le32(raw + 4) == 7 && le32(raw + 8) == 5); /* llm.c's uint32 version */
     CHECK(le32(raw + 1024) == 70000);
     free(raw);
     CHECK_OK(it_shard_open(p, &s));
@@ -83,6 +83,17 @@ static void test_shard_malformed(void) {
     p = tmp_path("bad_version.bin");
     write_raw_shard(p, 20240520, 2, 4, 8);
     CHECK_ERR_ALL(it_shard_open(p, &s), IT_ERR_FORMAT, p, "version", "expected 1", "found 2");
+    /* uint32 shards: llm.c's LLaMA-3 data is version 7, this project's older ones 1; nothing else */
+    p = tmp_path("llmc_v7.bin");
+    write_raw_shard(p, 20240801, 7, 4, 16);
+    CHECK_OK(it_shard_open(p, &s));
+    CHECK(s && it_shard_num_tokens(s) == 4);
+    it_shard_free(s);
+    s = (it_shard *)&s;
+    p = tmp_path("u32_v2.bin");
+    write_raw_shard(p, 20240801, 2, 4, 16);
+    CHECK_ERR_ALL(it_shard_open(p, &s), IT_ERR_FORMAT, p, "version", "expected 7 or 1", "found 2");
+    CHECK(s == NULL);
 
     /* Count larger than the file: 100 uint16 tokens need 1224 bytes, the file has 1124. */
     p = tmp_path("short.bin");
