@@ -43,6 +43,8 @@
 #                          BENCH_FLASH_STEPS, default 3; FLASH_BENCH_LONG=0 skips T=32768)
 #   BENCH_SKIP_HF=1        skip the Hugging Face load lines (bench/hf_bench.sh: a 1.1B LLaMA-3 style
 #                          model loaded from bf16 safetensors and from its llm.c file, peak RSS of each)
+#   BENCH_SKIP_TOKENIZE=1  skip the tokenizer lines (bench/tokenize_bench.sh: the KJV through cl100k_base
+#                          against npm's tiktoken, and through GPT-2's BPE)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -218,6 +220,13 @@ fi
 if [ "${BENCH_SKIP_HF:-0}" != 1 ]; then
     echo
     bash "$root/bench/hf_bench.sh" "$build" | tee "$work/hf.txt" || echo "bench: hf_bench.sh failed (see above)" >&2
+fi
+
+# ---- tokenizers: MB/s on the KJV against npm's tiktoken
+if [ "${BENCH_SKIP_TOKENIZE:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/tokenize_bench.sh" "$build" | tee "$work/tokenize.txt" ||
+        echo "bench: tokenize_bench.sh failed (see above)" >&2
 fi
 
 # ---- comparison and targets
