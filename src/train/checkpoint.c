@@ -1056,15 +1056,24 @@ it_status it_ckpt_save_model_dir(it_model *m, const char *app, const char *sourc
     return st;
 }
 
+/* A checkpoint's trainer_state.json, parsed into *j (the caller decrefs it), with its
+ * infinitrain_c object and that object's recorded flags (either may be NULL). */
+static it_status state_flags(const char *dir, char *path, size_t n, json_t **j, json_t **ours, json_t **flags) {
+    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
+    path_fmt(path, n, "%s/trainer_state.json", dir);
+    it_status st = parse_state(path, j);
+    if (st) return st;
+    *ours = json_object_get(*j, "infinitrain_c");
+    *flags = *ours ? json_object_get(*ours, "flags") : NULL;
+    return IT_OK;
+}
+
 /* The app and the llm.c file a checkpoint's model came from, as its trainer_state.json says. */
 it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, size_t nsource) {
     char path[PATH_MAX];
-    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
-    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
-    json_t *j = NULL;
-    it_status st = parse_state(path, &j);
+    json_t *j = NULL, *ours, *flags;
+    it_status st = state_flags(dir, path, sizeof path, &j, &ours, &flags);
     if (st) return st;
-    json_t *ours = json_object_get(j, "infinitrain_c"), *flags = ours ? json_object_get(ours, "flags") : NULL;
     const char *a = NULL, *s = NULL;
     if (!ours || (st = get_str(path, ours, "app", &a)))
         st = it_error(IT_ERR_FORMAT, "%s: no infinitrain_c.app: not written by this project", path);
@@ -1080,12 +1089,9 @@ it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, 
 
 it_status it_ckpt_origin_hf(const char *dir, char *hf, size_t n) {
     char path[PATH_MAX];
-    if (strlen(dir) > PATH_MAX - 128) return it_error(IT_ERR_INVALID_ARG, "%s: too long a path", dir);
-    path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
-    json_t *j = NULL;
-    it_status st = parse_state(path, &j);
+    json_t *j = NULL, *ours, *flags;
+    it_status st = state_flags(dir, path, sizeof path, &j, &ours, &flags);
     if (st) return st;
-    json_t *ours = json_object_get(j, "infinitrain_c"), *flags = ours ? json_object_get(ours, "flags") : NULL;
     json_t *v = flags ? json_object_get(flags, "hf_model") : NULL;
     snprintf(hf, n, "%s", json_is_string(v) ? json_string_value(v) : "");
     json_decref(j);
