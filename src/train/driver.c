@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "infinitrain/hf.h"
-
 #include "infinitrain/precision.h"
 #include "infinitrain/profile.h"
 #include "train/train_internal.h"
