@@ -412,7 +412,11 @@ int main(int argc, char **argv) {
         }
 #undef IS
     }
-    if (list_special || decode_ids) return tiktoken_query(tk_path, list_special, decode_ids);
+    if (list_special || decode_ids) {
+        int qrc = tiktoken_query(tk_path, list_special, decode_ids);
+        free(inputs);
+        return qrc;
+    }
     if (!ninputs) USAGE_ERROR("missing --input FILE");
     if (!output) USAGE_ERROR("missing --output SHARD.bin");
     if (!enc_path != !vocab_path)
