@@ -140,6 +140,10 @@ IT_API int64_t it_tiktoken_token_id(const it_tiktoken *t, const char *bytes, siz
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *   \s*[\r\n]+|\s+(?!\S)|\s+
  * (\s Unicode's White_Space; invalid UTF-8 bytes one "other" character each). */
+/* A decoding table of a tiktoken table, as it_tokenizer_load makes of an llm.c tokenizer file:
+ * every id's bytes (special tokens' names), its end-of-text the table's document separator
+ * (-1 when unknown). */
+IT_API it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out);
 IT_API size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos);
 /* o200k_base's pre-tokenizer (its pattern splits cased words apart, takes marks into words and
  * numbers by three, '/' after punctuation), as it_tiktoken_pretoken_end. */

@@ -42,6 +42,7 @@ typedef struct it_train_config {
     float grad_clip;                  /* --grad_clip (0 = off) */
     it_dtype dtype;                   /* --dtype (float32) */
     const char *tokenizer_bin;        /* --tokenizer_bin */
+    const char *tokenizer;            /* --tokenizer: an llm.c tokenizer file or a tiktoken rank file */
     int freq_generate_txt;            /* --freq_generate_txt (0 = never) */
     int text_length;                  /* --text_length (64) */
     uint64_t seed;                    /* --seed (42) */

@@ -187,3 +187,39 @@ it_status it_tokenizer_write_v1(const char *path, int32_t magic, int64_t vocab_s
                         path ? path : "(null)", (long long)eot, (long long)eot, (long long)vocab_size);
     return tokenizer_write(path, 1, magic, vocab_size, eot, tokens, lens);
 }
+
+it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out) {
+    if (!out || !tk) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_from_tiktoken: NULL argument");
+    *out = NULL;
+    int64_t vocab = it_tiktoken_vocab_size(tk);
+    size_t total = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        size_t l = 0;
+        if (it_tiktoken_token_bytes(tk, (uint32_t)i, &l)) total += l;
+    }
+    it_tokenizer *t = calloc(1, sizeof *t);
+    if (t) {
+        t->offset = malloc(sizeof *t->offset * (size_t)vocab);
+        t->len = malloc((size_t)vocab);
+        t->blob = malloc(total + (size_t)vocab);
+    }
+    if (!t || !t->offset || !t->len || !t->blob) {
+        it_tokenizer_free(t);
+        return it_error(IT_ERR_OOM, "it_tokenizer_from_tiktoken: out of host memory");
+    }
+    size_t o = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        size_t l = 0;
+        const char *b = it_tiktoken_token_bytes(tk, (uint32_t)i, &l);
+        if (!b || l > 255) l = 0; /* an unused id decodes to nothing; no table has a token past 255 bytes */
+        t->offset[i] = (uint32_t)o;
+        t->len[i] = (uint8_t)l;
+        if (l) memcpy(t->blob + o, b, l);
+        o += l;
+        t->blob[o++] = 0;
+    }
+    t->vocab_size = vocab;
+    t->eot = it_tiktoken_doc_separator(tk);
+    *out = t;
+    return IT_OK;
+}

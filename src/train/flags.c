@@ -174,6 +174,9 @@ static const it_train_flag FLAGS[] = {
     BOOL("load_optimizer_state", load_optimizer_state, G_CKPT, true,
          "restore the optimizer on --load (without it the resumed run differs)", .def = "true"),
     STR("tokenizer_bin", tokenizer_bin, "PATH", G_OUT, false, "llm.c tokenizer file, to print generated text"),
+    STR("tokenizer", tokenizer, "PATH", G_OUT, false,
+        "tokenizer to print generated text: an llm.c tokenizer file or a tiktoken rank file (LLaMA-3's "
+        "tokenizer.model)"),
     INT("freq_generate_txt", freq_generate_txt, "0", 0, INT_MAX, "N", G_OUT, false,
         "sample text every N steps, 0 = never"),
     INT("text_length", text_length, "64", 1, 1 << 20, "N", G_OUT, false, "tokens per sample"),

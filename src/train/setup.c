@@ -422,12 +422,34 @@ static it_status setup_batch(it_train_ctx *ctx) {
     return IT_OK;
 }
 
+/* --tokenizer: an llm.c tokenizer file (its magic) or else a tiktoken rank file. */
+static it_status load_tokenizer(const char *path, it_tokenizer **out) {
+    unsigned char head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t got = fread(head, 1, 4, f);
+    fclose(f);
+    int32_t magic =
+        got == 4
+            ? (int32_t)((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24)
+            : 0;
+    if (magic == IT_TOKENIZER_MAGIC_GPT2 || magic == IT_TOKENIZER_MAGIC_LLAMA3) return it_tokenizer_load(path, out);
+    it_tiktoken *tk = NULL;
+    it_status st = it_tiktoken_load(path, &tk);
+    if (!st) st = it_tokenizer_from_tiktoken(tk, out);
+    it_tiktoken_free(tk);
+    return st;
+}
+
 static it_status setup_data(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
     if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->loader))) return st;
     if ((st = it_loader_check_vocab(ctx->loader, ctx->info->vocab_size))) return st;
+    if (c->tokenizer_bin && c->tokenizer)
+        return it_error(IT_ERR_INVALID_ARG, "--tokenizer and --tokenizer_bin: give one tokenizer");
     if (c->tokenizer_bin && (st = it_tokenizer_load(c->tokenizer_bin, &ctx->tok))) return st;
+    if (c->tokenizer && (st = load_tokenizer(c->tokenizer, &ctx->tok))) return it_error_context("--tokenizer: ");
     return IT_OK;
 }
 
@@ -562,9 +584,10 @@ static it_status setup_outputs(it_train_ctx *ctx) {
                             {"lora_save_path", c->lora_save_format == 1 ? NULL : c->lora_save_path, c->lora_load_path},
                             {"lora_merge_output", c->lora_merge_output, NULL},
                             {"loss_log", c->loss_log, NULL}};
-    const char *in[][2] = {{"input_bin", c->input_bin},         {"input_val_bin", c->input_val_bin},
-                           {"tokenizer_bin", c->tokenizer_bin}, {"llmc_filepath", c->llmc_filepath},
-                           {"hf_model", c->hf_model},           {"lora_load_path", c->lora_load_path}};
+    const char *in[][2] = {{"input_bin", c->input_bin},          {"input_val_bin", c->input_val_bin},
+                           {"tokenizer_bin", c->tokenizer_bin},  {"tokenizer", c->tokenizer},
+                           {"llmc_filepath", c->llmc_filepath},  {"hf_model", c->hf_model},
+                           {"lora_load_path", c->lora_load_path}};
     const size_t nout = sizeof out / sizeof out[0], nin = sizeof in / sizeof in[0];
     it_status st;
     for (size_t i = 0; i < nout; i++) {

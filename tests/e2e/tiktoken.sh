@@ -78,5 +78,13 @@ if [[ -f $tmp/cl100k_base.tiktoken ]]; then
   "$build/tokenize" --tokenizer "$tmp/cl100k_base.tiktoken" --decode 9906,100256 >/dev/null 2>"$tmp/err"
   [[ $? -eq 2 ]] && grep -q "'100256' is not a token id" "$tmp/err" && ok || bad "--decode of an unused id: $(cat "$tmp/err")"
 fi
+# an app decodes its samples with a rank file (--tokenizer): a tiny GPT-2 over cl100k's ids
+if [[ -f $tmp/cl100k_base.tiktoken ]]; then
+  "$build/tokenize" --input "$tmp/mixed.txt" --output "$tmp/mixed.bin" --tokenizer "$tmp/cl100k_base.tiktoken" >/dev/null
+  "$build/gpt2" --input_bin "$tmp/mixed.bin" --tokenizer "$tmp/cl100k_base.tiktoken" --n_layer 1 --n_head 2 --n_embd 32 \
+    --vocab_size 100277 --block_size 64 --sequence_length 64 --batch_size 2 --num_iteration 1 --freq_generate_txt 1 \
+    --text_length 16 >"$tmp/gen.out" 2>&1 && grep -q '^generated: ' "$tmp/gen.out" && ok ||
+    bad "gpt2 --tokenizer RANKFILE: $(tail -3 "$tmp/gen.out")"
+fi
 echo "tiktoken.sh: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

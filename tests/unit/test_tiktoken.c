@@ -228,6 +228,16 @@ static void test_roundtrip(void) {
         CHECK_MSG(ok && off == n, "case %d: the tokens' bytes are not the text", k);
         free(ids);
     }
+    /* the apps' decoding table made from it: every id's bytes */
+    it_tokenizer *dec = NULL;
+    CHECK_OK(it_tokenizer_from_tiktoken(t, &dec));
+    CHECK(dec && it_tokenizer_vocab_size(dec) == it_tiktoken_vocab_size(t) && it_tokenizer_eot(dec) == -1);
+    for (uint32_t id = 0; dec && id < (uint32_t)it_tiktoken_vocab_size(t); id++) {
+        size_t a, b;
+        const char *x = it_tokenizer_decode(dec, id, &a), *y = it_tiktoken_token_bytes(t, id, &b);
+        CHECK_MSG(x && y && a == b && memcmp(x, y, a) == 0, "id %u decodes differently", id);
+    }
+    it_tokenizer_free(dec);
     /* a megabyte-long pre-token (white space): merged in O(n log n) */
     size_t n = 1 << 20;
     char *big = malloc(n);
