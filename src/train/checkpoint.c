@@ -963,6 +963,9 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
     json_t *ours = json_object_get(j, "infinitrain_c");
     int64_t step, consumed, rank0_consumed;
     it_status st;
+    /* without global_step the run would start again from step 0 on trained weights */
+    if (!json_object_get(j, "global_step"))
+        return it_error(IT_ERR_FORMAT, "%s: no 'global_step' (the step the checkpoint was saved after)", path);
     if ((st = get_int(path, j, "global_step", 0, &step)) ||
         (st = get_int(path, j, "consumed_batches", 0, &rank0_consumed)))
         return st;
@@ -989,6 +992,14 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
     if (step < 0 || step >= INT_MAX || consumed < 0)
         return it_error(IT_ERR_FORMAT, "%s: global_step %lld / consumed_batches %lld", path, (long long)step,
                         (long long)consumed);
+    /* steps taken and batches consumed go together: one without the other is a state edited or
+     * written by something else (a run resumed with another --total_batch_size changes their
+     * ratio, so only this is checked) */
+    if (ours && !model_only && (step == 0) != (consumed == 0))
+        return it_error(IT_ERR_FORMAT,
+                        "%s: global_step %lld but consumed_batches_all_ranks %lld: one says steps were "
+                        "taken, the other not",
+                        path, (long long)step, (long long)consumed);
     if (consumed % ctx->world != 0)
         return it_error(IT_ERR_INVALID_ARG, "%s: %lld consumed batches do not divide among %d ranks", path,
                         (long long)consumed, ctx->world);

@@ -444,8 +444,9 @@ static it_status load_tokenizer(const char *path, it_tokenizer **out) {
 static it_status setup_data(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
-    if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->loader))) return st;
-    if ((st = it_loader_check_vocab(ctx->loader, ctx->info->vocab_size))) return st;
+    if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->loader)) ||
+        (st = it_loader_check_vocab(ctx->loader, ctx->info->vocab_size)))
+        return it_error_context("--input_bin: ");
     if (c->tokenizer_bin && c->tokenizer)
         return it_error(IT_ERR_INVALID_ARG, "--tokenizer and --tokenizer_bin: give one tokenizer");
     if (c->tokenizer_bin && (st = it_tokenizer_load(c->tokenizer_bin, &ctx->tok))) return st;

@@ -236,6 +236,12 @@ fresh && sed -i 's/^  "vocab_size": 257,/  "vocab_size": 300,/' "$tmp/c/trainer_
 expect_fail "other vocab_size" gpt2 "vocab_size|257|300" "${run[@]}" --load "$tmp/c"
 fresh && sed -i 's/^  "tp_size": 1,/  "tp_size": 2,/' "$tmp/c/trainer_state.json"
 expect_fail "tp_size 2" gpt2 "tp_size|2" "${run[@]}" --load "$tmp/c"
+# without global_step, or with one the consumed batches disagree with: refused, not trained from step 0
+fresh && sed -i '/^  "global_step": /d' "$tmp/c/trainer_state.json"
+expect_fail "no global_step" gpt2 "no 'global_step'" "${run[@]}" --load "$tmp/c"
+fresh && sed -i 's/^  "global_step": 8,/  "global_step": 0,/' "$tmp/c/trainer_state.json"
+expect_fail "global_step 0 after 8 steps' batches" gpt2 "global_step 0 but consumed_batches_all_ranks 8" \
+  "${run[@]}" --load "$tmp/c"
 expect_fail "adamw checkpoint, adam run" gpt2 "optimizer|adamw|adam" "${gpt2[@]}" --optimizer adam --num_iteration 12 \
   --load "$c"
 # another program's checkpoint: the program is named, not the first dimension that differs
