@@ -298,6 +298,44 @@ static void describe_available(char *buf, size_t size) {
         off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", names[i]);
 }
 
+/* Levenshtein distance of two short names (backend names are at most 39 bytes). */
+static int name_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64];
+    for (size_t j = 0; j <= lb; j++) d[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int prev = d[0];
+        d[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int cur = d[j], sub = prev + (a[i - 1] != b[j - 1]);
+            int best = d[j] + 1 < d[j - 1] + 1 ? d[j] + 1 : d[j - 1] + 1;
+            d[j] = sub < best ? sub : best;
+            prev = cur;
+        }
+    }
+    return d[lb];
+}
+
+/* " (did you mean 'x'?)" for the registered or discoverable name nearest to `name` (at most 2
+ * edits, or a prefix of it), else "". */
+static void nearest_backend(const char *name, char *buf, size_t size) {
+    char names[64][40];
+    int n = 0, best = 3;
+    for (int i = 0; i < reg_count && n < 32; i++) snprintf(names[n++], 40, "%s", reg[i].backend->name);
+    int found = 0;
+    it_backend_discover(names + n, 32, &found);
+    n += found;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int d = name_distance(name, names[i]);
+        if (d < best || (best > 1 && strncmp(names[i], name, strlen(name)) == 0 && *name)) {
+            best = d < best ? d : 1;
+            snprintf(buf, size, " (did you mean '%s'?)", names[i]);
+        }
+    }
+}
+
 /* The source tree this core was built from has backends/<name>/ but no plugin came of it:
  * the build tree was configured before the directory existed (or its build failed). */
 static void unbuilt_hint(const char *name, char *buf, size_t size) {
@@ -363,11 +401,12 @@ static it_status load_plugin_locked(const char *name) {
         }
         if (off < sizeof tried) off += (size_t)snprintf(tried + off, sizeof tried - off, "\n  %s: %s", path, why);
     }
-    char avail[1024], hint[PATH_MAX + 512] = "";
+    char avail[1024], hint[PATH_MAX + 512] = "", near[80];
     describe_available(avail, sizeof avail);
+    nearest_backend(name, near, sizeof near);
     if (nd == 0) snprintf(tried, sizeof tried, "\n  (no search directories)");
     unbuilt_hint(name, hint, sizeof hint);
-    return it_error(IT_ERR_NOT_FOUND, "unknown backend '%s' (%s); searched:%s%s", name, avail, tried, hint);
+    return it_error(IT_ERR_NOT_FOUND, "unknown backend '%s'%s (%s); searched:%s%s", name, near, avail, tried, hint);
 }
 
 it_status it_backend_find(const char *name, const it_backend **out) {

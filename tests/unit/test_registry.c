@@ -247,7 +247,7 @@ static void test_device_parse(void) {
     CHECK_ERR(it_device_parse(":0", &d), IT_ERR_INVALID_ARG, "expected NAME or NAME:INDEX");
     CHECK(d.backend == it_device_cpu().backend && d.index == 0); /* untouched by failures */
 
-    CHECK_ERR(it_device_parse("nosuch", &d), IT_ERR_NOT_FOUND, "unknown backend 'nosuch'");
+    CHECK_ERR(it_device_parse("nosuch", &d), IT_ERR_NOT_FOUND, "unknown backend 'nosuch' (registered");
     CHECK_HAS("registered: cpu");
     CHECK_HAS("discoverable plugins: ");
     CHECK_HAS("testplug");
@@ -256,6 +256,9 @@ static void test_device_parse(void) {
     plugin_path(path, sizeof path, "nosuch");
     CHECK_HAS(path);
     CHECK_HAS("no such file");
+    /* a name one or two edits from a known one (or a prefix of one) is suggested */
+    CHECK_ERR(it_device_parse("cpx", &d), IT_ERR_NOT_FOUND, "unknown backend 'cpx' (did you mean 'cpu'?)");
+    CHECK_ERR(it_device_parse("cp", &d), IT_ERR_NOT_FOUND, "(did you mean 'cpu'?)");
 }
 
 /* ------------------------------------------------------------------ refused plugins */
