@@ -24,17 +24,17 @@ void train_banner(const it_train_ctx *ctx) {
     const it_model_info *info = ctx->info;
     bool custom = c->n_layer || c->n_head || c->n_embd || c->block_size || c->vocab_size;
     char devname[64];
-    printf("%s: %s on %s, %lld parameters (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
+    printf("%s: %s on %s, %lld parameters%s (L=%d, heads=%d, C=%d, V=%lld padded to %lld, block %lld); "
            "B=%lld T=%lld accumulation %lld, %s lr %g%s\n",
            c->app,
            c->hf_model        ? c->hf_model
            : c->llmc_filepath ? c->llmc_filepath
            : custom           ? "custom GPT-2"
                               : c->model,
-           it_device_str(ctx->dev, devname, sizeof devname), (long long)info->num_params, info->n_layer, info->n_head,
-           info->n_embd, (long long)info->vocab_size, (long long)info->padded_vocab, (long long)info->block_size,
-           (long long)ctx->B, (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer),
-           c->learning_rate,
+           it_device_str(ctx->dev, devname, sizeof devname), (long long)info->num_params,
+           ctx->tp_size > 1 || ctx->pp_size > 1 ? " on this rank" : "", info->n_layer, info->n_head, info->n_embd,
+           (long long)info->vocab_size, (long long)info->padded_vocab, (long long)info->block_size, (long long)ctx->B,
+           (long long)ctx->T, (long long)ctx->accum, it_optim_kind_name(c->optimizer), c->learning_rate,
            c->dtype == IT_DTYPE_BF16 ? ", autocast bfloat16 (matmuls; weights, norms, loss float32)" : "");
     if (c->flash && !it_flash_attention_available(ctx->dev))
         printf("attention: composed: the %s backend has no flash attention kernel (flash_attention_fwd/_bwd), "

@@ -63,6 +63,8 @@ n=$(grep -c '^step ' "$tmp/tp4.out")
 [[ $n -eq 10 ]] && ok || bad "TP=4: expected 10 step lines (rank 0 only), found $n"
 [[ $(grep -c '^tensor parallel: TP=4 over 4 ranks' "$tmp/tp4.out") -eq 1 ]] && ok ||
   bad "TP=4: expected one 'tensor parallel' header: $(grep '^tensor parallel' "$tmp/tp4.out")"
+grep -q '^gpt2: .* parameters on this rank (' "$tmp/tp4.out" && ok ||
+  bad "TP=4: the banner does not say its parameter count is this rank's: $(grep -m1 '^gpt2: ' "$tmp/tp4.out")"
 
 # 3. bf16 autocast: TP = 2 vs TP = 1, both bf16. Tolerance 1e-2: the matmuls round their
 #    inputs to bfloat16 (8 bits of mantissa, a relative step of 2^-8 = 3.9e-3), and under TP
