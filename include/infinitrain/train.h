@@ -128,6 +128,9 @@ typedef struct it_train_flag {
 
 IT_API const it_train_flag *it_train_flags(size_t *count);
 IT_API const it_train_flag *it_train_flag_find(const char *name);
+/* Whether a flag sizes a GPT-2 built from scratch (--model, --n_layer, ...): only gpt2's --help
+ * lists them, and they are refused beside a model file. */
+IT_API bool it_train_flag_gpt2_sizing(const char *name);
 /* c's value of flag f as a command-line value ("4", "adamw", "true"; floats to 9 digits, which
  * parse back to the same float). False when it has none (a string not given). */
 IT_API bool it_train_flag_format(const it_train_config *c, const it_train_flag *f, char *buf, size_t n);

@@ -515,6 +515,13 @@ static void print_default(const it_train_flag *f, const it_train_config *d, FILE
     }
 }
 
+bool it_train_flag_gpt2_sizing(const char *name) {
+    static const char *const sizing[] = {"model", "n_layer", "n_head", "n_embd", "block_size", "vocab_size"};
+    for (size_t i = 0; i < sizeof sizing / sizeof sizing[0]; i++)
+        if (strcmp(name, sizing[i]) == 0) return true;
+    return false;
+}
+
 void it_train_print_help(const char *app, FILE *out) {
     it_train_config d;
     it_train_config_defaults(&d, app);
@@ -525,6 +532,8 @@ void it_train_print_help(const char *app, FILE *out) {
     const char *group = NULL;
     for (int i = 0; i < NFLAGS; i++) {
         const it_train_flag *f = &FLAGS[i];
+        /* GPT-2's presets and sizes build a model from scratch; the others read theirs */
+        if (strcmp(app, "gpt2") != 0 && it_train_flag_gpt2_sizing(f->name)) continue;
         if (!group || strcmp(group, f->group) != 0) {
             /* each group's flags are contiguous in the table (test_flags checks it) */
             group = f->group;

@@ -288,6 +288,27 @@ static it_status setup_model(it_train_ctx *ctx) {
     it_status st;
     it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx), c->virtual_pipeline_parallel};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
+    /* a size given where the model comes from a file (or is not a GPT-2) would be ignored */
+    const struct {
+        const char *flag;
+        int value;
+    } sizing[] = {{"n_layer", c->n_layer},
+                  {"n_head", c->n_head},
+                  {"n_embd", c->n_embd},
+                  {"block_size", c->block_size},
+                  {"vocab_size", c->vocab_size}};
+    const char *from = c->hf_model ? "hf_model" : c->llmc_filepath ? "llmc_filepath" : NULL;
+    for (size_t i = 0; i < sizeof sizing / sizeof sizing[0]; i++) {
+        if (!sizing[i].value) continue;
+        if (!gpt2)
+            return it_error(IT_ERR_INVALID_ARG,
+                            "--%s: sizes a GPT-2 built from scratch; %s reads its model's size "
+                            "from --llmc_filepath or --hf_model",
+                            sizing[i].flag, c->app);
+        if (from)
+            return it_error(IT_ERR_INVALID_ARG, "--%s and --%s: the model file gives the model's size (drop --%s)",
+                            sizing[i].flag, from, sizing[i].flag);
+    }
     if (c->hf_model) {
         const char *family = NULL;
         if (c->llmc_filepath)

@@ -76,6 +76,14 @@ expect_fail "device index" "index 3 out of range" "${base[@]}" --device cpu:3
 expect_fail "unknown device" "unknown backend 'nosuch'" "${base[@]}" --device nosuch
 expect_fail "missing shard" "$tmp/none.bin" --llmc_filepath "$fix/tiny_gpt2.bin" --input_bin "$tmp/none.bin" --sequence_length 32
 expect_fail "missing input_bin" "--input_bin" --llmc_filepath "$fix/tiny_gpt2.bin"
+expect_fail "a size beside a model file" "--n_embd and --llmc_filepath: the model file gives the model's size" \
+  "${base[@]}" --n_embd 64
+# llama3 and mixtral read their models: no GPT-2 sizing flags in their --help, refused if given
+if "$build/llama3" --help | grep -qE -- '--(n_layer|model) '; then bad "llama3 --help lists GPT-2's sizing flags"; else ok; fi
+"$build/llama3" --llmc_filepath "$src/tests/fixtures/llama3/tiny_llama3.bin" --input_bin "$fix/tiny_shard.bin" \
+  --n_layer 2 >/dev/null 2>"$tmp/e.txt"
+[[ $? -eq 2 ]] && grep -q -- "--n_layer: sizes a GPT-2 built from scratch; llama3 reads" "$tmp/e.txt" && ok ||
+  bad "llama3 --n_layer: $(cat "$tmp/e.txt")"
 
 # A checkpoint with a wrong magic, a wrong version, and a truncated one.
 cp "$fix/tiny_gpt2.bin" "$tmp/magic.bin"
