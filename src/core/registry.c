@@ -331,7 +331,7 @@ static void nearest_backend(const char *name, char *buf, size_t size) {
         int d = name_distance(name, names[i]);
         if (d < best || (best > 1 && strncmp(names[i], name, strlen(name)) == 0 && *name)) {
             best = d < best ? d : 1;
-            snprintf(buf, size, " (did you mean '%s'?)", names[i]);
+            snprintf(buf, size, " (did you mean '%.39s'?)", names[i]);
         }
     }
 }
