@@ -34,6 +34,9 @@ struct it_tensor {
 };
 
 /* ---- registry (registry.c) */
+/* Levenshtein distance of two names of at most 63 bytes (99 beyond): the nearest name an
+ * unknown backend or flag is told of. */
+int it__edit_distance(const char *a, const char *b);
 /* Resolve the backend a device names: runs the lazy init. */
 it_status it__backend_ready(const it_backend *backend);
 /* Per-device allocator state lives in the registry; alloc.c uses these. */

@@ -298,23 +298,23 @@ static void describe_available(char *buf, size_t size) {
         off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* Levenshtein distance of two short names (backend names are at most 39 bytes). */
-static int name_distance(const char *a, const char *b) {
+int it__edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
-    int d[64];
-    for (size_t j = 0; j <= lb; j++) d[j] = (int)j;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
     for (size_t i = 1; i <= la; i++) {
-        int prev = d[0];
-        d[0] = (int)i;
+        int diag = row[0];
+        row[0] = (int)i;
         for (size_t j = 1; j <= lb; j++) {
-            int cur = d[j], sub = prev + (a[i - 1] != b[j - 1]);
-            int best = d[j] + 1 < d[j - 1] + 1 ? d[j] + 1 : d[j - 1] + 1;
-            d[j] = sub < best ? sub : best;
-            prev = cur;
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
         }
     }
-    return d[lb];
+    return row[lb];
 }
 
 /* " (did you mean 'x'?)" for the registered or discoverable name nearest to `name` (at most 2
@@ -328,7 +328,7 @@ static void nearest_backend(const char *name, char *buf, size_t size) {
     n += found;
     buf[0] = 0;
     for (int i = 0; i < n; i++) {
-        int d = name_distance(name, names[i]);
+        int d = it__edit_distance(name, names[i]);
         if (d < best || (best > 1 && strncmp(names[i], name, strlen(name)) == 0 && *name)) {
             best = d < best ? d : 1;
             snprintf(buf, size, " (did you mean '%.39s'?)", names[i]);

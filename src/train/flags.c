@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/internal.h"
 #include "train/train_internal.h"
 
 static const it_flag_choice optimizer_choices[] = {
@@ -335,30 +336,11 @@ void it_train_config_release(it_train_config *c) {
 
 /* ---- names */
 
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int row[64];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
 static it_status unknown_flag(const char *name) {
     const char *near = NULL;
     int best = 3;
     for (int i = 0; i < NFLAGS; i++) {
-        int d = edit_distance(name, FLAGS[i].name);
+        int d = it__edit_distance(name, FLAGS[i].name);
         if (d < best) best = d, near = FLAGS[i].name;
     }
     if (near) return it_error(IT_ERR_INVALID_ARG, "unknown flag --%s (did you mean --%s?)", name, near);

@@ -144,17 +144,24 @@ static void test_merges(void) {
     }
 }
 
-/* Pre-token lengths of text under cl100k's pattern. */
-static void splits(const char *text, size_t len, const size_t *want, size_t n) {
+/* Pre-token lengths of text under a pattern's pre-tokenizer. */
+typedef size_t (*pretok_fn)(const char *, size_t, size_t);
+
+static void splits_by(pretok_fn end_of, const char *pattern, const char *text, size_t len, const size_t *want,
+                      size_t n) {
     size_t pos = 0, k = 0;
     int ok = 1;
     while (pos < len) {
-        size_t e = it_tiktoken_pretoken_end(text, len, pos);
+        size_t e = end_of(text, len, pos);
         if (k >= n || e - pos != want[k]) ok = 0;
         k++;
         pos = e;
     }
-    CHECK_MSG(ok && k == n, "pre-tokens of \"%s\"", text);
+    CHECK_MSG(ok && k == n, "%s pre-tokens of \"%s\"", pattern, text);
+}
+
+static void splits(const char *text, size_t len, const size_t *want, size_t n) {
+    splits_by(it_tiktoken_pretoken_end, "cl100k", text, len, want, n);
 }
 
 static void test_pretok(void) {
@@ -179,15 +186,7 @@ static void test_pretok(void) {
 /* The same for o200k_base's pattern (the expected splits are what JavaScript's regex engine
  * gives for the pattern, its (?i:) group spelled out by hand). */
 static void splits_o200k(const char *text, size_t len, const size_t *want, size_t n) {
-    size_t pos = 0, k = 0;
-    int ok = 1;
-    while (pos < len) {
-        size_t e = it_tiktoken_pretoken_end_o200k(text, len, pos);
-        if (k >= n || e - pos != want[k]) ok = 0;
-        k++;
-        pos = e;
-    }
-    CHECK_MSG(ok && k == n, "o200k pre-tokens of \"%s\"", text);
+    splits_by(it_tiktoken_pretoken_end_o200k, "o200k", text, len, want, n);
 }
 
 static void test_pretok_o200k(void) {
