@@ -70,8 +70,10 @@ IT_API it_tensor *it_causal_self_attention(it_tensor *qkv, int n_head);
 IT_API it_tensor *it_rmsnorm(it_tensor *x, it_tensor *w, float eps);
 /* Rotary embedding of x (B, T, H, D) on interleaved pairs with tables cos/sin (T, D/2). */
 IT_API it_tensor *it_rope(it_tensor *x, it_tensor *cos, it_tensor *sin);
-/* Causal attention with grouped-query heads: q (B, T, nh, hd), k, v (B, T, nkv, hd),
- * nh divisible by nkv (kv head j serves query heads j*r .. j*r+r-1) -> (B, T, nh*hd). */
+/* Causal attention with grouped-query heads: q (B, T, nh, hd), k, v (B, S, nkv, hd),
+ * nh divisible by nkv (kv head j serves query heads j*r .. j*r+r-1) -> (B, T, nh*hd).
+ * S = T is self-attention; S > T (a KV cache: the keys of S - T earlier positions, then
+ * the queries' own) puts query t at key position S - T + t, seeing keys 0 .. S - T + t. */
 IT_API it_tensor *it_attention(it_tensor *q, it_tensor *k, it_tensor *v);
 /* The k largest entries of each row of x (N, E), descending (ties: lower index first);
  * differentiable in x. *indices (optional) receives the (N, k) int32 indices. */

@@ -157,11 +157,12 @@ static it_status qkv3_attention_backward(it_node *n, it_tensor *dy) {
     return st;
 }
 
-/* q, k, v (B, nh, T, hd) contiguous -> (B, T, nh*hd). */
+/* q (B, nh, T, hd), k, v (B, nh, S, hd) contiguous -> (B, T, nh*hd); the causal mask aligns
+ * the last query with the last key (softmax's). */
 static it_tensor *attend(it_tensor *q, it_tensor *k, it_tensor *v) {
     OP_REQUIRE(q && k && v);
     int64_t B = q->shape[0], nh = q->shape[1], T = q->shape[2], hd = q->shape[3];
-    it_tensor *scores = it_matmul(q, k, false, true); /* (B, nh, T, T) */
+    it_tensor *scores = it_matmul(q, k, false, true); /* (B, nh, T, S) */
     it_tensor *att = it_softmax(scores, 1.0f / sqrtf((float)hd), true);
     it_tensor *y = it_matmul(att, v, false, false); /* (B, nh, T, hd) */
     int back[4] = {0, 2, 1, 3};
@@ -244,13 +245,15 @@ static it_tensor *kv_heads(it_tensor *x, int64_t nh) {
     return it_contiguous(it_permute(x, perm));
 }
 
-/* q (B, T, nh, hd), k and v (B, T, nkv, hd) -> (B, T, C); `keep`: see it__attention_low. */
+/* q (B, T, nh, hd), k and v (B, S, nkv, hd), S >= T, query t at key position S - T + t
+ * (a KV cache's: S = T is self-attention) -> (B, T, C); `keep`: see it__attention_low. */
 static it_tensor *attention(it_tensor *q, it_tensor *k, it_tensor *v, bool keep) {
     OP_REQUIRE(q && k && v);
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || k->shape[1] != q->shape[1] ||
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || k->shape[1] < q->shape[1] ||
         k->shape[3] != q->shape[3] || v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] ||
         v->shape[2] != k->shape[2] || v->shape[3] != k->shape[3] || k->shape[2] < 1 || q->shape[2] % k->shape[2] != 0) {
-        it_error(IT_ERR_INVALID_ARG, "attention: q (B, T, nh, hd), k and v (B, T, nkv, hd) with nh divisible by nkv");
+        it_error(IT_ERR_INVALID_ARG,
+                 "attention: q (B, T, nh, hd), k and v (B, S, nkv, hd) with S >= T and nh divisible by nkv");
         return NULL;
     }
     bool same = q->dtype == k->dtype && q->dtype == v->dtype &&

@@ -75,11 +75,12 @@ static it_tensor *forward(const it_tensor *src, const it_tdesc *q, const it_tdes
     return st ? NULL : y;
 }
 
-static void save(it_node *n, it_tensor *y, it_tensor *lse, float scale, int64_t H) {
+static void save(it_node *n, it_tensor *y, it_tensor *lse, const it_flash_args *a, int64_t H) {
     it__node_save(n, y);
     it__node_save(n, lse);
-    n->f[0] = scale;
+    n->f[0] = a->scale;
     n->i[0] = H;
+    n->i[1] = a->q_offset;
 }
 
 /* The backward kernel on the node's saved y and lse, dy made contiguous. */
@@ -89,7 +90,7 @@ static it_status backward(it_node *n, it_tensor *dy, const it_tdesc *q, const it
     if (!dyc) return it_last_status();
     int64_t H = q->shape[1], D = q->shape[3];
     it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), dyd = it__heads_of(dyc, H, D, 0, D, 1), ld = it_tensor_desc(lse);
-    it_flash_args a = {(float)n->f[0], true, 0};
+    it_flash_args a = {(float)n->f[0], true, n->i[1]};
     return KCALL(it_tensor_device(y), flash_attention_bwd, &a, q, k, v, &yd, &dyd, &ld, dq, dk, dv);
 }
 
@@ -117,7 +118,7 @@ it_tensor *it__flash_qkv(it_tensor *qkv, int64_t H, bool *declined) {
     if (it__needs_grad(1, &qkv)) {
         it_node *n = it__node_record("attention", qkv_backward, y, 1, &qkv);
         OP_REQUIRE(n);
-        save(n, y, lse, a.scale, H);
+        save(n, y, lse, &a, H);
     }
     return y;
 }
@@ -141,17 +142,19 @@ static it_status qkv3_backward(it_node *n, it_tensor *dy) {
     return st;
 }
 
+/* k and v may hold more positions than q (S >= T: a KV cache's keys): query t sits at key
+ * position S - T + t. */
 it_tensor *it__flash_qkv3(it_tensor *q, it_tensor *k, it_tensor *v, bool *declined) {
     int64_t H = q->shape[2], Hkv = k->shape[2], D = q->shape[3];
     it_tdesc qd = BHTD(q, H), kd = BHTD(k, Hkv), vd = BHTD(v, Hkv);
-    it_flash_args a = {1.0f / sqrtf((float)D), true, 0};
+    it_flash_args a = {1.0f / sqrtf((float)D), true, k->shape[1] - q->shape[1]};
     it_tensor *lse = NULL, *y = forward(q, &qd, &kd, &vd, &a, &lse, declined);
     OP_REQUIRE(y);
     it_tensor *in[3] = {q, k, v};
     if (it__needs_grad(3, in)) {
         it_node *n = it__node_record("attention", qkv3_backward, y, 3, in);
         OP_REQUIRE(n);
-        save(n, y, lse, a.scale, H);
+        save(n, y, lse, &a, H);
     }
     return y;
 }
