@@ -131,6 +131,24 @@ IT_API it_status it_model_grad_shared_sumsq(it_model *m, it_tensor *g, int64_t f
 /* FLOPs of one training step (forward + backward) per token, for MFU: 6*N + attention. */
 IT_API double it_model_flops_per_token(const it_model *m, int64_t T);
 
+/* ---- KV cache: generation without recomputing the prefix (src/models/kv_cache.c) */
+typedef struct it_kv_cache it_kv_cache;
+/* A cache for `batch` sequences of up to max_len positions (1..block_size): every layer's
+ * keys and values, (batch, max_len, n_kv_head, head_dim) each, in the parameters' dtype on
+ * the model's device. A model split over TP or PP ranks is refused (IT_ERR_UNSUPPORTED). */
+IT_API it_status it_kv_cache_new(it_model *m, int64_t batch, int64_t max_len, it_kv_cache **out);
+IT_API void it_kv_cache_free(it_kv_cache *c);
+IT_API int64_t it_kv_cache_len(const it_kv_cache *c); /* positions held */
+IT_API int64_t it_kv_cache_capacity(const it_kv_cache *c);
+IT_API int64_t it_kv_cache_batch(const it_kv_cache *c);
+IT_API size_t it_kv_cache_bytes(const it_kv_cache *c);
+IT_API void it_kv_cache_reset(it_kv_cache *c); /* forget every position */
+/* The model on idx (B, T) as positions len .. len+T-1 of the cache's B sequences, whose keys
+ * and values it appends (len += T); grad mode off inside. Returns the logits (B, T, Vp) of
+ * it_model_forward on the whole sequence at those positions, or with last_only (B, 1, Vp):
+ * the last position's alone (the head runs on that row only). */
+IT_API it_tensor *it_model_forward_cached(it_model *m, it_kv_cache *c, it_tensor *idx, bool last_only);
+
 /* ---- The parameters by name
  *
  * Every model describes its parameters with one layout walk, in flat-buffer (= checkpoint)

@@ -140,6 +140,18 @@ it_status it_gpt2_config_check(const it_gpt2_config *c) {
 
 /* ---------------------------------------------------------------- forward */
 
+/* qkv (B, T, 3C) of a cached forward's new positions -> (B, T, C): their queries against
+ * every key the cache holds, theirs included (kv_cache.c). */
+static it_tensor *cached_attention(it_model *m, int l, it_tensor *qkv, int heads) {
+    if (!qkv) return NULL;
+    int64_t B = it_tensor_dim(qkv, 0), T = it_tensor_dim(qkv, 1), C = it_tensor_dim(qkv, 2) / 3;
+    int64_t s4[4] = {B, T, heads, C / heads};
+    it_tensor *q = it_reshape(it_slice(qkv, 2, 0, C, 1), 4, s4), *k = it_reshape(it_slice(qkv, 2, C, 2 * C, 1), 4, s4),
+              *v = it_reshape(it_slice(qkv, 2, 2 * C, 3 * C, 1), 4, s4);
+    if (it__kv_extend(m, l, &k, &v)) return NULL;
+    return it_attention(q, k, v);
+}
+
 /* Block l: x += attn(ln_1(x)); x += mlp(ln_2(x)) (under TP this rank's heads and columns). */
 static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     gpt2 *g = m->impl;
@@ -149,8 +161,9 @@ static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     it_tensor *h = IT_PREC_MODULE(it_layernorm(x, p[LN1W], p[LN1B], LN_EPS), l, "ln_1");
     /* under autocast qkv and y stay bf16 between the products (the same bits as widened) */
     h = IT_PREC_MODULE(it__linear_keep(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
-    h = it__lora_adapts(m, p[ATTPROJW]) ? it_causal_self_attention(h, heads)
-                                        : it__causal_self_attention_low(h, heads); /* (B, T, C) */
+    h = m->kv                             ? cached_attention(m, l, h, heads)
+        : it__lora_adapts(m, p[ATTPROJW]) ? it_causal_self_attention(h, heads)
+                                          : it__causal_self_attention_low(h, heads); /* (B, T, C) */
     h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
     x = it_add(x, IT_PREC_MODULE(h, l, "attn"));
     h = IT_PREC_MODULE(it_layernorm(x, p[LN2W], p[LN2B], LN_EPS), l, "ln_2");
@@ -185,7 +198,14 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     /* Under tensor parallelism (model_impl.h): wte holds this rank's vocabulary rows, c_attn and
      * c_fc its heads and FFN columns, the c_proj weights the matching input columns; with
      * sequence parallelism x holds this rank's T/N rows between the collectives. */
-    int64_t Tl = m->sp ? T / m->tp_size : T, t0 = m->sp ? (int64_t)m->tp_rank * Tl : 0;
+    /* a cached forward (kv_cache.c): the new tokens sit at positions pos .. pos + T - 1 */
+    int64_t pos = it__kv_pos(m);
+    if (pos + T > g->cfg.block_size) {
+        it_error(IT_ERR_INVALID_ARG, "gpt2: positions %lld..%lld outside block_size %d", (long long)pos,
+                 (long long)(pos + T - 1), g->cfg.block_size);
+        return NULL;
+    }
+    int64_t Tl = m->sp ? T / m->tp_size : T, t0 = pos + (m->sp ? (int64_t)m->tp_rank * Tl : 0);
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output (B, Tl, C) */
     if (m->first) {
         it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
@@ -197,6 +217,7 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
     x = it__run_layers(m, x, m->l0, m->l1 < g->cfg.n_layer ? m->l1 : g->cfg.n_layer, gpt2_layer);
     if (!m->last) return x; /* to the next pipeline stage */
     IT_PREC_LAYER(-1);
+    x = it__kv_last(m, x); /* generation: the last position's logits alone */
     x = IT_PREC_MODULE(it_layernorm(x, g->lnfw, g->lnfb, LN_EPS), -1, "transformer.ln_f");
     (void)B;
     (void)C;

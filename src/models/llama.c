@@ -147,7 +147,8 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     llama *g = m->impl;
     int nh = g->nh / m->tp_size, nkv = g->nkv % m->tp_size ? 1 : g->nkv / m->tp_size; /* 1: kept, not cut */
     int64_t B = g->B, T = g->Tcur, C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
-    it_tensor *cos = it_tensor_slice(g->cos, 0, 0, T, 1), *sin = it_tensor_slice(g->sin, 0, 0, T, 1);
+    int64_t pos = it__kv_pos(m); /* a cached forward's first position (kv_cache.c) */
+    it_tensor *cos = it_tensor_slice(g->cos, 0, pos, pos + T, 1), *sin = it_tensor_slice(g->sin, 0, pos, pos + T, 1);
     IT_PREC_LAYER(l);
     it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
     it_tensor *q, *k, *v;
@@ -172,6 +173,7 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
     k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
     v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
+    if (m->kv && it__kv_extend(m, l, &k, &v)) return NULL; /* generation: every position's keys */
     /* under autocast y stays bf16 into an unadapted projection (the same bits as widened) */
     it_tensor *y = it__lora_adapts(m, g->proj[l]) ? it_attention(q, k, v) : it__attention_low(q, k, v);
     it_tensor *att = IT_PREC_MODULE(it__tp_row_linear(m, y, g->proj[l], NULL), l, "attn.c_proj");
@@ -256,8 +258,14 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
                  m->info.family, (long long)T, m->tp_size);
         return NULL;
     }
-    if (T > g->rope_T) { /* grow geometrically: generation asks for T = 1, 2, 3, ... */
-        int64_t want = T > 2 * (int64_t)g->rope_T ? T : 2 * (int64_t)g->rope_T;
+    int64_t end = it__kv_pos(m) + T; /* a cached forward's tokens sit at positions end - T .. end - 1 */
+    if (end > g->T) {
+        it_error(IT_ERR_INVALID_ARG, "%s: positions %lld..%lld outside block_size %d", m->info.family,
+                 (long long)(end - T), (long long)(end - 1), g->T);
+        return NULL;
+    }
+    if (end > g->rope_T) { /* grow geometrically: generation asks for 1, 2, 3, ... positions */
+        int64_t want = end > 2 * (int64_t)g->rope_T ? end : 2 * (int64_t)g->rope_T;
         if (rope_tables(g, m->dev, (int)(want < g->T ? want : g->T))) return NULL;
     }
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output */
@@ -279,6 +287,7 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
         return x;
     }
     IT_PREC_LAYER(-1);
+    x = it__kv_last(m, x); /* generation: the last position's logits alone */
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
     it_tensor *logits = IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), g->lm_head), -1, "lm_head");
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);

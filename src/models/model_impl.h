@@ -78,8 +78,20 @@ struct it_model {
     /* Activation recomputation (it_model_set_recompute): the method and its layer count. */
     it_recompute recompute;
     int recompute_layers;
+    /* During it_model_forward_cached: the cache the layers extend and attend against
+     * (kv_cache.c); NULL otherwise. */
+    struct it_kv_cache *kv;
     void *impl;
 };
+
+/* The KV cache's side of a layer (kv_cache.c), each a no-op without one (m->kv NULL):
+ * it__kv_pos: the position of this forward's first token (0 without a cache);
+ * it__kv_extend: layer l's new keys and values (B, T, nkv, hd) written at the cache's
+ * positions, *k and *v replaced by views of every position so far (B, pos + T, nkv, hd);
+ * it__kv_last: x (B, T, C) cut to its last position when only that one's logits are wanted. */
+int64_t it__kv_pos(const it_model *m);
+it_status it__kv_extend(it_model *m, int l, it_tensor **k, it_tensor **v);
+it_tensor *it__kv_last(it_model *m, it_tensor *x);
 
 /* A model's block l on x (the residual stream), for it__run_layers. */
 typedef it_tensor *(*it__layer_fn)(it_model *m, int l, it_tensor *x);
