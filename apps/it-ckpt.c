@@ -121,26 +121,6 @@ static bool is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* An llm.c file's model, its app known from the magic. */
-static it_status load_llmc_any(const char *path, it_model **m) {
-    int32_t magic = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t got = fread(&magic, sizeof magic, 1, f);
-    fclose(f);
-    const char *app = !got                ? NULL
-                      : magic == 20240326 ? "gpt2"
-                      : magic == 20240803 ? "llama3"
-                      : magic == 20260513 ? "mixtral"
-                                          : NULL;
-    if (!app)
-        return it_error(IT_ERR_FORMAT,
-                        "%s: magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803) or "
-                        "Mixtral (20260513)",
-                        path, magic);
-    return load_llmc(app, path, m);
-}
-
 static it_status to_hf(const char *in, const char *out, const char *dtype, const char *shard, const char *like) {
     it_hf_save_options o = {IT_DTYPE_FP32, 0};
     it_status st = it_hf_parse_size(shard ? shard : "5GB", &o.max_shard_bytes);
@@ -148,7 +128,8 @@ static it_status to_hf(const char *in, const char *out, const char *dtype, const
     if (dtype && (st = it_dtype_from_name(dtype, &o.dtype))) return it_error_context("--dtype: ");
     it_model *m = NULL;
     if (!is_dir(in)) {
-        st = load_llmc_any(in, &m);
+        it_device cpu;
+        if (!(st = it_device_parse("cpu", &cpu))) st = it_model_load(in, cpu, &m);
     } else {
         char app[32], source[4096], hf[4096];
         if ((st = it_ckpt_origin(in, app, sizeof app, source, sizeof source))) return st;

@@ -56,6 +56,8 @@ typedef struct it_model_info {
     int n_expert, router_topk; /* Mixtral */
 } it_model_info;
 
+/* Any llm.c model file, its family known from its magic (GPT-2, LLaMA-3 or Mixtral). */
+IT_API it_status it_model_load(const char *path, it_device dev, it_model **out);
 IT_API void it_model_free(it_model *m);
 IT_API const it_model_info *it_model_get_info(const it_model *m);
 IT_API it_device it_model_device(const it_model *m);

@@ -967,3 +967,20 @@ it_tensor *it__run_layers(it_model *m, it_tensor *x, int l0, int l1, it__layer_f
     }
     return x;
 }
+
+it_status it_model_load(const char *path, it_device dev, it_model **out) {
+    int32_t h[256];
+    size_t bytes;
+    it_status st = it__read_header(path, h, &bytes);
+    if (st) return st;
+    switch (h[0]) {
+    case 20240326: return it_gpt2_load(path, dev, out);
+    case 20240803: return it_llama3_load(path, dev, out);
+    case 20260513: return it_mixtral_load(path, dev, out);
+    default:
+        return it_error(IT_ERR_FORMAT,
+                        "%s: header[0] magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803) or "
+                        "Mixtral (20260513)",
+                        path, h[0]);
+    }
+}
