@@ -110,6 +110,9 @@ IT_API it_status it_hf_lora_save(const it_model *m, const char *dir, const char 
 IT_API it_status it_hf_lora_load(it_model *m, const char *dir);
 /* Whether path is a directory holding adapter_config.json. */
 IT_API bool it_hf_lora_is_peft(const char *path);
+/* A PEFT directory's adapter_config.json: its r and lora_alpha (what this project's adapters
+ * can take: LoRA, no rsLoRA, DoRA, biases or per-module patterns; otherwise a named error). */
+IT_API it_status it_hf_lora_config(const char *dir, int *r, double *alpha);
 
 #ifdef __cplusplus
 }

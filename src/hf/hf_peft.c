@@ -181,7 +181,7 @@ it_status it_hf_lora_save(const it_model *m, const char *dir, const char *base_m
 
 /* ---------------------------------------------------------------- load */
 
-static it_status read_adapter_config(const char *dir, int *r, double *alpha) {
+it_status it_hf_lora_config(const char *dir, int *r, double *alpha) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     json_error_t jerr;
@@ -221,7 +221,7 @@ it_status it_hf_lora_load(it_model *m, const char *dir) {
     int r = 0;
     double alpha = 0;
     it_status st = hf_config_of_model(m, &c);
-    if (!st) st = read_adapter_config(dir, &r, &alpha);
+    if (!st) st = it_hf_lora_config(dir, &r, &alpha);
     if (st) return st;
     if (r != it__lora_rank(m) || (float)alpha != it__lora_alpha(m))
         return it_error(IT_ERR_INVALID_ARG,

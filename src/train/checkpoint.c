@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "autograd/node.h"
+#include "infinitrain/hf.h"
 #include "train/ckpt_file.h"
 #include "train/train_internal.h"
 
@@ -1106,5 +1107,90 @@ it_status it_ckpt_origin_hf(const char *dir, char *hf, size_t n) {
     json_t *v = flags ? json_object_get(flags, "hf_model") : NULL;
     snprintf(hf, n, "%s", json_is_string(v) ? json_string_value(v) : "");
     json_decref(j);
+    return IT_OK;
+}
+
+/* A recorded flag's value as text ("" when absent). */
+static const char *flag_text(json_t *flags, const char *name) {
+    json_t *v = flags ? json_object_get(flags, name) : NULL;
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* A GPT-2 built from scratch: its preset and sizing flags as the run recorded them. */
+static it_status scratch_gpt2(const char *path, json_t *flags, it_device dev, it_model **m) {
+    it_gpt2_config cfg;
+    const char *model = flag_text(flags, "model");
+    it_status st = it_gpt2_preset(*model ? model : "d12", &cfg);
+    if (st) return it_error_context("%s: flags.model: ", path);
+    struct {
+        const char *name;
+        int *field;
+    } sizes[] = {{"n_layer", &cfg.n_layer},
+                 {"n_head", &cfg.n_head},
+                 {"n_embd", &cfg.n_embd},
+                 {"block_size", &cfg.block_size},
+                 {"vocab_size", &cfg.vocab_size}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const char *v = flag_text(flags, sizes[i].name);
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*v || n == 0) continue; /* the preset's */
+        if (*end || n < 0 || n > INT_MAX)
+            return it_error(IT_ERR_FORMAT, "%s: flags.%s: \"%s\" is not a size", path, sizes[i].name, v);
+        *sizes[i].field = (int)n;
+        if (sizes[i].field == &cfg.vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+    }
+    return it_gpt2_new(&cfg, dev, 0, m);
+}
+
+it_status it_ckpt_model_new(const char *dir, it_device dev, it_model **out) {
+    *out = NULL;
+    char path[PATH_MAX];
+    json_t *j = NULL, *ours, *flags;
+    it_status st = state_flags(dir, path, sizeof path, &j, &ours, &flags);
+    if (st) return st;
+    const char *app = NULL;
+    if (!ours || get_str(path, ours, "app", &app)) {
+        json_decref(j);
+        return it_error(IT_ERR_FORMAT, "%s: no infinitrain_c.app: not written by this project", path);
+    }
+    const char *hf = flag_text(flags, "hf_model"), *llmc = flag_text(flags, "llmc_filepath");
+    it_model *m = NULL;
+    bool gpt2 = strcmp(app, "gpt2") == 0, llama3 = strcmp(app, "llama3") == 0, mixtral = strcmp(app, "mixtral") == 0;
+    if (!gpt2 && !llama3 && !mixtral) {
+        st = it_error(IT_ERR_FORMAT, "%s: infinitrain_c.app \"%s\": expected gpt2, llama3 or mixtral", path, app);
+    } else if (*hf) {
+        if ((st = it_hf_load(hf, dev, NULL, &m))) it_error_context("%s: the run's --hf_model: ", path);
+    } else if (*llmc) {
+        st = gpt2     ? it_gpt2_load(llmc, dev, &m)
+             : llama3 ? it_llama3_load(llmc, dev, &m)
+                      : it_mixtral_load(llmc, dev, &m);
+        if (st) it_error_context("%s: the run's --llmc_filepath (it gives the model's shape): ", path);
+    } else if (gpt2) {
+        st = scratch_gpt2(path, flags, dev, &m);
+    } else {
+        st = it_error(IT_ERR_FORMAT, "%s: a %s run with neither --llmc_filepath nor --hf_model recorded", path, app);
+    }
+    /* a LoRA run's checkpoint: its adapters, as trainer_state.json describes them */
+    json_t *l = st ? NULL : json_object_get(ours, "lora");
+    if (l) {
+        int64_t rank = 0;
+        const char *targets = NULL;
+        json_t *a = json_object_get(l, "alpha");
+        if (!(st = get_int(path, l, "rank", 0, &rank)) && !(st = get_str(path, l, "target_modules", &targets)) &&
+            !json_is_number(a))
+            st = it_error(IT_ERR_FORMAT, "%s: infinitrain_c.lora.alpha is not a number", path);
+        if (!st) {
+            it_lora_config lc = {(int)rank, (float)json_number_value(a), targets, 0};
+            st = it_model_lora_apply(m, &lc);
+        }
+    }
+    json_decref(j);
+    if (!st) st = it_ckpt_load_model_dir(m, dir, true);
+    if (st) {
+        it_model_free(m);
+        return st;
+    }
+    *out = m;
     return IT_OK;
 }

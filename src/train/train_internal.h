@@ -131,6 +131,10 @@ IT_API it_status it_ckpt_save_model_dir(it_model *m, const char *app, const char
 IT_API it_status it_ckpt_origin(const char *dir, char *app, size_t napp, char *source, size_t nsource);
 /* The --hf_model the checkpoint's run started from ("" when none). */
 IT_API it_status it_ckpt_origin_hf(const char *dir, char *hf, size_t n);
+/* The model a checkpoint directory holds, built as its run built it (from the run's
+ * --hf_model or --llmc_filepath, or a GPT-2 from its --model and sizing flags), its LoRA
+ * adapters applied as trainer_state.json records them, every parameter from model.ckpt. */
+IT_API it_status it_ckpt_model_new(const char *dir, it_device dev, it_model **out);
 
 /* flags.c: one hash per flag that every rank must agree on, with its name; returns the count. */
 IT_API int it_train_flags_agree_hashes(const it_train_config *c, uint64_t *hashes, const char **names, int max);
