@@ -45,6 +45,9 @@
 #                          model loaded from bf16 safetensors and from its llm.c file, peak RSS of each)
 #   BENCH_SKIP_TOKENIZE=1  skip the tokenizer lines (bench/tokenize_bench.sh: the KJV through cl100k_base
 #                          against npm's tiktoken, and through GPT-2's BPE)
+#   BENCH_SKIP_GENERATE=1  skip the generation lines (bench_generate: GPT-2 124M and a small LLaMA-3 generate
+#                          BENCH_GENERATE_TOKENS tokens, default 1024, over the KV cache: ms a token per band
+#                          of 128 positions, against one uncached forward at T = 128, 512, 1024)
 #   BENCH_ARGS, BENCH_PEER_ARGS   more arguments for bench_train / peer_pytorch.py (a smoke
 #                          test: BENCH_ARGS="--warmup 1 --steps 1 --no-profile")
 # Figures go to stdout; docs/performance.md explains them. Nothing here asserts on time.
@@ -227,6 +230,13 @@ if [ "${BENCH_SKIP_TOKENIZE:-0}" != 1 ]; then
     echo
     bash "$root/bench/tokenize_bench.sh" "$build" | tee "$work/tokenize.txt" ||
         echo "bench: tokenize_bench.sh failed (see above)" >&2
+fi
+
+# ---- generation over the KV cache: time per token against the position
+if [ "${BENCH_SKIP_GENERATE:-0}" != 1 ]; then
+    echo
+    "$build/bench_generate" --tokens "${BENCH_GENERATE_TOKENS:-1024}" | tee "$work/generate.txt" ||
+        echo "bench: bench_generate failed (see above)" >&2
 fi
 
 # ---- comparison and targets

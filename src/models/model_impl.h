@@ -147,8 +147,8 @@ typedef struct it__llama_config {
     bool scaled_rope;
     float rope_factor, rope_low, rope_high, rope_old_ctx;
 } it__llama_config;
-it_status it__llama_build(const it__llama_config *c, it_device dev, const it_model_parallel *par, const char *what,
-                          it_model **out);
+IT_API it_status it__llama_build(const it__llama_config *c, it_device dev, const it_model_parallel *par,
+                                 const char *what, it_model **out);
 it_status it__gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_model_parallel *par, it_model **out);
 /* The adapters as other formats see them (PEFT, src/hf/hf_peft.c): the whole model's adapter
  * tensors ("<module>.lora_A" (r, in), ".lora_B" (out, r)) at their offsets in the one-rank

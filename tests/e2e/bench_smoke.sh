@@ -2,7 +2,8 @@
 # The benchmarks still run, and what they claim besides time holds (nothing here asserts on
 # time): bench_train on the 6-layer GPT-2, LLaMA-3 and Mixtral cases, 2 warm-up and 2
 # measured steps (the 2-layer smoke shapes, 1 and 1, in a sanitizer build), prints a RESULT line per case with a finite step-1 loss near ln(V) (random init) and ZERO
-# backend mallocs in every measured step (the caching allocator serves the steady state).
+# backend mallocs in every measured step (the caching allocator serves the steady state);
+# bench_generate runs a few tokens.
 # Usage: bench_smoke.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$1
@@ -62,5 +63,14 @@ if ! grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
     bad "the summary has no MFU (steps' peaks) for llama3_6l384_t256"
   echo "peaks: $(grep 'MFU at the peak probed next to each step' "$tmp/peaks.txt")"
 fi
+# bench_generate: a few tokens of GPT-2 124M over the KV cache (not under the sanitizers, where
+# building the 124M model alone takes long): one GENERATE line with every token, a band line.
+if ! grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  "$build/bench_generate" --model gpt2 --tokens 9 --no-full >"$tmp/gen.txt" 2>&1 || bad "bench_generate: $(tail -2 "$tmp/gen.txt")"
+  grep -q '^GENERATE model=gpt2_124m params=124475904 .* new_tokens=9 tok_per_s=' "$tmp/gen.txt" && ok ||
+    bad "bench_generate: no GENERATE line for 9 tokens: $(head -3 "$tmp/gen.txt")"
+  grep -q '^GENERATE_BAND model=gpt2_124m positions=2-9 ' "$tmp/gen.txt" && ok || bad "bench_generate: no band line"
+fi
+
 echo "bench_smoke: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
