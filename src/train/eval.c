@@ -1,7 +1,8 @@
 /* The validation loss, as llm.c computes it: every --val_loss_every steps and after the last,
  * the mean loss over the first --val_max_steps batches of each rank's share of
  * --input_val_bin (batches r, r+world, ... as in training), averaged over all ranks and
- * printed once as `val loss X`. It runs without autograd and reads from its own loader, so
+ * printed once as llm.c's `val loss X`, followed by the step it was taken after
+ * (`val loss X | step N/TOTAL`). It runs without autograd and reads from its own loader, so
  * the training trajectory is bitwise the same with and without it. */
 #include <stdio.h>
 
@@ -54,7 +55,7 @@ it_status train_validate(it_train_ctx *ctx) {
     if (st) return it_error_context("validation: ");
     ctx->val_loss = sum / (double)(ctx->val_steps * ctx->world);
     if (!ctx->quiet) {
-        printf("val loss %f\n", ctx->val_loss);
+        printf("val loss %f | step %4d/%d\n", ctx->val_loss, ctx->step, ctx->cfg->num_iteration);
         fflush(stdout);
     }
     if (ctx->result) ctx->result->val_loss = ctx->val_loss;

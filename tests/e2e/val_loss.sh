@@ -26,8 +26,10 @@ val=(--input_val_bin "$fix/tiny_shard.bin" --val_loss_every 4 --val_max_steps 3)
 "$gpt2" "${base[@]}" --quiet --loss_log "$tmp/plain.txt" || bad "plain run exited $?"
 "$gpt2" "${base[@]}" "${val[@]}" --loss_log "$tmp/val.txt" >"$tmp/out.txt" 2>&1 || bad "validated run exited $?"
 cmp -s "$tmp/plain.txt" "$tmp/val.txt" && ok || bad "training losses differ with validation on"
-n=$(grep -c '^val loss [0-9]*\.[0-9]\{6\}$' "$tmp/out.txt")
+n=$(grep -c '^val loss [0-9]*\.[0-9]\{6\} | step  *[0-9]*/12$' "$tmp/out.txt")
 [[ $n -eq 3 ]] && ok || bad "expected 3 'val loss' lines (steps 4, 8, 12), found $n"
+[[ $(grep '^val loss' "$tmp/out.txt" | sed 's/.*step *//' | tr '\n' ' ') == "4/12 8/12 12/12 " ]] && ok ||
+  bad "the val loss lines do not name steps 4, 8, 12: $(grep '^val loss' "$tmp/out.txt")"
 # after step 4's line and before step 5's
 awk '/^step +4\//{s=1} /^val loss/{if (s==1) s=2} /^step +5\//{exit !(s==2)}' "$tmp/out.txt" && ok ||
   bad "the first val loss is not printed after step 4"
