@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # it-info end to end: usage: bash it_info.sh BUILD_DIR SOURCE_DIR
 #
-# Runs BUILD_DIR/it-info (plain, --coverage, --help, a bad flag, with a failing plugin init and
-# with IT_BACKEND_PATH set) next to the test plugins built in BUILD_DIR, and checks that the
+# Runs BUILD_DIR/it-info (as a user runs it, without the test plugins; then plain, --coverage, --help,
+# a bad flag, with a failing plugin init and with IT_BACKEND_PATH set) with the test plugins of
+# BUILD_DIR/test-plugins, and checks that the
 # backends, the refused plugins with their reasons, the devices and the coverage table are
 # there. Prints one line per check; exits 1 if any failed.
 set -u
@@ -40,6 +41,13 @@ api=$(sed -n 's/^#define IT_BACKEND_API_VERSION \([0-9]*\).*/\1/p' "$src/include
 [ -n "$api" ] || { echo "FAIL - cannot read IT_BACKEND_API_VERSION from $src"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# ---- a user's it-info (no IT_BACKEND_PATH): no test plugin anywhere, nor in a device error
+out=$(env -u IT_BACKEND_PATH "$info" 2>&1)
+expect_not "a user's it-info lists no test plugin" "$out" "testplug|simhalf|badversion|noentry|faulty"
+out=$(env -u IT_BACKEND_PATH "$build/gpt2" --device simhal --input_bin "$src/tests/fixtures/gpt2/tiny_shard.bin" 2>&1)
+expect_not "an unknown device's message names no test plugin" "$out" "testplug|simhalf|badversion|noentry|faulty"
+expect "an unknown device's message still lists the real backends" "$out" "discoverable plugins: .*sim"
 
 # ---- plain listing
 out=$("$info" 2>"$tmp/err"); rc=$?
@@ -112,7 +120,7 @@ expect "and the init error is shown" "$out" \
 
 # ---- IT_BACKEND_PATH: a plugin reachable only through it, and a missing directory
 mkdir -p "$tmp/plugins"
-ln -s "$build/libit_backend_testplug.so" "$tmp/plugins/libit_backend_pathplug.so"
+ln -s "$build/test-plugins/libit_backend_testplug.so" "$tmp/plugins/libit_backend_pathplug.so"
 out=$(IT_BACKEND_PATH="/nonexistent/it_info_dir:$tmp/plugins" "$info" 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "it-info exits 0 with IT_BACKEND_PATH set" || bad "exit $rc with IT_BACKEND_PATH" "$out"
 expect "IT_BACKEND_PATH is shown" "$out" "IT_BACKEND_PATH=/nonexistent/it_info_dir:$tmp/plugins$"

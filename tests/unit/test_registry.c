@@ -37,8 +37,9 @@ static void plugin_path(char *buf, size_t size, const char *name) {
     snprintf(buf, size, "%s/libit_backend_%s.so", bindir, name);
 }
 
-/* The deliberately broken test plugins are built into BUILD/test-plugins (found through
- * IT_BACKEND_PATH), off the search path beside the executables a user runs. */
+/* The test plugins (testplug and the deliberately broken ones) are built into
+ * BUILD/test-plugins (found through IT_BACKEND_PATH), off the search path beside the
+ * executables a user runs. */
 static void test_plugin_path(char *buf, size_t size, const char *name) {
     snprintf(buf, size, "%s/test-plugins/libit_backend_%s.so", bindir, name);
 }
@@ -46,7 +47,7 @@ static void test_plugin_path(char *buf, size_t size, const char *name) {
 /* testplug's stats, through the already loaded plugin (RTLD_NOLOAD: never loads it). */
 static bool testplug_stats(int device, testplug_stats_rec *out) {
     char path[PATH_MAX + 64];
-    plugin_path(path, sizeof path, "testplug");
+    test_plugin_path(path, sizeof path, "testplug");
     void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (!h) return false;
     union {
@@ -74,7 +75,7 @@ static void *parse_testplug(void *arg) {
 /* Runs first: the plugin is loaded and initialized by whichever thread wins, once. */
 static void test_concurrent_first_use(void) {
     char path[PATH_MAX + 64];
-    plugin_path(path, sizeof path, "testplug");
+    test_plugin_path(path, sizeof path, "testplug");
     CHECK(dlopen(path, RTLD_NOW | RTLD_NOLOAD) == NULL); /* not loaded yet */
     pthread_t th[N_THREADS];
     it_device devs[N_THREADS];
@@ -104,7 +105,7 @@ static void test_testplug_by_name(void) {
     CHECK(!b->host_memory);
     CHECK(b->default_autocast_dtype == IT_DTYPE_FP16);
     char path[PATH_MAX + 64];
-    plugin_path(path, sizeof path, "testplug");
+    test_plugin_path(path, sizeof path, "testplug");
     CHECK_MSG(strcmp(it_backend_origin(b), path) == 0, "origin %s, expected %s", it_backend_origin(b), path);
     int n = -1;
     CHECK_OK(it_device_count(b, &n));
@@ -678,7 +679,7 @@ static void test_backend_path(void) {
     /* A plugin file under another name, reachable only through IT_BACKEND_PATH. */
     char link[PATH_MAX + 64], target[PATH_MAX + 64];
     snprintf(link, sizeof link, "%s/libit_backend_aliasplug.so", dir);
-    plugin_path(target, sizeof target, "testplug");
+    test_plugin_path(target, sizeof target, "testplug");
     CHECK(symlink(target, link) == 0);
     char env[2 * PATH_MAX];
     snprintf(env, sizeof env, "/nonexistent/it_dir::%s", dir);

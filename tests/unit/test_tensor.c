@@ -30,7 +30,7 @@ static testplug_stats_rec tp_stats(int device) {
     testplug_stats_rec s;
     memset(&s, 0, sizeof s);
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/libit_backend_testplug.so", IT_BINARY_DIR);
+    snprintf(path, sizeof path, "%s/test-plugins/libit_backend_testplug.so", IT_BINARY_DIR);
     void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (!h) return s;
     union {
