@@ -149,7 +149,14 @@ static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
     it_flash_attention_set(ctx->cfg->flash); /* samples, steps and validation alike */
     train_banner(ctx);
-    if (ctx->cfg->freq_generate_txt > 0 && !ctx->cfg->quiet && ctx->rank == 0 && (st = train_generate(ctx))) return st;
+    if (ctx->cfg->freq_generate_txt > 0 && !ctx->cfg->quiet && ctx->rank == 0) {
+        /* the start-up sample leaves the generator as it found it: a resumed run, which
+         * samples at its start too, then draws the uninterrupted run's samples */
+        uint64_t rng = ctx->rng;
+        st = train_generate(ctx);
+        ctx->rng = rng;
+        if (st) return st;
+    }
     it_backend_stats_reset(ctx->dev.backend); /* the report covers training steps only */
     if (ctx->cfg->profile && (st = it_profile_begin(ctx->cfg->profile, ctx->grank))) return st;
     if (ctx->cfg->precision_check && (st = precision_begin(ctx))) return st;

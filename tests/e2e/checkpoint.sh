@@ -90,6 +90,18 @@ else
   echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh); DDP checkpoint tests not run"
 fi
 
+# 1b. The text samples after a resume are the uninterrupted run's (the start-up sample, which
+#     both runs print, does not move the sampling generator).
+d=$tmp/samples
+mkdir -p "$d"
+smp=(--freq_generate_txt 4 --text_length 16 --optimizer adamw)
+train 0 gpt2 "$d/full" "${gpt2[@]}" "${smp[@]}" --num_iteration 12 --save "$d/ck" --save_interval 4 &&
+  train 0 gpt2 "$d/res" "${gpt2[@]}" "${smp[@]}" --num_iteration 12 --load "$d/ck/checkpoint_step_000008" && {
+  a=$(grep '^generated:' "$d/full.out" | tail -1) b=$(grep '^generated:' "$d/res.out" | tail -1)
+  [[ -n $a && $a == "$b" && $(grep -c '^generated:' "$d/full.out") -eq 4 ]] && ok ||
+    bad "the step-12 sample after a resume differs: '$a' vs '$b'"
+}
+
 # 2. A checkpoint written at one DP size, loaded at another with the same --total_batch_size:
 #    compared with the uninterrupted run at the saving size.
 across() { # name, np_save, np_load, tolerance (0 = bitwise), args...
