@@ -6,10 +6,7 @@
 # and where a driver is installed (there scripts/validate-backend.sh cuda is the test).
 set -u
 build=$(cd "${1:?usage: cuda_absent.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
-fails=0
-ok() { echo "ok   - $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/       | /'; }
-expect() { if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/checks.bash"
 
 if [ ! -f "$build/libit_backend_cuda.so" ]; then
     if grep -q '^CMAKE_CUDA_COMPILER:.*nvcc' "$build/CMakeCache.txt" 2>/dev/null &&
@@ -31,5 +28,4 @@ runtime CUDA [0-9]+\.[0-9]+, no NVIDIA driver \(libcuda\.so\.1\) found"
 out=$("$build/gpt2" --device cuda --input_bin /dev/null 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 128 ] && ok "--device cuda fails cleanly (exit $rc)" || bad "--device cuda exits $rc" "$out"
 expect "--device cuda says why" "$out" "backend 'cuda' failed to initialize: cuda: no usable NVIDIA GPU"
-echo "cuda_absent.sh: $fails failed"
-[ $fails -eq 0 ]
+checks_done cuda_absent.sh

@@ -11,27 +11,7 @@ set -u
 build=$(cd "${1:?usage: it_info.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
 src=$(cd "${2:?usage: it_info.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
 info="$build/it-info"
-fails=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-# bad DESCRIPTION [TEXT]: a failed check; TEXT (the output checked) is shown once per run of it-info.
-shown=""
-bad() {
-    checks=$((checks + 1)); fails=$((fails + 1))
-    echo "FAIL - $1"
-    if [ $# -gt 1 ] && [ "$shown" != "$2" ]; then
-        shown=$2
-        printf '%s\n' "$2" | sed 's/^/       | /'
-    fi
-}
-# expect DESCRIPTION TEXT REGEX: TEXT has a line matching the extended REGEX.
-expect() {
-    if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi
-}
-expect_not() {
-    if printf '%s\n' "$2" | grep -Eq -- "$3"; then bad "$1 (a line matches /$3/)" "$2"; else ok "$1"; fi
-}
+. "$src/tests/e2e/checks.bash"
 
 if [ ! -x "$info" ]; then
     echo "FAIL - $info is not built"
@@ -127,5 +107,4 @@ expect "IT_BACKEND_PATH is shown" "$out" "IT_BACKEND_PATH=/nonexistent/it_info_d
 expect "a plugin found on IT_BACKEND_PATH is loaded and refused for its name" "$out" \
     "^  pathplug +failed +$tmp/plugins/libit_backend_pathplug\.so: plugin registers the name 'testplug', not 'pathplug'"
 
-echo "it_info.sh: $((checks - fails)) passed, $fails failed"
-[ $fails -eq 0 ]
+checks_done it_info.sh

@@ -25,27 +25,7 @@ full="$src/scripts/matrix/test_config.json"
 fixtures="$src/tests/fixtures"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-shown=""
-bad() {
-    checks=$((checks + 1)); fails=$((fails + 1))
-    echo "FAIL - $1"
-    if [ $# -gt 1 ] && [ "$shown" != "$2" ]; then
-        shown=$2
-        printf '%s\n' "$2" | sed 's/^/       | /'
-    fi
-}
-# expect DESCRIPTION TEXT REGEX: TEXT has a line matching the extended REGEX.
-expect() {
-    if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi
-}
-expect_not() {
-    if printf '%s\n' "$2" | grep -Eq -- "$3"; then bad "$1 (a line matches /$3/)" "$2"; else ok "$1"; fi
-}
-expect_rc() { if [ "$2" -eq "$3" ]; then ok "$1: exit $2"; else bad "$1: exit $2, expected $3" "${4:-}"; fi; }
+. "$src/tests/e2e/checks.bash"
 # row CASE: the summary-table row of CASE in $out.
 row() { printf '%s\n' "$out" | grep -E "^$1 "; }
 
@@ -304,5 +284,4 @@ sleep 0.2
 left=$(pgrep -f -- "--num_iteration 100000000" || true)
 [ -z "$left" ] && ok "Ctrl-C: nothing left running" || bad "Ctrl-C: processes left" "$left"
 
-echo "$((checks - fails))/$checks checks passed"
-[ "$fails" -eq 0 ]
+checks_done matrix.sh

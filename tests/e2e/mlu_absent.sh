@@ -4,10 +4,7 @@
 # naming the libraries and the paths searched; `--device mlu` must fail with that message.
 set -u
 build=$(cd "${1:?usage: mlu_absent.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
-fails=0
-ok() { echo "ok   - $1"; }
-bad() { fails=$((fails + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | sed 's/^/       | /'; }
-expect() { if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/checks.bash"
 
 if [ ! -f "$build/libit_backend_mlu.so" ]; then echo "FAIL - libit_backend_mlu.so not built"; exit 1; fi
 if [ -n "${NEUWARE_HOME:-}" ] && [ -e "$NEUWARE_HOME/lib64/libcnrt.so" ] || ldconfig -p 2>/dev/null | grep -q libcnrt.so; then
@@ -22,5 +19,4 @@ out=$(NEUWARE_HOME=/opt/it-mlu-absent "$build/gpt2" --device mlu --input_bin /de
 [ $rc -ne 0 ] && ok "--device mlu fails" || bad "--device mlu exits 0" "$out"
 expect "--device mlu names NEUWARE_HOME's lib64" "$out" "searched in /opt/it-mlu-absent/lib64 \(NEUWARE_HOME\)"
 expect "--device mlu names every library" "$out" "missing: libcnrt\.so, libcnnl\.so, libcncl\.so"
-echo "mlu_absent.sh: $fails failed"
-[ $fails -eq 0 ]
+checks_done mlu_absent.sh

@@ -12,15 +12,7 @@
 set -u
 
 src=$(cd "${2:?usage: new_backend.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
-fails=0
-ok() { echo "ok   - $1"; }
-bad() {
-    fails=$((fails + 1))
-    echo "FAIL - $1"
-    [ $# -gt 1 ] && printf '%s\n' "$2" | head -40 | sed 's/^/       | /'
-}
-# expect DESCRIPTION TEXT REGEX: TEXT has a line matching the extended REGEX.
-expect() { if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi; }
+. "$src/tests/e2e/checks.bash"
 
 tmp=$(mktemp -d /tmp/it_new_backend_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -126,5 +118,4 @@ rc=$?
 [ $rc -eq 1 ] && ok "conformance exits 1 on the broken slot" || bad "conformance exit $rc" "$out"
 expect "conformance names the failing slot and its dtypes" "$out" "^  myaccel:0 layernorm_bwd \([0-9]+ cases?: fp32"
 
-[ $fails -eq 0 ] && echo "all checks passed" || echo "$fails check(s) failed"
-[ $fails -eq 0 ]
+checks_done new_backend.sh

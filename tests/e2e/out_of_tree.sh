@@ -12,14 +12,7 @@ set -u
 
 build=$(cd "${1:?usage: out_of_tree.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
 src=$(cd "${2:?usage: out_of_tree.sh BUILD_DIR SOURCE_DIR}" && pwd) || exit 1
-fails=0
-ok() { echo "ok   - $1"; }
-bad() {
-    fails=$((fails + 1))
-    echo "FAIL - $1"
-    [ $# -gt 1 ] && printf '%s\n' "$2" | head -30 | sed 's/^/       | /'
-}
-expect() { if printf '%s\n' "$2" | grep -Eq -- "$3"; then ok "$1"; else bad "$1 (no line matches /$3/)" "$2"; fi; }
+. "$src/tests/e2e/checks.bash"
 
 tmp=$(mktemp -d /tmp/it_out_of_tree_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -109,5 +102,4 @@ for dev in vendorcm vendorpc; do
     fi
 done
 
-[ $fails -eq 0 ] && echo "all checks passed" || echo "$fails check(s) failed"
-[ $fails -eq 0 ]
+checks_done out_of_tree.sh
