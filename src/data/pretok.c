@@ -8,6 +8,7 @@
  * UTF-8 -- JS would never see the bad bytes (TextDecoder turns them into U+FFFD); here each bad
  * byte is one "other" character, so it still lands, byte-exact, in a pre-token; (2) \s is
  * JavaScript's (it includes U+FEFF and excludes U+001C..U+001F and U+0085, unlike Python's). */
+#include "data/pretok.h"
 #include "data/unicode_tables.h"
 #include "infinitrain/data.h"
 
@@ -151,7 +152,8 @@ static size_t contraction_end(const unsigned char *s, size_t len, size_t pos) {
     return 0;
 }
 
-size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) {
+/* cl100k's pattern with \p{N}{1,max_digits} (Qwen2's pattern is the same with \p{N}: 1). */
+static size_t cl100k_end(const char *text, size_t len, size_t pos, int max_digits) {
     const unsigned char *s = (const unsigned char *)text;
     if (!s || pos >= len) return len;
     size_t n, m, e;
@@ -168,7 +170,7 @@ size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) {
     /* \p{N}{1,3} */
     if (c0 == UC_NUMBER) {
         e = pos;
-        for (int k = 0; k < 3 && e < len && tt_char_at(s, len, e, &m, &cp) == UC_NUMBER; k++) e += m;
+        for (int k = 0; k < max_digits && e < len && tt_char_at(s, len, e, &m, &cp) == UC_NUMBER; k++) e += m;
         return e;
     }
     /* ' ?[^\s\p{L}\p{N}]+[\r\n]*': the optional space, a run of "other", then CR and LF */
@@ -193,6 +195,15 @@ size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) {
     if (e < len && last > pos) return last;
     return e;
 }
+
+size_t it_tiktoken_pretoken_end(const char *text, size_t len, size_t pos) { return cl100k_end(text, len, pos, 3); }
+
+/* Qwen2's pattern (Qwen2, Qwen2.5, Qwen3 tokenizer.json):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|
+ *   \s+(?!\S)|\s+
+ * cl100k's but for single digits, with the same Rust-regex semantics (Hugging Face's tokenizers
+ * runs it with onig, whose \s is White_Space too). */
+size_t it_pretok_qwen2_end(const char *text, size_t len, size_t pos) { return cl100k_end(text, len, pos, 1); }
 
 /* ---- o200k_base's pattern ------------------------------------------------------------------------
  *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
