@@ -1,5 +1,6 @@
 /* Training data: llm.c token shards, InfiniTrain's (distributed) data loader, llm.c tokenizer
- * files and GPT-2's byte-level BPE encoder.
+ * files, GPT-2's byte-level BPE encoder, tiktoken rank files, Hugging Face tokenizer.json, and
+ * it_tokenizer_open over all of them.
  *
  * Error convention: every function that can fail returns it_status and records a message for
  * it_last_error() that names the file, the field, the expected and the found value. */
@@ -116,7 +117,7 @@ IT_API size_t it_bpe_pretoken_end(const char *text, size_t len, size_t pos);
  * byte_pair_merge (lowest rank first, leftmost of equal ones). Special tokens come after the
  * ranks for the tables known by their size: LLaMA-3's 256 from 128000 (<|begin_of_text|>
  * 128000, <|end_of_text|> 128001, ...), cl100k_base's, o200k_base's; their text in the input is
- * plain text. */
+ * plain text here (it_tokenizer_encode of it_tokenizer_open's tokenizer makes it the tokens). */
 typedef struct it_tiktoken it_tiktoken;
 
 IT_API it_status it_tiktoken_load(const char *path, it_tiktoken **out);
@@ -152,6 +153,76 @@ IT_API size_t it_tiktoken_pretoken_end_o200k(const char *text, size_t len, size_
  * table of o200k_base's size); another name is IT_ERR_INVALID_ARG. */
 IT_API it_status it_tiktoken_set_pattern(it_tiktoken *t, const char *name);
 IT_API const char *it_tiktoken_pattern_name(const it_tiktoken *t);
+
+/* ---- Hugging Face tokenizer.json (byte-level BPE) ----------------------------------------------
+ * A tokenizer.json whose model.type is "BPE", read as Hugging Face's tokenizers encodes:
+ *   - model.vocab (token -> id, in GPT-2's bytes_to_unicode spelling), model.merges (rank = index;
+ *     "a b" strings or ["a", "b"] pairs; both parts and their concatenation in the vocab),
+ *     model.ignore_merges (LLaMA-3: a pre-token that is itself a token is taken whole);
+ *   - added_tokens (id, content, special): their text in the input is split out first and becomes
+ *     the token -- at each position the longest, leftmost first, special or not;
+ *   - pre_tokenizer ByteLevel (GPT-2's pattern), or a Sequence of Split (a regex, behavior
+ *     Isolated) + ByteLevel (use_regex false) whose regex is cl100k_base's (LLaMA-3) or Qwen2's
+ *     (Qwen2, Qwen2.5, Qwen3); another pattern is IT_ERR_UNSUPPORTED naming the ones supported;
+ *   - normalizer null or absent (another, e.g. Qwen's NFC, is IT_ERR_UNSUPPORTED); decoder
+ *     ByteLevel or absent;
+ *   - post_processor TemplateProcessing: the special token it puts before a single text is the
+ *     BOS (it_hf_tokenizer_bos); encoding never adds it.
+ * Pre-tokens are merged by rank (lowest first, leftmost of equal ones) in O(n log n). A byte of
+ * invalid UTF-8 is one character of no class to the pre-tokenizer and becomes its own byte
+ * symbol, so the tokens' bytes are always exactly the text's. */
+typedef struct it_hf_tokenizer it_hf_tokenizer;
+
+/* Errors: IT_ERR_IO, IT_ERR_FORMAT naming the JSON field (malformed JSON: its line and column;
+ * a merge or added token out of the vocabulary; duplicate ids), IT_ERR_UNSUPPORTED naming the
+ * field and value not implemented (normalizer, pattern, dropout, byte_fallback, lstrip...). */
+IT_API it_status it_hf_tokenizer_load(const char *path, it_hf_tokenizer **out);
+IT_API void it_hf_tokenizer_free(it_hf_tokenizer *t);
+/* *ids malloc'd (free() it), *n tokens; NULL and 0 for an empty text. */
+IT_API it_status it_hf_tokenizer_encode(const it_hf_tokenizer *t, const char *text, size_t len, uint32_t **ids,
+                                        size_t *n);
+IT_API int64_t it_hf_tokenizer_vocab_size(const it_hf_tokenizer *t); /* max id + 1, added tokens included */
+/* A token's bytes (an added token's content); NULL for an id that is none. len may be NULL. */
+IT_API const char *it_hf_tokenizer_token_bytes(const it_hf_tokenizer *t, uint32_t id, size_t *len);
+/* The id of the token with these bytes (an added token's content first), or -1. */
+IT_API int64_t it_hf_tokenizer_token_id(const it_hf_tokenizer *t, const char *bytes, size_t len);
+/* The added tokens (added_tokens, in file order): count, and token i's content, id and special flag
+ * (NULL past the end; id and special may be NULL). */
+IT_API int it_hf_tokenizer_special_count(const it_hf_tokenizer *t);
+IT_API const char *it_hf_tokenizer_special_at(const it_hf_tokenizer *t, int i, uint32_t *id, bool *special);
+/* The BOS the format prepends: post_processor TemplateProcessing's token before $A; without a
+ * TemplateProcessing, an added "<|begin_of_text|>" (LLaMA-3's first tokenizer.json, whose model
+ * still expects it); else -1. */
+IT_API int64_t it_hf_tokenizer_bos(const it_hf_tokenizer *t);
+/* The token put before each document in a token shard: the BOS, else "<|endoftext|>" (GPT-2,
+ * Qwen), else -1. */
+IT_API int64_t it_hf_tokenizer_doc_separator(const it_hf_tokenizer *t);
+/* The pre-tokenizer pattern: "gpt2", "cl100k" or "qwen2". */
+IT_API const char *it_hf_tokenizer_pattern_name(const it_hf_tokenizer *t);
+/* A decoding table (every id's bytes; its end-of-text the document separator). */
+IT_API it_status it_tokenizer_from_hf(const it_hf_tokenizer *t, it_tokenizer **out);
+
+/* ---- Any tokenizer ------------------------------------------------------------------------------
+ * One it_tokenizer for every format the apps take. */
+
+/* Open any tokenizer the apps take: llm.c's tokenizer .bin (decode only), a tiktoken rank file
+ * (LLaMA-3's tokenizer.model), or a Hugging Face tokenizer.json; a directory means its
+ * tokenizer.json, else its tokenizer.model (HF model directories hold one of them). The format
+ * is told by the content: llm.c's magic, a JSON object, else a rank file. The tokenizer owns
+ * what it loaded; it_tokenizer_free frees it. */
+IT_API it_status it_tokenizer_open(const char *path, it_tokenizer **out);
+/* Whether the tokenizer can encode. llm.c's .bin holds no merges: it encodes only when it is
+ * byte-level (its first 256 tokens the 256 bytes in order, as `tokenize` writes without a BPE;
+ * each byte is then its own id); another is IT_ERR_UNSUPPORTED from encode, saying so. */
+IT_API bool it_tokenizer_can_encode(const it_tokenizer *t);
+/* text -> ids; special/added tokens' text in the input becomes those tokens for tokenizer.json
+ * (as HF does) and for tiktoken rank files (as tiktoken's encode with allowed_special="all"),
+ * no BOS added. *ids malloc'd. */
+IT_API it_status it_tokenizer_encode(const it_tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n);
+/* The id of a token by its exact text (special tokens included, e.g. "<|end_of_text|>"), or -1. */
+IT_API int64_t it_tokenizer_token_id(const it_tokenizer *t, const char *text);
+/* The BOS the model's format prepends (LLaMA-3 128000), or -1. */
+IT_API int64_t it_tokenizer_bos(const it_tokenizer *t);
 
 #ifdef __cplusplus
 }

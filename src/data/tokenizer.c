@@ -1,11 +1,17 @@
 /* llm.c tokenizer files: 1024-byte header of 256 little-endian int32 ([0] magic 20240328 GPT-2 or
  * 20240801 LLaMA-3, [1] version 1 or 2, [2] vocab size, v2: [3] eot id), then per token one
- * length byte (1..255, llm.c asserts > 0) and the bytes, nothing after the last token. */
+ * length byte (1..255, llm.c asserts > 0) and the bytes, nothing after the last token.
+ *
+ * An it_tokenizer is always such a decoding table; one made by it_tokenizer_open from a tiktoken
+ * rank file or a tokenizer.json also owns that tokenizer and encodes with it. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/afile.h"
 #include "data/file_util.h"
+#include "data/special_match.h"
 #include "infinitrain/data.h"
 
 struct it_tokenizer {
@@ -13,6 +19,11 @@ struct it_tokenizer {
     uint32_t *offset; /* token i = blob[offset[i] .. offset[i] + len[i]), NUL after it */
     uint8_t *len;
     char *blob;
+    int32_t magic;                /* an llm.c file's, else 0 */
+    int64_t bos;                  /* -1 none */
+    it_tiktoken *tk;              /* owned: opened from a rank file */
+    it_special_match *tk_special; /* its special tokens' names, for encode */
+    it_hf_tokenizer *hf;          /* owned: opened from a tokenizer.json */
 };
 
 void it_tokenizer_free(it_tokenizer *t) {
@@ -20,6 +31,9 @@ void it_tokenizer_free(it_tokenizer *t) {
     free(t->offset);
     free(t->len);
     free(t->blob);
+    it_tiktoken_free(t->tk);
+    it_special_match_free(t->tk_special);
+    it_hf_tokenizer_free(t->hf);
     free(t);
 }
 
@@ -91,6 +105,9 @@ it_status it_tokenizer_load(const char *path, it_tokenizer **out) {
     }
     t->vocab_size = vocab;
     t->eot = eot;
+    t->magic = magic;
+    /* llm.c's LLaMA-3 file: Meta's format starts each text with <|begin_of_text|> */
+    t->bos = magic == IT_TOKENIZER_MAGIC_LLAMA3 && vocab > 128000 ? 128000 : -1;
     size_t pos = 1024, bo = 0;
     for (int32_t i = 0; i < vocab; i++) {
         if (pos >= size) {
@@ -188,14 +205,15 @@ it_status it_tokenizer_write_v1(const char *path, int32_t magic, int64_t vocab_s
     return tokenizer_write(path, 1, magic, vocab_size, eot, tokens, lens);
 }
 
-it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out) {
-    if (!out || !tk) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_from_tiktoken: NULL argument");
-    *out = NULL;
-    int64_t vocab = it_tiktoken_vocab_size(tk);
+typedef const char *(*token_bytes_fn)(const void *src, uint32_t id, size_t *len);
+
+/* A decoding table of every id's bytes from src (an id that is none, or longer than the
+ * format's 255 bytes -- no known table has one -- decodes to nothing). */
+static it_status table_from(const void *src, token_bytes_fn bytes, int64_t vocab, const char *who, it_tokenizer **out) {
     size_t total = 0;
     for (int64_t i = 0; i < vocab; i++) {
         size_t l = 0;
-        if (it_tiktoken_token_bytes(tk, (uint32_t)i, &l)) total += l;
+        if (bytes(src, (uint32_t)i, &l)) total += l;
     }
     it_tokenizer *t = calloc(1, sizeof *t);
     if (t) {
@@ -205,13 +223,13 @@ it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out) 
     }
     if (!t || !t->offset || !t->len || !t->blob) {
         it_tokenizer_free(t);
-        return it_error(IT_ERR_OOM, "it_tokenizer_from_tiktoken: out of host memory");
+        return it_error(IT_ERR_OOM, "%s: out of host memory", who);
     }
     size_t o = 0;
     for (int64_t i = 0; i < vocab; i++) {
         size_t l = 0;
-        const char *b = it_tiktoken_token_bytes(tk, (uint32_t)i, &l);
-        if (!b || l > 255) l = 0; /* an unused id decodes to nothing; no table has a token past 255 bytes */
+        const char *b = bytes(src, (uint32_t)i, &l);
+        if (!b || l > 255) l = 0;
         t->offset[i] = (uint32_t)o;
         t->len[i] = (uint8_t)l;
         if (l) memcpy(t->blob + o, b, l);
@@ -219,7 +237,198 @@ it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out) 
         t->blob[o++] = 0;
     }
     t->vocab_size = vocab;
-    t->eot = it_tiktoken_doc_separator(tk);
+    t->bos = -1;
     *out = t;
     return IT_OK;
+}
+
+static const char *tiktoken_bytes(const void *src, uint32_t id, size_t *len) {
+    return it_tiktoken_token_bytes(src, id, len);
+}
+
+static const char *hf_bytes(const void *src, uint32_t id, size_t *len) {
+    return it_hf_tokenizer_token_bytes(src, id, len);
+}
+
+it_status it_tokenizer_from_tiktoken(const it_tiktoken *tk, it_tokenizer **out) {
+    if (!out || !tk) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_from_tiktoken: NULL argument");
+    *out = NULL;
+    it_status st = table_from(tk, tiktoken_bytes, it_tiktoken_vocab_size(tk), "it_tokenizer_from_tiktoken", out);
+    if (st) return st;
+    (*out)->eot = it_tiktoken_doc_separator(tk);
+    /* LLaMA-3's table: Meta's format starts each text with <|begin_of_text|> */
+    uint32_t id;
+    for (int i = 0; i < it_tiktoken_special_count(tk); i++)
+        if (strcmp(it_tiktoken_special_at(tk, i, &id), "<|begin_of_text|>") == 0) (*out)->bos = id;
+    return IT_OK;
+}
+
+it_status it_tokenizer_from_hf(const it_hf_tokenizer *hf, it_tokenizer **out) {
+    if (!out || !hf) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_from_hf: NULL argument");
+    *out = NULL;
+    it_status st = table_from(hf, hf_bytes, it_hf_tokenizer_vocab_size(hf), "it_tokenizer_from_hf", out);
+    if (st) return st;
+    (*out)->eot = it_hf_tokenizer_doc_separator(hf);
+    (*out)->bos = it_hf_tokenizer_bos(hf);
+    return IT_OK;
+}
+
+/* ---- any tokenizer ----------------------------------------------------------------------------- */
+
+/* A rank file's tokenizer, owning the table and its special tokens' matcher. */
+static it_status open_tiktoken(const char *path, it_tokenizer **out) {
+    it_tiktoken *tk = NULL;
+    it_status st = it_tiktoken_load(path, &tk);
+    if (!st) st = it_tokenizer_from_tiktoken(tk, out);
+    if (st) {
+        it_tiktoken_free(tk);
+        return st;
+    }
+    (*out)->tk = tk;
+    it_special_match *m = (*out)->tk_special = it_special_match_new();
+    uint32_t id;
+    const char *name;
+    for (int i = 0; m && (name = it_tiktoken_special_at(tk, i, &id)); i++)
+        if (it_special_match_add(m, name, strlen(name), id)) m = NULL;
+    if (!m) {
+        it_tokenizer_free(*out);
+        *out = NULL;
+        return it_error(IT_ERR_OOM, "%s: out of host memory", path);
+    }
+    return IT_OK;
+}
+
+static it_status open_hf(const char *path, it_tokenizer **out) {
+    it_hf_tokenizer *hf = NULL;
+    it_status st = it_hf_tokenizer_load(path, &hf);
+    if (!st) st = it_tokenizer_from_hf(hf, out);
+    if (st) {
+        it_hf_tokenizer_free(hf);
+        return st;
+    }
+    (*out)->hf = hf;
+    return IT_OK;
+}
+
+it_status it_tokenizer_open(const char *path, it_tokenizer **out) {
+    if (!out) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_open: empty path");
+    struct stat st;
+    if (stat(path, &st) != 0) return it_error(IT_ERR_IO, "tokenizer %s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) { /* a model directory: tokenizer.json, else tokenizer.model */
+        size_t n = strlen(path) + sizeof "/tokenizer.model";
+        char *p = malloc(n);
+        if (!p) return it_error(IT_ERR_OOM, "tokenizer %s: out of host memory", path);
+        snprintf(p, n, "%s/tokenizer.json", path);
+        it_status s2;
+        if (stat(p, &st) == 0) {
+            s2 = open_hf(p, out);
+        } else {
+            snprintf(p, n, "%s/tokenizer.model", path);
+            s2 = stat(p, &st) == 0 ? open_tiktoken(p, out)
+                                   : it_error(IT_ERR_NOT_FOUND,
+                                              "tokenizer %s: a directory with neither tokenizer.json nor "
+                                              "tokenizer.model",
+                                              path);
+        }
+        free(p);
+        return s2;
+    }
+    /* the format by its content: llm.c's magic, a JSON object, else a rank file */
+    unsigned char head[64] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return it_error(IT_ERR_IO, "tokenizer %s: cannot open: %s", path, strerror(errno));
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    int32_t magic = got >= 4 ? it_data_le_i32(head) : 0;
+    if (magic == IT_TOKENIZER_MAGIC_GPT2 || magic == IT_TOKENIZER_MAGIC_LLAMA3) return it_tokenizer_load(path, out);
+    size_t i = 0;
+    while (i < got && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) i++;
+    if (i < got && head[i] == '{') return open_hf(path, out);
+    return open_tiktoken(path, out);
+}
+
+/* An llm.c file is byte-level when its first 256 tokens are the 256 bytes in order (what
+ * `tokenize` writes without a BPE, and make run trains on): then a text's encoding is its
+ * bytes, with nothing to merge. */
+static bool bytewise(const it_tokenizer *t) {
+    if (t->tk || t->hf || t->vocab_size < 256) return false;
+    for (int b = 0; b < 256; b++)
+        if (t->len[b] != 1 || (unsigned char)t->blob[t->offset[b]] != b) return false;
+    return true;
+}
+
+bool it_tokenizer_can_encode(const it_tokenizer *t) { return t && (t->tk || t->hf || bytewise(t)); }
+
+int64_t it_tokenizer_bos(const it_tokenizer *t) { return t ? t->bos : -1; }
+
+it_status it_tokenizer_encode(const it_tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n) {
+    if (!ids || !n) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_encode: ids or n is NULL");
+    *ids = NULL;
+    *n = 0;
+    if (!t) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_encode: no tokenizer");
+    if (len && !text) return it_error(IT_ERR_INVALID_ARG, "it_tokenizer_encode: text is NULL");
+    if (t->hf) return it_hf_tokenizer_encode(t->hf, text, len, ids, n);
+    if (!t->tk && bytewise(t)) {
+        *ids = len ? malloc(len * sizeof **ids) : NULL;
+        if (len && !*ids) return it_error(IT_ERR_OOM, "it_tokenizer_encode: out of host memory for %zu ids", len);
+        for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
+        *n = len;
+        return IT_OK;
+    }
+    if (!t->tk)
+        return it_error(IT_ERR_UNSUPPORTED,
+                        "tokenizer: an llm.c tokenizer file holds the tokens' bytes only: it decodes but cannot "
+                        "encode, unless it is byte-level (open a tokenizer.json or a tiktoken tokenizer.model to "
+                        "encode)");
+    /* tiktoken's encode with allowed_special="all": the text between special tokens' names
+     * encoded ordinarily (no name is a prefix of another, so leftmost-longest is tiktoken's
+     * leftmost match) */
+    uint32_t *all = NULL, *part;
+    size_t count = 0, cap = 0, m;
+    for (size_t pos = 0; pos < len;) {
+        size_t start = len, end = len;
+        uint32_t special = 0;
+        bool found = it_special_match_next(t->tk_special, text, len, pos, &start, &end, &special);
+        it_status st = it_tiktoken_encode(t->tk, text + pos, start - pos, &part, &m);
+        if (!st && count + m + 1 > cap) {
+            size_t c = cap ? cap : 1024;
+            while (c < count + m + 1) c *= 2;
+            uint32_t *grown = realloc(all, c * sizeof *grown);
+            if (grown)
+                all = grown, cap = c;
+            else
+                st = it_error(IT_ERR_OOM, "it_tokenizer_encode: out of host memory for %zu ids", c);
+        }
+        if (st) {
+            free(part);
+            free(all);
+            return st;
+        }
+        if (m) memcpy(all + count, part, m * sizeof *part);
+        count += m;
+        free(part);
+        if (found) all[count++] = special;
+        pos = end;
+    }
+    *ids = all;
+    *n = count;
+    return IT_OK;
+}
+
+int64_t it_tokenizer_token_id(const it_tokenizer *t, const char *text) {
+    if (!t || !text) return -1;
+    size_t len = strlen(text);
+    if (t->hf) return it_hf_tokenizer_token_id(t->hf, text, len);
+    if (t->tk) {
+        uint32_t id;
+        const char *name;
+        for (int i = 0; (name = it_tiktoken_special_at(t->tk, i, &id)); i++)
+            if (strcmp(name, text) == 0) return id;
+        return it_tiktoken_token_id(t->tk, text, len);
+    }
+    for (int64_t i = 0; i < t->vocab_size; i++) /* llm.c's file: no index; a rare call */
+        if (t->len[i] == len && memcmp(t->blob + t->offset[i], text, len) == 0) return i;
+    return -1;
 }

@@ -443,25 +443,6 @@ static it_status setup_batch(it_train_ctx *ctx) {
     return IT_OK;
 }
 
-/* --tokenizer: an llm.c tokenizer file (its magic) or else a tiktoken rank file. */
-static it_status load_tokenizer(const char *path, it_tokenizer **out) {
-    unsigned char head[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return it_error(IT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t got = fread(head, 1, 4, f);
-    fclose(f);
-    int32_t magic =
-        got == 4
-            ? (int32_t)((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24)
-            : 0;
-    if (magic == IT_TOKENIZER_MAGIC_GPT2 || magic == IT_TOKENIZER_MAGIC_LLAMA3) return it_tokenizer_load(path, out);
-    it_tiktoken *tk = NULL;
-    it_status st = it_tiktoken_load(path, &tk);
-    if (!st) st = it_tokenizer_from_tiktoken(tk, out);
-    it_tiktoken_free(tk);
-    return st;
-}
-
 static it_status setup_data(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
@@ -471,7 +452,8 @@ static it_status setup_data(it_train_ctx *ctx) {
     if (c->tokenizer_bin && c->tokenizer)
         return it_error(IT_ERR_INVALID_ARG, "--tokenizer and --tokenizer_bin: give one tokenizer");
     if (c->tokenizer_bin && (st = it_tokenizer_load(c->tokenizer_bin, &ctx->tok))) return st;
-    if (c->tokenizer && (st = load_tokenizer(c->tokenizer, &ctx->tok))) return it_error_context("--tokenizer: ");
+    /* --tokenizer: any format (llm.c's file, a rank file, a tokenizer.json, a model directory) */
+    if (c->tokenizer && (st = it_tokenizer_open(c->tokenizer, &ctx->tok))) return it_error_context("--tokenizer: ");
     return IT_OK;
 }
 
