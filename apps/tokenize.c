@@ -1,19 +1,21 @@
 /* tokenize: text files -> an llm.c token shard (and a tokenizer file).
  *
  *   tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]
- *            [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]
+ *            [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model|tokenizer.json]
  *            [--eot none|ID] [--pattern cl100k|o200k] [--val_output VAL.bin --val_fraction 0.1]
  *            [--max_bytes N]
- *   tokenize --tokenizer tokenizer.model --list-special | --decode ID,ID,...
+ *   tokenize --tokenizer tokenizer.model|tokenizer.json --list-special | --decode ID,ID,...
  *
  * Without --encoder/--vocab the tokens are bytes (id = byte value, end-of-text 256, vocab 257);
  * with them, GPT-2 BPE (vocab 50257, end-of-text 50256); with --tokenizer, a tiktoken rank file
- * (LLaMA-3's tokenizer.model: vocab 128256). Every input file's text is preceded by the document
- * separator, as llm.c's data scripts start each document with one (GPT-2's end-of-text, LLaMA-3's
- * <|begin_of_text|> 128000); --eot none adds nothing, --eot ID that id. With --val_output
- * the first round(n * val_fraction) tokens go to the validation shard and the rest to --output
- * (llm.c's tinyshakespeare split also takes validation from the front). The shard is uint16
- * when every id fits, else uint32.
+ * (LLaMA-3's tokenizer.model: vocab 128256) or a Hugging Face tokenizer.json (told by its
+ * content; a model directory means its tokenizer.json, else its tokenizer.model), whose added
+ * tokens' text in the input becomes those tokens, as Hugging Face encodes. Every input file's
+ * text is preceded by the document separator, as llm.c's data scripts start each document with
+ * one (GPT-2's end-of-text, LLaMA-3's <|begin_of_text|> 128000); --eot none adds nothing, --eot
+ * ID that id. With --val_output the first round(n * val_fraction) tokens go to the validation
+ * shard and the rest to --output (llm.c's tinyshakespeare split also takes validation from the
+ * front). The shard is uint16 when every id fits, else uint32.
  *
  * Exit status: 0 ok, 1 an input/output/format error, 2 a usage error. */
 #include <errno.h>
@@ -51,7 +53,7 @@ static int tokvec_push(tokvec *t, const uint32_t *ids, size_t n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tokenize --input FILE [--input FILE ...] --output SHARD.bin [--tokenizer_out TOK.bin]\n"
-               "                [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model]\n"
+               "                [--encoder encoder.json --vocab vocab.bpe | --tokenizer tokenizer.model|.json]\n"
                "                [--eot none|ID] [--pattern cl100k|o200k] [--val_output VAL.bin --val_fraction F]\n"
                "                [--max_bytes N]\n"
                "\n"
@@ -61,7 +63,9 @@ static void usage(FILE *f) {
                "  --tokenizer_out F    also write the llm.c tokenizer file (magic 20240328, version 2)\n"
                "  --encoder, --vocab   GPT-2 BPE from encoder.json + vocab.bpe (vocab 50257, end-of-text 50256);\n"
                "                       without them tokens are bytes: id = byte, end-of-text 256, vocab 257\n"
-               "  --tokenizer F        a tiktoken rank file (LLaMA-3's tokenizer.model, cl100k_base.tiktoken)\n"
+               "  --tokenizer F        a tiktoken rank file (LLaMA-3's tokenizer.model, cl100k_base.tiktoken),\n"
+               "                       a Hugging Face tokenizer.json (byte-level BPE: GPT-2, LLaMA-3, Qwen2), or a\n"
+               "                       model directory holding one of them\n"
                "  --eot none|ID        the token before each file: none, or an id (default: the tokenizer's\n"
                "                       document separator, as llm.c's data scripts place it)\n"
                "  --pattern NAME       with --tokenizer: cl100k (the default; LLaMA-3's) or o200k (the default\n"
@@ -94,8 +98,10 @@ static size_t safe_split(const char *s, size_t n) {
 }
 
 typedef struct {
-    const it_bpe *bpe;     /* NULL: bytes (or tiktoken) */
-    const it_tiktoken *tk; /* a tiktoken rank file */
+    const it_bpe *bpe;         /* NULL: bytes (or tiktoken, or tokenizer.json) */
+    const it_tiktoken *tk;     /* a tiktoken rank file */
+    const it_hf_tokenizer *hf; /* a tokenizer.json */
+    int split;                 /* a tokenizer.json's: no added token contains a split point's byte */
     tokvec *out;
 } encoder;
 
@@ -109,10 +115,10 @@ static size_t safe_split_tiktoken(const char *s, size_t n) {
 }
 
 static int encode(const encoder *e, const char *text, size_t n) {
-    if (e->tk) {
+    if (e->tk || e->hf) {
         uint32_t *ids;
         size_t m;
-        if (it_tiktoken_encode(e->tk, text, n, &ids, &m)) {
+        if (e->tk ? it_tiktoken_encode(e->tk, text, n, &ids, &m) : it_hf_tokenizer_encode(e->hf, text, n, &ids, &m)) {
             fprintf(stderr, "tokenize: %s\n", it_last_error());
             return -1;
         }
@@ -178,7 +184,7 @@ static long long encode_file(const encoder *e, const char *path, long long *budg
         total += (long long)got;
         if (*budget >= 0) *budget -= (long long)got;
         int last = got < want || want == 0;
-        if (last && *budget == 0 && (e->bpe || e->tk)) {
+        if (last && *budget == 0 && (e->bpe || e->tk || e->hf)) {
             /* --max_bytes cut the text: do not split a UTF-8 character. */
             size_t keep = have;
             while (keep > 0 && ((unsigned char)buf[keep - 1] & 0xC0) == 0x80) keep--;
@@ -188,7 +194,11 @@ static long long encode_file(const encoder *e, const char *path, long long *budg
                 if (have - (keep - 1) < need) have = keep - 1;
             }
         }
-        size_t cut = last ? have : e->tk ? safe_split_tiktoken(buf, have) : safe_split(buf, have);
+        size_t cut = last                                                                ? have
+                     : e->hf && !e->split                                                ? 0
+                     : e->hf && strcmp(it_hf_tokenizer_pattern_name(e->hf), "gpt2") == 0 ? safe_split(buf, have)
+                     : e->tk || e->hf ? safe_split_tiktoken(buf, have)
+                                      : safe_split(buf, have);
         if (cut) {
             if (encode(e, buf, cut)) {
                 rc = -1;
@@ -222,23 +232,25 @@ static int write_shard(const char *path, const uint32_t *t, size_t n, int *wide)
     return 0;
 }
 
-/* A tiktoken table as llm.c's tokenizer file (magic 20240801): every id's bytes; an id between
- * the ranks and the special tokens that is neither (cl100k's 100256) gets the text
- * "<|unused_ID|>", since the format has no empty entry. */
-static int write_tokenizer_tiktoken(const char *path, const it_tiktoken *tk, int64_t eot) {
-    int64_t vocab = it_tiktoken_vocab_size(tk);
+/* A tiktoken table or a tokenizer.json as llm.c's tokenizer file (magic 20240801, GPT-2's
+ * 20240328 for a vocabulary that fits uint16): every id's bytes; an id that is no token (cl100k's
+ * 100256) gets the text "<|unused_ID|>", since the format has no empty entry. */
+static int write_tokenizer_table(const char *path, const it_tiktoken *tk, const it_hf_tokenizer *hf, int64_t eot) {
+    int64_t vocab = tk ? it_tiktoken_vocab_size(tk) : it_hf_tokenizer_vocab_size(hf);
+    int32_t magic = tk || vocab > 65536 ? IT_TOKENIZER_MAGIC_LLAMA3 : IT_TOKENIZER_MAGIC_GPT2;
     const char **toks = malloc((size_t)vocab * sizeof *toks);
     size_t *lens = malloc((size_t)vocab * sizeof *lens);
     char(*unused)[32] = calloc((size_t)vocab, 32);
     int rc = toks && lens && unused ? 0 : -1;
     for (int64_t i = 0; rc == 0 && i < vocab; i++) {
-        toks[i] = it_tiktoken_token_bytes(tk, (uint32_t)i, &lens[i]);
-        if (!toks[i]) {
+        toks[i] = tk ? it_tiktoken_token_bytes(tk, (uint32_t)i, &lens[i])
+                     : it_hf_tokenizer_token_bytes(hf, (uint32_t)i, &lens[i]);
+        if (!toks[i] || lens[i] > 255) {
             lens[i] = (size_t)snprintf(unused[i], 32, "<|unused_%lld|>", (long long)i);
             toks[i] = unused[i];
         }
     }
-    if (rc == 0 && it_tokenizer_write(path, IT_TOKENIZER_MAGIC_LLAMA3, vocab, eot < 0 ? 0 : eot, toks, lens)) {
+    if (rc == 0 && it_tokenizer_write(path, magic, vocab, eot < 0 ? 0 : eot, toks, lens)) {
         fprintf(stderr, "tokenize: %s\n", it_last_error());
         rc = -1;
     } else if (rc) {
@@ -310,20 +322,47 @@ static int check_writable(const char *flag, const char *path) {
     return 0;
 }
 
+/* --tokenizer's file: a directory's tokenizer.json, else its tokenizer.model (in buf). */
+static const char *tokenizer_file(const char *path, char *buf, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return path;
+    snprintf(buf, cap, "%s/tokenizer.json", path);
+    if (stat(buf, &st) == 0) return buf;
+    snprintf(buf, cap, "%s/tokenizer.model", path);
+    return buf;
+}
+
+/* Whether a file is a tokenizer.json (a JSON object) rather than a rank file. */
+static int is_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    int c = ' ';
+    while (f && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) c = fgetc(f);
+    if (f) fclose(f);
+    return c == '{';
+}
+
+/* Loads --tokenizer: a tokenizer.json into *hf or a rank file into *tk. Prints why not. */
+static int load_tokenizer(const char *path, it_tiktoken **tk, it_hf_tokenizer **hf) {
+    if (is_json(path) ? it_hf_tokenizer_load(path, hf) : it_tiktoken_load(path, tk)) {
+        fprintf(stderr, "tokenize: %s\n", it_last_error());
+        return -1;
+    }
+    return 0;
+}
+
 /* --list-special (each special token's id and text) or --decode ID,ID,... (the tokens' bytes,
  * written as they are) with --tokenizer: no input, no shard. */
 static int tiktoken_query(const char *tk_path, int list_special, const char *ids) {
     if (!tk_path) USAGE_ERROR("%s needs --tokenizer", list_special ? "--list-special" : "--decode");
     it_tiktoken *tk = NULL;
-    if (it_tiktoken_load(tk_path, &tk)) {
-        fprintf(stderr, "tokenize: %s\n", it_last_error());
-        return 1;
-    }
+    it_hf_tokenizer *hf = NULL;
+    if (load_tokenizer(tk_path, &tk, &hf)) return 1;
     int rc = 0;
     if (list_special) {
         uint32_t id;
-        for (int i = 0; i < it_tiktoken_special_count(tk); i++) {
-            const char *name = it_tiktoken_special_at(tk, i, &id);
+        int count = tk ? it_tiktoken_special_count(tk) : it_hf_tokenizer_special_count(hf);
+        for (int i = 0; i < count; i++) {
+            const char *name = tk ? it_tiktoken_special_at(tk, i, &id) : it_hf_tokenizer_special_at(hf, i, &id, NULL);
             printf("%u %s\n", id, name);
         }
     }
@@ -334,11 +373,14 @@ static int tiktoken_query(const char *tk_path, int list_special, const char *ids
             errno = 0;
             unsigned long long v = strtoull(p, &end, 10);
             size_t len = 0;
-            const char *b =
-                end > p && !errno && v <= 0xffffffffull ? it_tiktoken_token_bytes(tk, (uint32_t)v, &len) : NULL;
+            const char *b = end > p && !errno && v <= 0xffffffffull
+                                ? tk ? it_tiktoken_token_bytes(tk, (uint32_t)v, &len)
+                                     : it_hf_tokenizer_token_bytes(hf, (uint32_t)v, &len)
+                                : NULL;
             if (!b) {
                 fprintf(stderr, "tokenize: --decode: '%.*s' is not a token id of %s (vocabulary %lld)\n",
-                        (int)strcspn(p, ","), p, tk_path, (long long)it_tiktoken_vocab_size(tk));
+                        (int)strcspn(p, ","), p, tk_path,
+                        (long long)(tk ? it_tiktoken_vocab_size(tk) : it_hf_tokenizer_vocab_size(hf)));
                 rc = 2;
             } else if (*end && *end != ',') {
                 fprintf(stderr, "tokenize: --decode: expected ids separated by commas, found '%s'\n", end);
@@ -350,6 +392,7 @@ static int tiktoken_query(const char *tk_path, int list_special, const char *ids
         }
     if (ids && rc == 0) putchar('\n');
     it_tiktoken_free(tk);
+    it_hf_tokenizer_free(hf);
     return rc;
 }
 
@@ -418,6 +461,8 @@ int main(int argc, char **argv) {
         }
 #undef IS
     }
+    char tk_buf[4096];
+    if (tk_path) tk_path = tokenizer_file(tk_path, tk_buf, sizeof tk_buf);
     if (list_special || decode_ids) {
         int qrc = tiktoken_query(tk_path, list_special, decode_ids);
         free(inputs);
@@ -483,11 +528,26 @@ int main(int argc, char **argv) {
     }
 
     it_tiktoken *tk = NULL;
-    if (tk_path) {
-        if (it_tiktoken_load(tk_path, &tk)) {
-            fprintf(stderr, "tokenize: %s\n", it_last_error());
+    it_hf_tokenizer *hf = NULL;
+    if (tk_path && load_tokenizer(tk_path, &tk, &hf)) {
+        it_bpe_free(bpe);
+        return 1;
+    }
+    if (hf) {
+        if (pattern) /* (exits) */
+            USAGE_ERROR("--pattern: a tokenizer.json names its own pattern (here %s)",
+                        it_hf_tokenizer_pattern_name(hf));
+        eot = it_hf_tokenizer_doc_separator(hf);
+        if (eot < 0 && eot_id == -2) {
+            fprintf(stderr,
+                    "tokenize: --tokenizer %s: no BOS and no <|endoftext|> to put before each document: give --eot ID "
+                    "or --eot none\n",
+                    tk_path);
+            it_hf_tokenizer_free(hf);
             return 1;
         }
+    }
+    if (tk) {
         if (pattern && it_tiktoken_set_pattern(tk, pattern)) {
             fprintf(stderr, "tokenize: --pattern: %s\n", it_last_error());
             it_tiktoken_free(tk);
@@ -503,17 +563,25 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    int64_t vocab_n = tk ? it_tiktoken_vocab_size(tk) : bpe ? it_bpe_vocab_size(bpe) : BYTE_VOCAB;
+    int64_t vocab_n = tk    ? it_tiktoken_vocab_size(tk)
+                      : hf  ? it_hf_tokenizer_vocab_size(hf)
+                      : bpe ? it_bpe_vocab_size(bpe)
+                            : BYTE_VOCAB;
     if (eot_id >= 0 && eot_id >= vocab_n) {
         fprintf(stderr, "tokenize: --eot %lld: outside the vocabulary of %lld\n", eot_id, (long long)vocab_n);
         it_tiktoken_free(tk);
+        it_hf_tokenizer_free(hf);
         it_bpe_free(bpe);
         return 1;
     }
     if (eot_id != -2) eot = eot_id;
 
     tokvec toks = {0};
-    encoder e = {bpe, tk, &toks};
+    encoder e = {bpe, tk, hf, 1, &toks};
+    for (int i = 0; hf && i < it_hf_tokenizer_special_count(hf); i++) { /* can a split point cut one? */
+        const char *name = it_hf_tokenizer_special_at(hf, i, NULL, NULL);
+        if (strchr(name, ' ') || strchr(name, '\n')) e.split = 0;
+    }
     long long budget = max_bytes, bytes_in = 0;
     int rc = 0;
     for (int k = 0; k < ninputs && rc == 0; k++) {
@@ -543,12 +611,14 @@ int main(int argc, char **argv) {
         if (write_shard(val_out, toks.v, n_val, &wide_val)) rc = 1;
     }
     if (rc == 0 && write_shard(output, toks.v + n_val, toks.n - n_val, &wide)) rc = 1;
-    if (rc == 0 && tok_out && (tk ? write_tokenizer_tiktoken(tok_out, tk, eot) : write_tokenizer(tok_out, bpe, eot)))
+    if (rc == 0 && tok_out &&
+        (tk || hf ? write_tokenizer_table(tok_out, tk, hf, eot) : write_tokenizer(tok_out, bpe, eot)))
         rc = 1;
     if (rc == 0) {
         printf("tokenize: %s tokens (vocab %lld, document separator %lld): %zu tokens from %lld bytes of %d file%s, "
                "%.4f tokens/byte\n",
                tk    ? "tiktoken"
+               : hf  ? "tokenizer.json"
                : bpe ? "GPT-2 BPE"
                      : "byte",
                (long long)vocab_n, (long long)eot, toks.n, bytes_in, ninputs, ninputs == 1 ? "" : "s",
@@ -561,5 +631,6 @@ int main(int argc, char **argv) {
     free(inputs);
     it_bpe_free(bpe);
     it_tiktoken_free(tk);
+    it_hf_tokenizer_free(hf);
     return rc;
 }
