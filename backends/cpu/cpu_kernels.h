@@ -8,6 +8,11 @@
 #include "infinitrain/backend.h"
 
 /* cast.c: conversions, fill and strided copy for all 13 dtypes */
+/* threads.c: the OpenMP thread count when OMP_NUM_THREADS is unset (the cores other processes
+ * leave free when the backend starts), and what it chose (NULL: libgomp's count kept). */
+void it_cpu_threads_default(void);
+const char *it_cpu_threads_note(void);
+
 it_status it_cpu_cast(it_stream *s, const it_tdesc *src, it_tdesc *dst);
 it_status it_cpu_fill(it_stream *s, it_tdesc *dst, it_scalar value);
 it_status it_cpu_copy_strided(it_stream *s, const it_tdesc *src, it_tdesc *dst);

@@ -36,8 +36,9 @@ static it_status check_device(int device) {
 }
 
 /* Runs once, when the backend is first used: says so when IT_CPU_SGEMM has a value the fp32
- * GEMM choice (sgemm_select.h) does not know. */
+ * GEMM choice (sgemm_select.h) does not know, and sets the thread count (threads.c). */
 static it_status cpu_init(void) {
+    it_cpu_threads_default();
     if (!it_cpu_sgemm_env_valid())
         fprintf(stderr, "infinitrain: IT_CPU_SGEMM='%s' is not blas, avx512, avx2 or auto: using auto\n",
                 getenv("IT_CPU_SGEMM"));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_kernels.h"
 #include "train/train_internal.h"
 
 static void fmt_duration(double s, char *buf, size_t n) {
@@ -40,6 +41,7 @@ void train_banner(const it_train_ctx *ctx) {
         printf("attention: composed: the %s backend has no flash attention kernel (flash_attention_fwd/_bwd), "
                "so the probabilities kept for backward grow with T^2\n",
                ctx->dev.backend->name);
+    if (it_cpu_threads_note()) printf("threads: %s\n", it_cpu_threads_note()); /* fewer than the cores */
     if (c->input_val_bin && c->val_loss_every <= 0)
         printf("validation: --input_val_bin %s is not read: --val_loss_every is 0 (never)\n", c->input_val_bin);
     if (ctx->pp_size > 1)
