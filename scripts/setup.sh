@@ -18,6 +18,7 @@ needs=(
   "mpirun:openmpi-bin"
   "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:libopenmpi-dev"
   "/usr/include/jansson.h:libjansson-dev"
+  "/usr/include/utf8proc.h:libutf8proc-dev"
   "/usr/include/zlib.h:zlib1g-dev"
   "pkg-config:pkgconf"
   "clang-format:clang-format"
@@ -26,6 +27,7 @@ needs=(
 # OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
 # gives the CPU backend its collectives (mpirun -np N for data-parallel training).
 # jansson reads and writes trainer_state.json; zlib's CRC-32 checks checkpoint files.
+# utf8proc: Unicode NFC, which Qwen's tokenizer.json asks for before its BPE.
 # libdnnl-dev: oneDNN's matmul for bf16 products on CPUs with bf16 units (sbgemm_onednn.c).
 # clang-format: tests/e2e/format.sh checks the sources are as clang-format writes them.
 # pkgconf: tests/e2e/out_of_tree.sh builds a plugin against an installed prefix with pkg-config.

@@ -164,7 +164,8 @@ IT_API const char *it_tiktoken_pattern_name(const it_tiktoken *t);
  *   - pre_tokenizer ByteLevel (GPT-2's pattern), or a Sequence of Split (a regex, behavior
  *     Isolated) + ByteLevel (use_regex false) whose regex is cl100k_base's (LLaMA-3) or Qwen2's
  *     (Qwen2, Qwen2.5, Qwen3); another pattern is IT_ERR_UNSUPPORTED naming the ones supported;
- *   - normalizer null or absent (another, e.g. Qwen's NFC, is IT_ERR_UNSUPPORTED); decoder
+ *   - normalizer null, absent or NFC (Qwen's: each text between added tokens composed by
+ *     utf8proc first; an invalid UTF-8 byte kept); another is IT_ERR_UNSUPPORTED; decoder
  *     ByteLevel or absent;
  *   - post_processor TemplateProcessing: the special token it puts before a single text is the
  *     BOS (it_hf_tokenizer_bos); encoding never adds it.

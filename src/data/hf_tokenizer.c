@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "data/file_util.h"
 #include "data/pretok.h"
@@ -74,6 +75,7 @@ struct it_hf_tokenizer {
     it_special_match *match;
     int pattern;
     bool ignore_merges;
+    bool nfc; /* normalizer NFC (Qwen's): the text between added tokens composed first */
     int64_t bos, doc;
 };
 
@@ -422,8 +424,17 @@ static it_status load_post_processor(it_hf_tokenizer *t, const char *path, const
     return IT_OK;
 }
 
-/* The rest of the fields: model's options, normalizer, decoder. */
-static it_status check_options(const char *path, const json_t *root, const json_t *model) {
+/* Whether a normalizer is NFC, alone or as the one member of a Sequence. */
+static bool is_nfc(const json_t *v) {
+    if (strcmp(type_of(v), "Sequence") == 0) {
+        const json_t *list = json_object_get(v, "normalizers");
+        return json_array_size(list) == 1 && strcmp(type_of(json_array_get(list, 0)), "NFC") == 0;
+    }
+    return strcmp(type_of(v), "NFC") == 0;
+}
+
+/* The rest of the fields: model's options, normalizer (NFC sets *nfc), decoder. */
+static it_status check_options(const char *path, const json_t *root, const json_t *model, bool *nfc) {
     const json_t *v = json_object_get(model, "type");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "BPE") != 0)) {
         char *s = show(v);
@@ -445,12 +456,11 @@ static it_status check_options(const char *path, const json_t *root, const json_
     if (json_is_true(json_object_get(model, "byte_fallback")))
         return hf_error(IT_ERR_UNSUPPORTED, path, "model.byte_fallback: true is not supported (a byte-level BPE)");
     v = json_object_get(root, "normalizer");
-    if (v && !json_is_null(v) &&
+    *nfc = v && is_nfc(v);
+    if (v && !json_is_null(v) && !*nfc &&
         !(strcmp(type_of(v), "Sequence") == 0 && json_array_size(json_object_get(v, "normalizers")) == 0)) {
         char *s = show(v);
-        it_status st =
-            hf_error(IT_ERR_UNSUPPORTED, path,
-                     "normalizer %s: not supported (only null; Unicode normalization is not implemented)", s);
+        it_status st = hf_error(IT_ERR_UNSUPPORTED, path, "normalizer %s: not supported (only null or NFC)", s);
         free(s);
         return st;
     }
@@ -472,7 +482,7 @@ static it_status load_json(it_hf_tokenizer *t, const char *path, const json_t *r
     if (!json_is_object(root)) return hf_error(IT_ERR_FORMAT, path, "expected a JSON object at the top");
     const json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return hf_error(IT_ERR_FORMAT, path, "model: expected an object");
-    it_status st = check_options(path, root, model);
+    it_status st = check_options(path, root, model, &t->nfc);
     if (st) return st;
     const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     if (!json_is_object(vocab) || json_object_size(vocab) == 0)
@@ -738,6 +748,52 @@ static int encode_piece(const it_hf_tokenizer *t, work *w, const unsigned char *
     return 0;
 }
 
+/* NFC of seg[0..len) into *buf (grown as needed; *cap its size), as Hugging Face's NFC
+ * normalizer composes a text: each maximal run of valid UTF-8 composed by utf8proc
+ * (canonical decomposition, then composition; Unicode's stable NFC), an invalid byte kept as
+ * it is (HF's text is always valid UTF-8; here such a byte stays its own byte symbol).
+ * Returns the length, or (size_t)-1 out of memory. */
+static size_t nfc_into(const char *seg, size_t len, char **buf, size_t *cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        bool ascii = true;
+        while (j < len) { /* the valid run from i */
+            utf8proc_int32_t cp;
+            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)seg + j, (utf8proc_ssize_t)(len - j), &cp);
+            if (k <= 0) break;
+            ascii &= cp < 0x80;
+            j += (size_t)k;
+        }
+        utf8proc_uint8_t *composed = NULL;
+        utf8proc_ssize_t m = 0;
+        const char *src = seg + i;
+        size_t run = j - i;
+        if (run && !ascii) { /* ASCII is its own NFC */
+            m = utf8proc_map((const utf8proc_uint8_t *)src, (utf8proc_ssize_t)run, &composed,
+                             UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (m < 0) return (size_t)-1;
+            src = (const char *)composed, run = (size_t)m;
+        }
+        size_t extra = j < len ? 1 : 0; /* the invalid byte after the run */
+        if (n + run + extra > *cap) {
+            size_t c = (n + run + extra) * 2 + 64;
+            char *b = realloc(*buf, c);
+            if (!b) {
+                free(composed);
+                return (size_t)-1;
+            }
+            *buf = b, *cap = c;
+        }
+        memcpy(*buf + n, src, run);
+        n += run;
+        free(composed);
+        if (extra) (*buf)[n++] = seg[j];
+        i = j + extra;
+    }
+    return n;
+}
+
 it_status it_hf_tokenizer_encode(const it_hf_tokenizer *t, const char *text, size_t len, uint32_t **ids, size_t *n) {
     if (!ids || !n) return it_error(IT_ERR_INVALID_ARG, "it_hf_tokenizer_encode: ids or n is NULL");
     *ids = NULL;
@@ -750,6 +806,8 @@ it_status it_hf_tokenizer_encode(const it_hf_tokenizer *t, const char *text, siz
     work w = {0};
     out o = {0};
     int rc = 0;
+    char *norm = NULL; /* NFC's output (t->nfc) */
+    size_t norm_cap = 0;
     for (size_t pos = 0; pos < len && !rc;) {
         size_t start = len, end = len;
         uint32_t special = 0;
@@ -757,6 +815,14 @@ it_status it_hf_tokenizer_encode(const it_hf_tokenizer *t, const char *text, siz
         /* the text before it, pre-tokenized on its own (a pattern's look-ahead stops at its end) */
         const char *seg = text + pos;
         size_t seg_len = start - pos;
+        if (t->nfc && seg_len) { /* the normalizer runs on the text between added tokens */
+            seg_len = nfc_into(seg, seg_len, &norm, &norm_cap);
+            seg = norm;
+            if (seg_len == (size_t)-1) {
+                rc = 1;
+                break;
+            }
+        }
         for (size_t p = 0; p < seg_len && !rc;) {
             size_t e = pretok(seg, seg_len, p);
             rc = encode_piece(t, &w, (const unsigned char *)seg + p, e - p, &o);
@@ -766,6 +832,7 @@ it_status it_hf_tokenizer_encode(const it_hf_tokenizer *t, const char *text, siz
         pos = end;
     }
     free(w.id), free(w.next), free(w.prev), free(w.heap);
+    free(norm);
     if (rc) {
         free(o.ids);
         return it_error(IT_ERR_OOM, "it_hf_tokenizer_encode: out of host memory (a text of %zu bytes)", len);

