@@ -44,7 +44,8 @@
 #   BENCH_SKIP_HF=1        skip the Hugging Face load lines (bench/hf_bench.sh: a 1.1B LLaMA-3 style
 #                          model loaded from bf16 safetensors and from its llm.c file, peak RSS of each)
 #   BENCH_SKIP_TOKENIZE=1  skip the tokenizer lines (bench/tokenize_bench.sh: the KJV through cl100k_base
-#                          against npm's tiktoken, and through GPT-2's BPE)
+#                          against npm's tiktoken, through GPT-2's BPE, and through the tokenizer.json of
+#                          GPT-2, LLaMA-3 and Qwen3 against transformers.js)
 #   BENCH_SKIP_GENERATE=1  skip the generation lines (bench_generate: GPT-2 124M and a small LLaMA-3 generate
 #                          BENCH_GENERATE_TOKENS tokens, default 1024, over the KV cache: ms a token per band
 #                          of 128 positions, against one uncached forward at T = 128, 512, 1024)

