@@ -6,7 +6,8 @@
 #   - --stop ends a row before the stop string, which is not printed;
 #   - the seed decides the sampled text;
 # and from the other ways in, the same tokens for the same model:
-#   - --llmc_filepath FILE and --load of that file as a checkpoint (it-ckpt from-llmc);
+#   - --llmc_filepath FILE and --load of that file as a checkpoint (it-ckpt from-llmc); --device
+#     sim and cpu (GPT-2 and LLaMA-3);
 #   - --hf_model DIR and --llmc_filepath of its conversion (it-ckpt from-hf);
 #   - --lora_load_path (InfiniTrain's file with --lora_rank, and a PEFT directory whose
 #     adapter_config.json gives the rank) and the merged model (--lora_merge_output);
@@ -105,6 +106,12 @@ gen --llmc_filepath "$g/tiny_gpt2.bin" "${ids[@]}" >"$tmp/l.txt" || bad "llmc: $
 "$build/it-ckpt" from-llmc gpt2 "$g/tiny_gpt2.bin" "$tmp/fromllmc" >/dev/null
 gen --load "$tmp/fromllmc" "${ids[@]}" >"$tmp/lc.txt" || bad "load: $(cat "$tmp/gen.err")"
 same "--llmc_filepath = --load of it" "$tmp/l.txt" "$tmp/lc.txt"
+gen --llmc_filepath "$g/tiny_gpt2.bin" "${ids[@]}" --device sim >"$tmp/ls.txt" || bad "sim: $(cat "$tmp/gen.err")"
+same "--device sim = cpu" "$tmp/l.txt" "$tmp/ls.txt"
+gen --llmc_filepath "$src/tests/fixtures/llama3/tiny_llama3.bin" "${ids[@]}" >"$tmp/ll.txt" ||
+  bad "llama3: $(cat "$tmp/gen.err")"
+gen --llmc_filepath "$src/tests/fixtures/llama3/tiny_llama3.bin" "${ids[@]}" --device sim >"$tmp/lls.txt"
+same "LLaMA-3 --device sim = cpu" "$tmp/ll.txt" "$tmp/lls.txt"
 h=$src/tests/fixtures/hf/gpt2
 gen --hf_model "$h" "${ids[@]}" >"$tmp/h.txt" || bad "hf: $(cat "$tmp/gen.err")"
 "$build/it-ckpt" from-hf "$h" "$tmp/hf.bin" >/dev/null
