@@ -41,7 +41,12 @@ static it_status setup_group(it_train_ctx *ctx) {
             return it_error(IT_ERR_INVALID_ARG, "--%s: '%.64s%s' is %s", i ? "load" : "save", dir,
                             strlen(dir) > 64 ? "..." : "", *dir ? "too long a path" : "empty");
     }
-    if ((st = it_device_parse(c->device, &ctx->dev))) return it_error_context("--device: ");
+    if ((st = it_device_parse(c->device, &ctx->dev))) {
+        /* unknown, not loadable or not usable here: one exit status for all (2, the user's to fix) */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", it_last_error());
+        return it_error(IT_ERR_NOT_FOUND, "--device: %s", why);
+    }
     it_dist_env(&ctx->rank, &ctx->world);
     if (ctx->world > 1 && !strchr(c->device, ':')) { /* each rank drives one device */
         int count = 1;

@@ -29,6 +29,14 @@ out=$(env -u IT_BACKEND_PATH "$build/gpt2" --device simhal --input_bin "$src/tes
 expect_not "an unknown device's message names no test plugin" "$out" "testplug|simhalf|badversion|noentry|faulty"
 expect "an unknown device's message still lists the real backends" "$out" "discoverable plugins: .*sim"
 
+# every unknown or unusable device is one exit status, 2 (the user's to fix), with the reason
+for d in nosuch sim:9 mlu cuda; do
+    [ "$d" = cuda ] && [ ! -f "$build/libit_backend_cuda.so" ] && continue
+    out=$("$build/gpt2" --device "$d" --input_bin "$src/tests/fixtures/gpt2/tiny_shard.bin" 2>&1)
+    expect_rc "--device $d" $? 2 "$out"
+    expect "--device $d says why" "$out" "^gpt2: --device: "
+done
+
 # ---- plain listing
 out=$("$info" 2>"$tmp/err"); rc=$?
 if [ $rc -eq 0 ]; then ok "it-info exits 0"; else bad "it-info exits $rc" "$(cat "$tmp/err")"; fi
