@@ -459,6 +459,14 @@ static it_status setup_data(it_train_ctx *ctx) {
     if (c->tokenizer_bin && (st = it_tokenizer_load(c->tokenizer_bin, &ctx->tok))) return st;
     /* --tokenizer: any format (llm.c's file, a rank file, a tokenizer.json, a model directory) */
     if (c->tokenizer && (st = it_tokenizer_open(c->tokenizer, &ctx->tok))) return it_error_context("--tokenizer: ");
+    /* A tokenizer of another vocabulary (a byte-level one beside a 50257-id GPT-2, or the
+     * reverse) decodes the samples into nonsense: said once, the run goes on. */
+    int64_t tv = ctx->tok ? it_tokenizer_vocab_size(ctx->tok) : 0, mv = ctx->info->vocab_size;
+    if (ctx->tok && tv != mv && !ctx->quiet && ctx->grank == 0)
+        fprintf(stderr,
+                "%s: warning: the tokenizer (--%s) has %lld ids and the model %lld: they are not one vocabulary, "
+                "and the samples will not read as text\n",
+                c->app, c->tokenizer ? "tokenizer" : "tokenizer_bin", (long long)tv, (long long)mv);
     return IT_OK;
 }
 

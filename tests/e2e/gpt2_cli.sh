@@ -138,5 +138,12 @@ grep -q '"traceEvents"' "$tmp/prof.trace.rank0.json" && grep -q '"name":"gemm"' 
 expect_fail "profile into a missing directory" "--profile $tmp/nodir/p: cannot write into" "${base[@]}" \
   --profile "$tmp/nodir/p"
 
+# a tokenizer of another vocabulary than the model's is warned about, once; the run goes on
+printf 'abc\n' >"$tmp/abc.txt"
+"$build/tokenize" --input "$tmp/abc.txt" --output "$tmp/abc.bin" --tokenizer_out "$tmp/bytes_tok.bin" >/dev/null 2>&1
+"$gpt2" "${base[@]}" --num_iteration 1 --tokenizer_bin "$tmp/bytes_tok.bin" >"$tmp/w.out" 2>&1 || bad "warned run exited $?"
+[[ $(grep -c "warning: the tokenizer (--tokenizer_bin) has 257 ids and the model" "$tmp/w.out") -eq 1 ]] && ok ||
+  bad "no vocabulary warning: $(head -3 "$tmp/w.out")"
+
 echo "gpt2_cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
