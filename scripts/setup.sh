@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Install what building, testing and `make run` need, from Debian's packages.
+#   scripts/setup.sh        everything (make test, make bench)
+#   scripts/setup.sh run    what make run builds and runs: the compiler, CMake, the libraries
+#                           the core links, and the King James Bible
 # As root: installs missing packages with apt-get. Otherwise: prints the exact command
 # to run and exits 1. Quiet when everything is already there.
 set -euo pipefail
@@ -7,23 +10,27 @@ set -euo pipefail
 # command-or-file to check : Debian package
 needs=(
   "cc:gcc"
-  "clang:clang"
   "cmake:cmake"
   "make:make"
   "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so:libopenblas-openmp-dev"
   "/usr/lib/bible.data:bible-kjv-text"
   "/usr/bin/bible:bible-kjv"
-  "/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a:libclang-rt-14-dev"
-  "valgrind:valgrind"
-  "mpirun:openmpi-bin"
   "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h:libopenmpi-dev"
   "/usr/include/jansson.h:libjansson-dev"
   "/usr/include/utf8proc.h:libutf8proc-dev"
   "/usr/include/zlib.h:zlib1g-dev"
-  "pkg-config:pkgconf"
-  "clang-format:clang-format"
-  "/usr/include/oneapi/dnnl/dnnl.h:libdnnl-dev"
 )
+if [[ ${1:-all} != run ]]; then
+  needs+=(
+    "clang:clang"
+    "/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a:libclang-rt-14-dev"
+    "valgrind:valgrind"
+    "mpirun:openmpi-bin"
+    "pkg-config:pkgconf"
+    "clang-format:clang-format"
+    "/usr/include/oneapi/dnnl/dnnl.h:libdnnl-dev"
+  )
+fi
 # OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
 # gives the CPU backend its collectives (mpirun -np N for data-parallel training).
 # jansson reads and writes trainer_state.json; zlib's CRC-32 checks checkpoint files.

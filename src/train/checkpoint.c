@@ -515,6 +515,7 @@ static it_status save_rank0(it_train_ctx *ctx, host_state *h) {
         return keep;
     }
     if (!ctx->quiet) printf("checkpoint: saved %s%s\n", final, mg ? " (one rank_%06d/ per TP and PP rank)" : "");
+    snprintf(ctx->saved, sizeof ctx->saved, "%s", final);
     return lead ? prune(ctx) : IT_OK;
 }
 

@@ -202,6 +202,7 @@ static it_status train_loop(it_train_ctx *ctx) {
     }
     if (st || ctx->stopped_by) return st;
     st = train_finish(ctx);
+    if (!st) train_summary(ctx);
     if (late && !st) {       /* during the last step: the run is complete; the process still ends by it */
         if (ctx->gworld > 1) /* (only this rank may have had it) */
             fprintf(stderr, "%s: rank %d: signal %d arrived during the last step: the run completed\n", ctx->cfg->app,

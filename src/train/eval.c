@@ -54,6 +54,7 @@ it_status train_validate(it_train_ctx *ctx) {
     if (!st && ctx->world > 1) st = it_dist_all_reduce_host(ctx->dist, &sum, 1, IT_DTYPE_FP64, IT_CCL_SUM);
     if (st) return it_error_context("validation: ");
     ctx->val_loss = sum / (double)(ctx->val_steps * ctx->world);
+    ctx->val_step = ctx->step;
     if (!ctx->quiet) {
         printf("val loss %f | step %4d/%d\n", ctx->val_loss, ctx->step, ctx->cfg->num_iteration);
         fflush(stdout);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/cpu_kernels.h"
 #include "train/train_internal.h"
@@ -233,4 +234,46 @@ it_status train_log(it_train_ctx *ctx) {
     if (!isfinite(ctx->loss))
         return it_error(IT_ERR_INTERNAL, "step %d: the loss is %f; stopping (lower --learning_rate?)", step, ctx->loss);
     return IT_OK;
+}
+
+/* dir/name of this executable's directory, relative to the working directory when below it
+ * ("build/it-generate"), else absolute; name alone when /proc/self/exe is unreadable. */
+static void sibling_app(const char *name, char *buf, size_t n) {
+    char exe[4096], cwd[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        snprintf(buf, n, "%s", name);
+        return;
+    }
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    size_t cl = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    const char *dir = cl && strncmp(exe, cwd, cl) == 0 && exe[cl] == '/' ? exe + cl + 1 : exe;
+    snprintf(buf, n, "%s/%s", dir, name);
+}
+
+void train_summary(const it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    if (ctx->quiet || ctx->grank != 0) return;
+    int steps = c->num_iteration - ctx->start_step;
+    char took[32], val[64] = "";
+    fmt_duration(steps > 0 ? (train_now_ms() - ctx->t_start) / 1000.0 : 0, took, sizeof took);
+    if (ctx->val_step) snprintf(val, sizeof val, ", val loss %.6f (step %d)", ctx->val_loss, ctx->val_step);
+    printf("done: %d step%s in %s; train loss %.6f (step %d)%s\n", steps, steps == 1 ? "" : "s", took, ctx->loss,
+           c->num_iteration, val);
+    const char *tok = c->tokenizer ? c->tokenizer : c->tokenizer_bin;
+    if (*ctx->saved) {
+        char gen[4200];
+        sibling_app("it-generate", gen, sizeof gen);
+        printf("saved: %s (resume with --load it)\n", ctx->saved);
+        if (tok)
+            printf("write text with it: %s --load %s --tokenizer %s --prompt \"...\"\n", gen, ctx->saved, tok);
+        else
+            printf("write text with it: %s --load %s --prompt_ids 1,2,3 (no --tokenizer in this run)\n", gen,
+                   ctx->saved);
+    } else if (!c->output_checkpoint && !c->output_hf && !c->lora_save_path) {
+        printf("saved: nothing (--save DIR keeps checkpoints, --output_checkpoint FILE the model)\n");
+    }
+    fflush(stdout);
 }

@@ -54,6 +54,8 @@ struct it_train_ctx {
     it_loader *val_loader; /* --input_val_bin with --val_loss_every */
     int64_t val_steps;     /* batches per rank in one validation */
     double val_loss;       /* the last one */
+    int val_step;          /* the step it was taken after (0: none yet) */
+    char saved[4096];      /* the last checkpoint directory this run saved ("" none) */
     it_tokenizer *tok;
     it_optimizer *opt;     /* without ZeRO */
     it_zero *zero;         /* --zero_stage 1 or 2 */
@@ -105,6 +107,9 @@ it_status train_step(it_train_ctx *ctx, int step);
 void train_banner(const it_train_ctx *ctx);
 it_status train_log(it_train_ctx *ctx);
 it_status train_generate(it_train_ctx *ctx);
+/* After a completed run (rank 0): steps, time, the last train and val loss, what was saved and
+ * the command that writes text with it. */
+void train_summary(const it_train_ctx *ctx);
 double train_now_ms(void); /* CLOCK_MONOTONIC */
 
 /* setup.c: --lora_save_path, --lora_merge_output after the last step (rank 0) */

@@ -145,5 +145,16 @@ python3 -c 'import base64; print("".join(base64.b64encode(bytes([i])).decode() +
 [[ $(grep -c "warning: the tokenizer (--tokenizer) has 256 ids and the model 257" "$tmp/w.out") -eq 1 ]] && ok ||
   bad "no vocabulary warning: $(head -3 "$tmp/w.out")"
 
+# the summary after the last step: steps, losses, what was saved and a command that uses it
+"$gpt2" "${base[@]}" --num_iteration 4 --input_val_bin "$fix/tiny_shard.bin" --val_loss_every 2 --save "$tmp/sum" \
+  --save_interval 4 --tokenizer "$tmp/bytes.tiktoken" >"$tmp/sum.out" 2>&1 || bad "summary run exited $?"
+grep -q '^done: 4 steps in [0-9hms]*; train loss [0-9.]* (step 4), val loss [0-9.]* (step 4)$' "$tmp/sum.out" && ok ||
+  bad "no summary line: $(tail -4 "$tmp/sum.out")"
+grep -q "^saved: $tmp/sum/checkpoint_step_000004 (resume with --load it)$" "$tmp/sum.out" && ok ||
+  bad "no saved line: $(tail -3 "$tmp/sum.out")"
+cmd=$(sed -n 's/^write text with it: //p' "$tmp/sum.out" | sed 's/--prompt "..."/--prompt abc --max_new_tokens 3/')
+[[ -n $cmd ]] && eval "$cmd" >"$tmp/wt.out" 2>&1 && grep -q "3 new tokens" "$tmp/wt.out" && ok ||
+  bad "the summary's it-generate command: '$cmd': $(tail -2 "$tmp/wt.out")"
+
 echo "gpt2_cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
