@@ -152,6 +152,162 @@ static void usage(FILE *f) {
 
 static table tab; /* large: kept out of the stack */
 
+/* What the listing is made of: the discoverable plugins (each loaded, or why not) and each
+ * registered backend's device count (or why it has none). Large: kept out of the stack. */
+typedef struct survey {
+    char names[64][40];
+    int nplug;
+    bool loaded[64];
+    char fail_path[64][PATH_MAX + 64], fail_why[64][CELL];
+    int nb, ndev[64];
+    char init_err[64][CELL];
+} survey;
+static survey sv;
+
+/* Load every discoverable plugin; remember why the refused ones were refused. */
+static void load_plugins(survey *v) {
+    it_backend_discover(v->names, 64, &v->nplug);
+    qsort(v->names, (size_t)v->nplug, sizeof v->names[0], compare_names);
+    for (int i = 0; i < v->nplug; i++) {
+        const it_backend *b = NULL;
+        if (it_backend_find(v->names[i], &b) == IT_OK)
+            v->loaded[i] = true;
+        else
+            load_failure(it_last_error(), v->fail_path[i], sizeof v->fail_path[i], v->fail_why[i],
+                         sizeof v->fail_why[i]);
+    }
+}
+
+static void print_backends(survey *v) {
+    v->nb = it_backend_count();
+    const char *bh[] = {"BACKEND", "API", "AUTOCAST", "MEMORY", "DEVICES", "KERNELS", "ORIGIN"};
+    table_init(&tab, 7, bh);
+    for (int i = 0; i < v->nb && i < 64; i++) {
+        const it_backend *b = it_backend_at(i);
+        int r = table_row(&tab);
+        table_set(&tab, r, 0, "%s", b->name);
+        table_set(&tab, r, 1, "%d", b->api_version);
+        table_set(&tab, r, 2, "%s", it_dtype_name(b->default_autocast_dtype));
+        table_set(&tab, r, 3, "%s", b->host_memory ? "host" : "device");
+        if (it_device_count(b, &v->ndev[i]) != IT_OK) {
+            v->ndev[i] = 0;
+            snprintf(v->init_err[i], sizeof v->init_err[i], "%s", it_last_error());
+            table_set(&tab, r, 4, "none");
+        } else {
+            table_set(&tab, r, 4, "%d", v->ndev[i]);
+        }
+        table_set(&tab, r, 5, "%d/%d native", native_count(b), (int)N_SLOTS);
+        table_set(&tab, r, 6, "%s", it_backend_origin(b));
+    }
+    printf("Registered backends (%d)\n", v->nb);
+    table_print(&tab, stdout);
+}
+
+static void print_plugins(const survey *v) {
+    printf("\nPlugins on the search path (%d)\n", v->nplug);
+    if (v->nplug == 0) {
+        printf("  none\n");
+    } else {
+        const char *ph[] = {"PLUGIN", "STATUS", "DETAIL"};
+        table_init(&tab, 3, ph);
+        for (int i = 0; i < v->nplug; i++) {
+            int r = table_row(&tab);
+            table_set(&tab, r, 0, "%s", v->names[i]);
+            if (v->loaded[i]) {
+                const it_backend *b = NULL;
+                it_backend_find(v->names[i], &b);
+                table_set(&tab, r, 1, "loaded");
+                table_set(&tab, r, 2, "%s", b ? it_backend_origin(b) : "");
+            } else {
+                table_set(&tab, r, 1, "failed");
+                if (v->fail_path[i][0])
+                    table_set(&tab, r, 2, "%s: %s", v->fail_path[i], v->fail_why[i]);
+                else
+                    table_set(&tab, r, 2, "%s", v->fail_why[i]);
+            }
+        }
+        table_print(&tab, stdout);
+    }
+    static char searched[16 * (PATH_MAX + 32)];
+    it_backend_search_path(searched, sizeof searched);
+    const char *env = getenv("IT_BACKEND_PATH");
+    printf("  searched: %s; IT_BACKEND_PATH=%s\n", searched, env && *env ? env : "(unset)");
+}
+
+/* A backend's row when it has no device to list. */
+static void no_device_row(const it_backend *b, const char *fmt, const char *why) {
+    int r = table_row(&tab);
+    table_set(&tab, r, 0, "%s", b->name);
+    table_set(&tab, r, 1, "-");
+    table_set(&tab, r, 2, "-");
+    table_set(&tab, r, 3, fmt, why);
+}
+
+static void print_devices(const survey *v) {
+    printf("\nDevices\n");
+    const char *dh[] = {"DEVICE", "FREE", "TOTAL", "NOTE"};
+    table_init(&tab, 4, dh);
+    for (int i = 0; i < v->nb && i < 64; i++) {
+        const it_backend *b = it_backend_at(i);
+        if (v->init_err[i][0]) {
+            no_device_row(b, "no devices: %s", v->init_err[i]);
+            continue;
+        }
+        if (v->ndev[i] == 0) {
+            no_device_row(b, "%s", "no devices (the backend reports 0)");
+            continue;
+        }
+        for (int d = 0; d < v->ndev[i]; d++) {
+            it_device dev = {b, d};
+            char dn[64], fr[32], tot[32];
+            int r = table_row(&tab);
+            table_set(&tab, r, 0, "%s", it_device_str(dev, dn, sizeof dn));
+            size_t free_b = 0, total_b = 0;
+            if (b->runtime->mem_info(d, &free_b, &total_b)) {
+                table_set(&tab, r, 1, "-");
+                table_set(&tab, r, 2, "-");
+                table_set(&tab, r, 3, "mem_info failed: %s", it_last_error());
+            } else {
+                human_bytes(free_b, fr, sizeof fr);
+                human_bytes(total_b, tot, sizeof tot);
+                table_set(&tab, r, 1, "%s", fr);
+                table_set(&tab, r, 2, "%s", tot);
+            }
+        }
+    }
+    table_print(&tab, stdout);
+}
+
+/* --coverage: per kernel slot, native, fallback or composed on each backend, in tables of at
+ * most MAX_COLS - 2 backends. */
+static void print_coverage(int nb) {
+    printf("\nKernel coverage (native: the backend's own kernel; fallback: run by the CPU fallback,\n"
+           "inputs copied to the host and results back; composed: an optional fused kernel the backend\n"
+           "lacks, which the core builds from the other slots on the device)\n");
+    const char *ch[MAX_COLS] = {"SLOT", "REQUIRED"};
+    int nbc = nb < MAX_COLS - 2 ? nb : MAX_COLS - 2;
+    for (int first = 0; first < nb; first += nbc) {
+        int cols = nb - first < nbc ? nb - first : nbc;
+        for (int i = 0; i < cols; i++) ch[2 + i] = it_backend_at(first + i)->name;
+        table_init(&tab, 2 + cols, ch);
+        for (size_t s = 0; s < N_SLOTS; s++) {
+            int r = table_row(&tab);
+            table_set(&tab, r, 0, "%s", it_kernel_slot_name(s));
+            table_set(&tab, r, 1, "%s", slot_required(s) ? "yes" : "");
+            for (int i = 0; i < cols; i++)
+                table_set(&tab, r, 2 + i, "%s",
+                          slot_native(it_backend_at(first + i), s) ? "native"
+                          : it_kernel_slot_fused(s)                ? "composed"
+                                                                   : "fallback");
+        }
+        int r = table_row(&tab);
+        table_set(&tab, r, 0, "native slots");
+        for (int i = 0; i < cols; i++)
+            table_set(&tab, r, 2 + i, "%d/%d", native_count(it_backend_at(first + i)), (int)N_SLOTS);
+        table_print(&tab, stdout);
+    }
+}
+
 int main(int argc, char **argv) {
     bool coverage = false;
     for (int i = 1; i < argc; i++) {
@@ -165,149 +321,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* Load every discoverable plugin; remember why the refused ones were refused. */
-    char names[64][40];
-    int nplug = 0;
-    it_backend_discover(names, 64, &nplug);
-    qsort(names, (size_t)nplug, sizeof names[0], compare_names);
-    static char fail_path[64][PATH_MAX + 64], fail_why[64][CELL];
-    bool loaded[64] = {false};
-    for (int i = 0; i < nplug; i++) {
-        const it_backend *b = NULL;
-        if (it_backend_find(names[i], &b) == IT_OK)
-            loaded[i] = true;
-        else
-            load_failure(it_last_error(), fail_path[i], sizeof fail_path[i], fail_why[i], sizeof fail_why[i]);
-    }
-
+    load_plugins(&sv);
     printf("infinitrain backends (core backend API version %d)\n\n", IT_BACKEND_API_VERSION);
-
-    /* Registered backends. */
-    int nb = it_backend_count();
-    int ndev[64] = {0};
-    static char init_err[64][CELL];
-    const char *bh[] = {"BACKEND", "API", "AUTOCAST", "MEMORY", "DEVICES", "KERNELS", "ORIGIN"};
-    table_init(&tab, 7, bh);
-    for (int i = 0; i < nb && i < 64; i++) {
-        const it_backend *b = it_backend_at(i);
-        int r = table_row(&tab);
-        table_set(&tab, r, 0, "%s", b->name);
-        table_set(&tab, r, 1, "%d", b->api_version);
-        table_set(&tab, r, 2, "%s", it_dtype_name(b->default_autocast_dtype));
-        table_set(&tab, r, 3, "%s", b->host_memory ? "host" : "device");
-        if (it_device_count(b, &ndev[i]) != IT_OK) {
-            ndev[i] = 0;
-            snprintf(init_err[i], sizeof init_err[i], "%s", it_last_error());
-            table_set(&tab, r, 4, "none");
-        } else {
-            table_set(&tab, r, 4, "%d", ndev[i]);
-        }
-        table_set(&tab, r, 5, "%d/%d native", native_count(b), (int)N_SLOTS);
-        table_set(&tab, r, 6, "%s", it_backend_origin(b));
-    }
-    printf("Registered backends (%d)\n", nb);
-    table_print(&tab, stdout);
-
-    /* Plugins on the search path. */
-    printf("\nPlugins on the search path (%d)\n", nplug);
-    if (nplug == 0) {
-        printf("  none\n");
-    } else {
-        const char *ph[] = {"PLUGIN", "STATUS", "DETAIL"};
-        table_init(&tab, 3, ph);
-        for (int i = 0; i < nplug; i++) {
-            int r = table_row(&tab);
-            table_set(&tab, r, 0, "%s", names[i]);
-            if (loaded[i]) {
-                const it_backend *b = NULL;
-                it_backend_find(names[i], &b);
-                table_set(&tab, r, 1, "loaded");
-                table_set(&tab, r, 2, "%s", b ? it_backend_origin(b) : "");
-            } else {
-                table_set(&tab, r, 1, "failed");
-                if (fail_path[i][0])
-                    table_set(&tab, r, 2, "%s: %s", fail_path[i], fail_why[i]);
-                else
-                    table_set(&tab, r, 2, "%s", fail_why[i]);
-            }
-        }
-        table_print(&tab, stdout);
-    }
-    static char searched[16 * (PATH_MAX + 32)];
-    it_backend_search_path(searched, sizeof searched);
-    const char *env = getenv("IT_BACKEND_PATH");
-    printf("  searched: %s; IT_BACKEND_PATH=%s\n", searched, env && *env ? env : "(unset)");
-
-    /* Devices and memory. */
-    printf("\nDevices\n");
-    const char *dh[] = {"DEVICE", "FREE", "TOTAL", "NOTE"};
-    table_init(&tab, 4, dh);
-    for (int i = 0; i < nb && i < 64; i++) {
-        const it_backend *b = it_backend_at(i);
-        if (init_err[i][0]) {
-            int r = table_row(&tab);
-            table_set(&tab, r, 0, "%s", b->name);
-            table_set(&tab, r, 1, "-");
-            table_set(&tab, r, 2, "-");
-            table_set(&tab, r, 3, "no devices: %s", init_err[i]);
-            continue;
-        }
-        if (ndev[i] == 0) {
-            int r = table_row(&tab);
-            table_set(&tab, r, 0, "%s", b->name);
-            table_set(&tab, r, 1, "-");
-            table_set(&tab, r, 2, "-");
-            table_set(&tab, r, 3, "no devices (the backend reports 0)");
-            continue;
-        }
-        for (int d = 0; d < ndev[i]; d++) {
-            it_device dev = {b, d};
-            char dn[64], fr[32], tot[32];
-            int r = table_row(&tab);
-            table_set(&tab, r, 0, "%s", it_device_str(dev, dn, sizeof dn));
-            size_t free_b = 0, total_b = 0;
-            it_status st = b->runtime->mem_info(d, &free_b, &total_b);
-            if (st) {
-                table_set(&tab, r, 1, "-");
-                table_set(&tab, r, 2, "-");
-                table_set(&tab, r, 3, "mem_info failed: %s", it_last_error());
-            } else {
-                human_bytes(free_b, fr, sizeof fr);
-                human_bytes(total_b, tot, sizeof tot);
-                table_set(&tab, r, 1, "%s", fr);
-                table_set(&tab, r, 2, "%s", tot);
-            }
-        }
-    }
-    table_print(&tab, stdout);
-
-    if (coverage) {
-        printf("\nKernel coverage (native: the backend's own kernel; fallback: run by the CPU fallback,\n"
-               "inputs copied to the host and results back; composed: an optional fused kernel the backend\n"
-               "lacks, which the core builds from the other slots on the device)\n");
-        const char *ch[MAX_COLS] = {"SLOT", "REQUIRED"};
-        int nbc = nb < MAX_COLS - 2 ? nb : MAX_COLS - 2;
-        for (int i = 0; i < nbc; i++) ch[2 + i] = it_backend_at(i)->name;
-        for (int first = 0; first < nb; first += nbc) {
-            int cols = nb - first < nbc ? nb - first : nbc;
-            for (int i = 0; i < cols; i++) ch[2 + i] = it_backend_at(first + i)->name;
-            table_init(&tab, 2 + cols, ch);
-            for (size_t s = 0; s < N_SLOTS; s++) {
-                int r = table_row(&tab);
-                table_set(&tab, r, 0, "%s", it_kernel_slot_name(s));
-                table_set(&tab, r, 1, "%s", slot_required(s) ? "yes" : "");
-                for (int i = 0; i < cols; i++)
-                    table_set(&tab, r, 2 + i, "%s",
-                              slot_native(it_backend_at(first + i), s) ? "native"
-                              : it_kernel_slot_fused(s)                ? "composed"
-                                                                       : "fallback");
-            }
-            int r = table_row(&tab);
-            table_set(&tab, r, 0, "native slots");
-            for (int i = 0; i < cols; i++)
-                table_set(&tab, r, 2 + i, "%d/%d", native_count(it_backend_at(first + i)), (int)N_SLOTS);
-            table_print(&tab, stdout);
-        }
-    }
+    print_backends(&sv);
+    print_plugins(&sv);
+    print_devices(&sv);
+    if (coverage) print_coverage(sv.nb);
     return 0;
 }
