@@ -782,19 +782,18 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
-int main(int argc, char **argv) {
-    options o = {1e-5, 1e-2, 0.20, 0, 0, NULL};
-    const char *pos[2];
+/* The flags into *o and the two paths into pos; returns -1 to go on, else the exit status. */
+static int parse_args(options *o, const char *pos[2], int argc, char **argv) {
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
         if (!strcmp(a, "--no-tps")) {
-            o.no_tps = 1;
+            o->no_tps = 1;
             continue;
         }
         if (!strcmp(a, "--missing-fails")) {
-            o.missing_fails = 1;
+            o->missing_fails = 1;
             continue;
         }
         static const char *valued[] = {"--plots", "--threshold-fp32", "--threshold-bf16", "--threshold",
@@ -816,15 +815,15 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (k == 0)
-            o.plots = val;
-        else if (k == 1 && parse_threshold(a, val, &o.thr_fp32))
+            o->plots = val;
+        else if (k == 1 && parse_threshold(a, val, &o->thr_fp32))
             return 2;
-        else if (k == 2 && parse_threshold(a, val, &o.thr_bf16))
+        else if (k == 2 && parse_threshold(a, val, &o->thr_bf16))
             return 2;
         else if (k == 3) {
-            if (parse_threshold(a, val, &o.thr_fp32)) return 2;
-            o.thr_bf16 = o.thr_fp32;
-        } else if (k == 4 && parse_threshold(a, val, &o.thr_tps))
+            if (parse_threshold(a, val, &o->thr_fp32)) return 2;
+            o->thr_bf16 = o->thr_fp32;
+        } else if (k == 4 && parse_threshold(a, val, &o->thr_tps))
             return 2;
         else if (k < 0 && a[0] == '-' && a[1]) {
             fprintf(stderr, "it-compare: unknown option %s\n", a);
@@ -837,87 +836,109 @@ int main(int argc, char **argv) {
             pos[npos++] = a;
         }
     }
-    if (npos != 2) return usage(stderr);
-    int dir0, dir1;
-    if (is_dir(pos[0], &dir0) || is_dir(pos[1], &dir1)) return 2;
-    if (dir0 != dir1) {
+    return npos == 2 ? -1 : usage(stderr);
+}
+
+/* The logs on each side: a directory's *.log files, or the one file given. Sets *dirs.
+ * Returns 0, or the exit status 2. */
+static int list_logs(const char *pos[2], int *dirs, file_list *fb, file_list *ft) {
+    int dir1;
+    if (is_dir(pos[0], dirs) || is_dir(pos[1], &dir1)) return 2;
+    if (*dirs != dir1) {
         fprintf(stderr, "it-compare: give two directories or two log files (%s is a %s, %s a %s)\n", pos[0],
-                dir0 ? "directory" : "file", pos[1], dir1 ? "directory" : "file");
+                *dirs ? "directory" : "file", pos[1], dir1 ? "directory" : "file");
         return 2;
     }
+    if (*dirs) return collect_dir(pos[0], fb) || collect_dir(pos[1], ft) ? 2 : 0;
+    fb->f = xrealloc(NULL, sizeof *fb->f);
+    ft->f = xrealloc(NULL, sizeof *ft->f);
+    fb->f[0] = (log_file){xstrdup(base_name(pos[0])), xstrdup(pos[0])};
+    ft->f[0] = (log_file){xstrdup(base_name(pos[1])), xstrdup(pos[1])};
+    fb->n = ft->n = 1;
+    return 0;
+}
 
-    file_list fb = {0}, ft = {0};
-    if (dir0) {
-        if (collect_dir(pos[0], &fb) || collect_dir(pos[1], &ft)) {
-            files_free(&fb);
-            files_free(&ft);
-            return 2;
-        }
-    } else {
-        fb.f = xrealloc(NULL, sizeof *fb.f);
-        ft.f = xrealloc(NULL, sizeof *ft.f);
-        fb.f[0] = (log_file){xstrdup(base_name(pos[0])), xstrdup(pos[0])};
-        ft.f[0] = (log_file){xstrdup(base_name(pos[1])), xstrdup(pos[1])};
-        fb.n = ft.n = 1;
-    }
-
-    /* Merge the two sorted name lists into cases. */
-    case_result *cs = xrealloc(NULL, (fb.n + ft.n) * sizeof *cs);
-    size_t n = 0, i = 0, j = 0;
-    while (i < fb.n || j < ft.n) {
-        case_result *c = &cs[n++];
+/* The two sorted name lists merged into cases (two files: one case); *n of them. */
+static case_result *pair_cases(const file_list *fb, const file_list *ft, int dirs, const options *o, size_t *n) {
+    case_result *cs = xrealloc(NULL, (fb->n + ft->n) * sizeof *cs);
+    size_t i = 0, j = 0;
+    *n = 0;
+    while (i < fb->n || j < ft->n) {
+        case_result *c = &cs[(*n)++];
         memset(c, 0, sizeof *c);
-        int cmp = !dir0 ? 0 : i >= fb.n ? 1 : j >= ft.n ? -1 : strcmp(fb.f[i].name, ft.f[j].name);
-        if (cmp <= 0) c->name = fb.f[i].name, c->base_path = fb.f[i].path;
-        if (cmp >= 0) c->test_path = ft.f[j].path, c->name = c->name ? c->name : ft.f[j].name;
+        int cmp = !dirs ? 0 : i >= fb->n ? 1 : j >= ft->n ? -1 : strcmp(fb->f[i].name, ft->f[j].name);
+        if (cmp <= 0) c->name = fb->f[i].name, c->base_path = fb->f[i].path;
+        if (cmp >= 0) c->test_path = ft->f[j].path, c->name = c->name ? c->name : ft->f[j].name;
         c->side = cmp < 0 ? SIDE_BASE_ONLY : cmp > 0 ? SIDE_TEST_ONLY : SIDE_BOTH;
         /* Two files: either name can carry the dtype, since only one of them may follow the
          * matrix's naming. */
         c->bf16 = (c->base_path && strstr(base_name(c->base_path), "_bfloat16")) ||
                   (c->test_path && strstr(base_name(c->test_path), "_bfloat16"));
-        c->thr = c->bf16 ? o.thr_bf16 : o.thr_fp32;
+        c->thr = c->bf16 ? o->thr_bf16 : o->thr_fp32;
         if (cmp <= 0) i++;
         if (cmp >= 0) j++;
     }
+    return cs;
+}
 
-    int rc = 0;
-    size_t passed = 0, failed = 0, missing = 0;
-    for (size_t k = 0; k < n && !rc; k++) {
+typedef struct tally {
+    size_t passed, failed, missing;
+} tally;
+
+/* Each case on both sides read and compared; returns 0, or 2 on a log that does not read. */
+static int compare_cases(case_result *cs, size_t n, const options *o, tally *t) {
+    for (size_t k = 0; k < n; k++) {
         case_result *c = &cs[k];
         if (c->side != SIDE_BOTH) {
-            missing++;
-            if (o.missing_fails) failed++;
+            t->missing++;
+            if (o->missing_fails) t->failed++;
             continue;
         }
-        if (read_log(c->base_path, &c->base) || read_log(c->test_path, &c->test)) {
-            rc = 2;
-            break;
-        }
+        if (read_log(c->base_path, &c->base) || read_log(c->test_path, &c->test)) return 2;
         compare_loss(c);
-        if (!o.no_tps) compare_tps(c, o.thr_tps);
-        c->pass = c->loss_ok && (o.no_tps || c->tps_ok);
+        if (!o->no_tps) compare_tps(c, o->thr_tps);
+        c->pass = c->loss_ok && (o->no_tps || c->tps_ok);
         if (c->pass)
-            passed++;
+            t->passed++;
         else
-            failed++;
+            t->failed++;
     }
-    if (rc == 0 && n == 0) {
+    return 0;
+}
+
+/* The table, the plots and the counts; returns the exit status. */
+static int report(const char *pos[2], case_result *cs, size_t n, const options *o, const tally *t) {
+    printf("BASE: %s\nTEST: %s\n", pos[0], pos[1]);
+    print_table(cs, n, o);
+    int rc = 0;
+    if (o->plots && write_plots(o->plots, cs, n, t->passed, t->failed, o))
+        rc = 2;
+    else if (o->plots)
+        printf("plots: %s/index.html\n", o->plots);
+    if (t->missing)
+        printf("%zu case%s on one side only%s\n", t->missing, t->missing == 1 ? "" : "s",
+               o->missing_fails ? " (counted as failed)" : " (not counted)");
+    printf("it-compare: %zu passed, %zu failed\n", t->passed, t->failed);
+    return rc ? rc : t->failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    options o = {1e-5, 1e-2, 0.20, 0, 0, NULL};
+    const char *pos[2];
+    int rc = parse_args(&o, pos, argc, argv), dirs = 0;
+    if (rc >= 0) return rc;
+    file_list fb = {0}, ft = {0};
+    case_result *cs = NULL;
+    size_t n = 0;
+    tally t = {0};
+    rc = list_logs(pos, &dirs, &fb, &ft);
+    if (!rc) cs = pair_cases(&fb, &ft, dirs, &o, &n);
+    if (!rc) rc = compare_cases(cs, n, &o, &t);
+    if (!rc && n == 0) {
         fprintf(stderr, "it-compare: no *.log files in %s or %s\n", pos[0], pos[1]);
         rc = 2;
     }
-    if (rc == 0) {
-        printf("BASE: %s\nTEST: %s\n", pos[0], pos[1]);
-        print_table(cs, n, &o);
-        if (o.plots && write_plots(o.plots, cs, n, passed, failed, &o))
-            rc = 2;
-        else if (o.plots)
-            printf("plots: %s/index.html\n", o.plots);
-        if (missing)
-            printf("%zu case%s on one side only%s\n", missing, missing == 1 ? "" : "s",
-                   o.missing_fails ? " (counted as failed)" : " (not counted)");
-        printf("it-compare: %zu passed, %zu failed\n", passed, failed);
-        if (rc == 0) rc = failed ? 1 : 0;
-    }
+    if (!rc) rc = report(pos, cs, n, &o, &t);
     for (size_t k = 0; k < n; k++) {
         free(cs[k].base.loss.p);
         free(cs[k].base.tps.p);
