@@ -97,11 +97,11 @@ static size_t safe_split(const char *s, size_t n) {
     return 0;
 }
 
-typedef struct {
-    const it_bpe *bpe;         /* NULL: bytes (or tiktoken, or tokenizer.json) */
-    const it_tiktoken *tk;     /* a tiktoken rank file */
-    const it_hf_tokenizer *hf; /* a tokenizer.json */
-    int split;                 /* a tokenizer.json's: no added token contains a split point's byte */
+typedef struct {         /* the tokenizers are owned (main frees them) */
+    it_bpe *bpe;         /* NULL: bytes (or tiktoken, or tokenizer.json) */
+    it_tiktoken *tk;     /* a tiktoken rank file */
+    it_hf_tokenizer *hf; /* a tokenizer.json */
+    int split;           /* a tokenizer.json's: no added token contains a split point's byte */
     tokvec *out;
 } encoder;
 
@@ -404,233 +404,255 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag) {
     return argv[++*i];
 }
 
-int main(int argc, char **argv) {
-    const char **inputs = calloc((size_t)argc, sizeof *inputs);
-    int ninputs = 0;
-    const char *output = NULL, *tok_out = NULL, *enc_path = NULL, *vocab_path = NULL, *val_out = NULL, *tk_path = NULL,
-               *eot_flag = NULL, *decode_ids = NULL, *pattern = NULL;
-    int list_special = 0;
-    double val_fraction = -1;
-    long long max_bytes = -1;
+/* The command line. eot_id: -2 the tokenizer's own document separator, -1 none. */
+typedef struct args {
+    const char **inputs;
+    int ninputs;
+    const char *output, *tok_out, *enc_path, *vocab_path, *val_out, *tk_path, *eot_flag, *decode_ids, *pattern;
+    int list_special;
+    double val_fraction;
+    long long max_bytes, eot_id;
+    char tk_buf[4096];
+} args;
+
+/* Every flag into *a (a usage error exits 2); --help prints and exits 0. */
+static void parse_args(args *a, int argc, char **argv) {
+    a->inputs = calloc((size_t)argc, sizeof *a->inputs);
+    a->val_fraction = -1, a->max_bytes = -1, a->eot_id = -2;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *eq = strchr(a, '=');
-        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
-#define IS(flag) (name_len == strlen(flag) && strncmp(a, flag, name_len) == 0)
+        const char *f = argv[i];
+        const char *eq = strchr(f, '=');
+        size_t name_len = eq ? (size_t)(eq - f) : strlen(f);
+#define IS(flag) (name_len == strlen(flag) && strncmp(f, flag, name_len) == 0)
         if (IS("--help") || IS("-h")) {
             usage(stdout);
-            free(inputs);
-            return 0;
+            exit(0);
         } else if (IS("--input")) {
-            inputs[ninputs++] = flag_value(argc, argv, &i, "--input");
+            a->inputs[a->ninputs++] = flag_value(argc, argv, &i, "--input");
         } else if (IS("--output")) {
-            output = flag_value(argc, argv, &i, "--output");
+            a->output = flag_value(argc, argv, &i, "--output");
         } else if (IS("--tokenizer_out")) {
-            tok_out = flag_value(argc, argv, &i, "--tokenizer_out");
+            a->tok_out = flag_value(argc, argv, &i, "--tokenizer_out");
         } else if (IS("--encoder")) {
-            enc_path = flag_value(argc, argv, &i, "--encoder");
+            a->enc_path = flag_value(argc, argv, &i, "--encoder");
         } else if (IS("--vocab")) {
-            vocab_path = flag_value(argc, argv, &i, "--vocab");
+            a->vocab_path = flag_value(argc, argv, &i, "--vocab");
         } else if (IS("--tokenizer")) {
-            tk_path = flag_value(argc, argv, &i, "--tokenizer");
+            a->tk_path = flag_value(argc, argv, &i, "--tokenizer");
         } else if (IS("--pattern")) {
-            pattern = flag_value(argc, argv, &i, "--pattern");
+            a->pattern = flag_value(argc, argv, &i, "--pattern");
         } else if (IS("--list-special")) {
-            list_special = 1;
+            a->list_special = 1;
         } else if (IS("--decode")) {
-            decode_ids = flag_value(argc, argv, &i, "--decode");
+            a->decode_ids = flag_value(argc, argv, &i, "--decode");
         } else if (IS("--eot")) {
-            eot_flag = flag_value(argc, argv, &i, "--eot");
+            a->eot_flag = flag_value(argc, argv, &i, "--eot");
         } else if (IS("--val_output")) {
-            val_out = flag_value(argc, argv, &i, "--val_output");
+            a->val_out = flag_value(argc, argv, &i, "--val_output");
         } else if (IS("--val_fraction")) {
             const char *v = flag_value(argc, argv, &i, "--val_fraction");
             char *end;
-            val_fraction = strtod(v, &end);
-            if (end == v || *end || !(val_fraction > 0 && val_fraction < 1))
+            a->val_fraction = strtod(v, &end);
+            if (end == v || *end || !(a->val_fraction > 0 && a->val_fraction < 1))
                 USAGE_ERROR("--val_fraction: expected a number in (0, 1), found '%s'", v);
         } else if (IS("--max_bytes")) {
             const char *v = flag_value(argc, argv, &i, "--max_bytes");
             char *end;
             errno = 0;
-            max_bytes = strtoll(v, &end, 10);
-            if (end == v || *end || errno || max_bytes < 1)
+            a->max_bytes = strtoll(v, &end, 10);
+            if (end == v || *end || errno || a->max_bytes < 1)
                 USAGE_ERROR("--max_bytes: expected a positive integer, found '%s'", v);
         } else {
-            USAGE_ERROR("unknown flag '%s'", a);
+            USAGE_ERROR("unknown flag '%s'", f);
         }
 #undef IS
     }
-    char tk_buf[4096];
-    if (tk_path) tk_path = tokenizer_file(tk_path, tk_buf, sizeof tk_buf);
-    if (list_special || decode_ids) {
-        int qrc = tiktoken_query(tk_path, list_special, decode_ids);
-        free(inputs);
-        return qrc;
-    }
-    if (!ninputs) USAGE_ERROR("missing --input FILE");
-    if (!output) USAGE_ERROR("missing --output SHARD.bin");
-    if (!enc_path != !vocab_path)
-        USAGE_ERROR("%s needs %s too", enc_path ? "--encoder" : "--vocab", enc_path ? "--vocab" : "--encoder");
-    if (tk_path && enc_path) USAGE_ERROR("--tokenizer and --encoder/--vocab: give one tokenizer");
-    if (pattern && !tk_path) USAGE_ERROR("--pattern needs --tokenizer");
-    long long eot_id = -2; /* -2: the tokenizer's own, -1: none */
-    if (eot_flag && strcmp(eot_flag, "none") == 0) {
-        eot_id = -1;
-    } else if (eot_flag) {
+    if (a->tk_path) a->tk_path = tokenizer_file(a->tk_path, a->tk_buf, sizeof a->tk_buf);
+}
+
+/* The flags that must go together, and the --eot value (a usage error exits 2). */
+static void check_args(args *a) {
+    if (!a->ninputs) USAGE_ERROR("missing --input FILE");
+    if (!a->output) USAGE_ERROR("missing --output SHARD.bin");
+    if (!a->enc_path != !a->vocab_path)
+        USAGE_ERROR("%s needs %s too", a->enc_path ? "--encoder" : "--vocab", a->enc_path ? "--vocab" : "--encoder");
+    if (a->tk_path && a->enc_path) USAGE_ERROR("--tokenizer and --encoder/--vocab: give one tokenizer");
+    if (a->pattern && !a->tk_path) USAGE_ERROR("--pattern needs --tokenizer");
+    if (a->eot_flag && strcmp(a->eot_flag, "none") == 0) {
+        a->eot_id = -1;
+    } else if (a->eot_flag) {
         char *end;
         errno = 0;
-        eot_id = strtoll(eot_flag, &end, 10);
-        if (end == eot_flag || *end || errno || eot_id < 0 || eot_id > 0xffffffffll)
-            USAGE_ERROR("--eot: expected none or a token id, found '%s'", eot_flag);
+        a->eot_id = strtoll(a->eot_flag, &end, 10);
+        if (end == a->eot_flag || *end || errno || a->eot_id < 0 || a->eot_id > 0xffffffffll)
+            USAGE_ERROR("--eot: expected none or a token id, found '%s'", a->eot_flag);
     }
-    if (val_fraction > 0 && !val_out) USAGE_ERROR("--val_fraction needs --val_output");
-    if (val_out && val_fraction < 0) val_fraction = 0.1;
+    if (a->val_fraction > 0 && !a->val_out) USAGE_ERROR("--val_fraction needs --val_output");
+    if (a->val_out && a->val_fraction < 0) a->val_fraction = 0.1;
+}
 
-    /* Before any work: no output may overwrite an input or another output, and each must be
-     * writable (else a failed tokenizer file would come after the shard was already written). */
+/* Before any work: no output may overwrite an input or another output, and each must be
+ * writable (else a failed tokenizer file would come after the shard was already written).
+ * Returns 0, or the exit status 1 (a usage error exits 2). */
+static int check_outputs(const args *a) {
     const char *out_flag[3] = {"--output", "--tokenizer_out", "--val_output"},
-               *out_path[3] = {output, tok_out, val_out};
+               *out_path[3] = {a->output, a->tok_out, a->val_out};
     for (int k = 0; k < 3; k++) {
         if (!out_path[k]) continue;
         for (int j = 0; j < k; j++)
             if (out_path[j] && same_file(out_path[j], out_path[k]))
                 USAGE_ERROR("%s and %s are the same file '%s'", out_flag[j], out_flag[k], out_path[k]);
         const char *in_flag = NULL, *in_path = NULL;
-        for (int j = 0; j < ninputs && !in_flag; j++)
-            if (same_file(inputs[j], out_path[k])) in_flag = "--input", in_path = inputs[j];
-        if (!in_flag && enc_path && same_file(enc_path, out_path[k])) in_flag = "--encoder", in_path = enc_path;
-        if (!in_flag && vocab_path && same_file(vocab_path, out_path[k])) in_flag = "--vocab", in_path = vocab_path;
-        if (!in_flag && tk_path && same_file(tk_path, out_path[k])) in_flag = "--tokenizer", in_path = tk_path;
+        for (int j = 0; j < a->ninputs && !in_flag; j++)
+            if (same_file(a->inputs[j], out_path[k])) in_flag = "--input", in_path = a->inputs[j];
+        if (!in_flag && a->enc_path && same_file(a->enc_path, out_path[k]))
+            in_flag = "--encoder", in_path = a->enc_path;
+        if (!in_flag && a->vocab_path && same_file(a->vocab_path, out_path[k]))
+            in_flag = "--vocab", in_path = a->vocab_path;
+        if (!in_flag && a->tk_path && same_file(a->tk_path, out_path[k])) in_flag = "--tokenizer", in_path = a->tk_path;
         if (in_flag)
             USAGE_ERROR("%s '%s' is the %s file '%s': writing it would destroy the input", out_flag[k], out_path[k],
                         in_flag, in_path);
     }
     for (int k = 0; k < 3; k++)
-        if (out_path[k] && check_writable(out_flag[k], out_path[k])) {
-            free(inputs);
-            return 1;
-        }
+        if (out_path[k] && check_writable(out_flag[k], out_path[k])) return 1;
+    return 0;
+}
 
-    it_bpe *bpe = NULL;
-    int64_t eot = BYTE_EOT;
-    if (enc_path) {
-        if (it_bpe_load(enc_path, vocab_path, &bpe)) {
+/* The tokenizer the flags name (GPT-2's BPE, a rank file, a tokenizer.json, or bytes), its
+ * vocabulary size and the token put before each file. Returns 0, or the exit status. */
+static int open_encoder(const args *a, encoder *e, int64_t *eot, int64_t *vocab_n) {
+    *eot = BYTE_EOT;
+    if (a->enc_path) {
+        if (it_bpe_load(a->enc_path, a->vocab_path, &e->bpe)) {
             fprintf(stderr, "tokenize: %s\n", it_last_error());
             return 1;
         }
-        eot = it_bpe_token_id(bpe, "<|endoftext|>", 13);
-        if (eot < 0) {
-            fprintf(stderr, "tokenize: encoder.json %s: expected a token \"<|endoftext|>\", found none\n", enc_path);
-            it_bpe_free(bpe);
+        *eot = it_bpe_token_id(e->bpe, "<|endoftext|>", 13);
+        if (*eot < 0) {
+            fprintf(stderr, "tokenize: encoder.json %s: expected a token \"<|endoftext|>\", found none\n", a->enc_path);
             return 1;
         }
     }
-
-    it_tiktoken *tk = NULL;
-    it_hf_tokenizer *hf = NULL;
-    if (tk_path && load_tokenizer(tk_path, &tk, &hf)) {
-        it_bpe_free(bpe);
-        return 1;
-    }
-    if (hf) {
-        if (pattern) /* (exits) */
+    if (a->tk_path && load_tokenizer(a->tk_path, &e->tk, &e->hf)) return 1;
+    if (e->hf) {
+        if (a->pattern) /* (exits) */
             USAGE_ERROR("--pattern: a tokenizer.json names its own pattern (here %s)",
-                        it_hf_tokenizer_pattern_name(hf));
-        eot = it_hf_tokenizer_doc_separator(hf);
-        if (eot < 0 && eot_id == -2) {
+                        it_hf_tokenizer_pattern_name(e->hf));
+        *eot = it_hf_tokenizer_doc_separator(e->hf);
+        if (*eot < 0 && a->eot_id == -2) {
             fprintf(stderr,
                     "tokenize: --tokenizer %s: no BOS and no <|endoftext|> to put before each document: give --eot ID "
                     "or --eot none\n",
-                    tk_path);
-            it_hf_tokenizer_free(hf);
+                    a->tk_path);
             return 1;
         }
+        for (int i = 0; i < it_hf_tokenizer_special_count(e->hf); i++) { /* can a split point cut one? */
+            const char *name = it_hf_tokenizer_special_at(e->hf, i, NULL, NULL);
+            if (strchr(name, ' ') || strchr(name, '\n')) e->split = 0;
+        }
     }
-    if (tk) {
-        if (pattern && it_tiktoken_set_pattern(tk, pattern)) {
+    if (e->tk) {
+        if (a->pattern && it_tiktoken_set_pattern(e->tk, a->pattern)) {
             fprintf(stderr, "tokenize: --pattern: %s\n", it_last_error());
-            it_tiktoken_free(tk);
             return 2;
         }
-        eot = it_tiktoken_doc_separator(tk);
-        if (eot < 0 && eot_id == -2) {
+        *eot = it_tiktoken_doc_separator(e->tk);
+        if (*eot < 0 && a->eot_id == -2) {
             fprintf(stderr,
                     "tokenize: --tokenizer %s: %lld ranks, not a table whose document separator is known "
                     "(LLaMA-3, cl100k_base, o200k_base): give --eot ID or --eot none\n",
-                    tk_path, (long long)it_tiktoken_rank_count(tk));
-            it_tiktoken_free(tk);
+                    a->tk_path, (long long)it_tiktoken_rank_count(e->tk));
             return 1;
         }
     }
-    int64_t vocab_n = tk    ? it_tiktoken_vocab_size(tk)
-                      : hf  ? it_hf_tokenizer_vocab_size(hf)
-                      : bpe ? it_bpe_vocab_size(bpe)
-                            : BYTE_VOCAB;
-    if (eot_id >= 0 && eot_id >= vocab_n) {
-        fprintf(stderr, "tokenize: --eot %lld: outside the vocabulary of %lld\n", eot_id, (long long)vocab_n);
-        it_tiktoken_free(tk);
-        it_hf_tokenizer_free(hf);
-        it_bpe_free(bpe);
+    *vocab_n = e->tk    ? it_tiktoken_vocab_size(e->tk)
+               : e->hf  ? it_hf_tokenizer_vocab_size(e->hf)
+               : e->bpe ? it_bpe_vocab_size(e->bpe)
+                        : BYTE_VOCAB;
+    if (a->eot_id >= 0 && a->eot_id >= *vocab_n) {
+        fprintf(stderr, "tokenize: --eot %lld: outside the vocabulary of %lld\n", a->eot_id, (long long)*vocab_n);
         return 1;
     }
-    if (eot_id != -2) eot = eot_id;
+    if (a->eot_id != -2) *eot = a->eot_id;
+    return 0;
+}
 
-    tokvec toks = {0};
-    encoder e = {bpe, tk, hf, 1, &toks};
-    for (int i = 0; hf && i < it_hf_tokenizer_special_count(hf); i++) { /* can a split point cut one? */
-        const char *name = it_hf_tokenizer_special_at(hf, i, NULL, NULL);
-        if (strchr(name, ' ') || strchr(name, '\n')) e.split = 0;
-    }
-    long long budget = max_bytes, bytes_in = 0;
-    int rc = 0;
-    for (int k = 0; k < ninputs && rc == 0; k++) {
+/* Every input, each after the document separator (eot < 0: none), into e->out; *bytes_in
+ * read. Returns 0, or the exit status 1. */
+static int encode_inputs(const args *a, encoder *e, int64_t eot, long long *bytes_in) {
+    long long budget = a->max_bytes;
+    *bytes_in = 0;
+    for (int k = 0; k < a->ninputs; k++) {
         if (budget == 0) break;
         uint32_t id = (uint32_t)eot;
-        if (eot >= 0 && tokvec_push(&toks, &id, 1)) {
+        if (eot >= 0 && tokvec_push(e->out, &id, 1)) {
             fprintf(stderr, "tokenize: out of memory\n");
-            rc = 1;
-            break;
+            return 1;
         }
         struct stat st;
-        int progress = stat(inputs[k], &st) == 0 && st.st_size > 2 * (1 << 20);
-        long long got = encode_file(&e, inputs[k], &budget, progress);
-        if (got < 0) rc = 1;
-        bytes_in += got > 0 ? got : 0;
+        int progress = stat(a->inputs[k], &st) == 0 && st.st_size > 2 * (1 << 20);
+        long long got = encode_file(e, a->inputs[k], &budget, progress);
+        if (got < 0) return 1;
+        *bytes_in += got;
     }
+    if (*bytes_in == 0 && budget != 0) { /* (a --max_bytes of 0 asked for nothing) */
+        fprintf(stderr, "tokenize: %s%s: no text (0 bytes): nothing to tokenize, no shard written\n", a->inputs[0],
+                a->ninputs > 1 ? " and the other inputs" : "");
+        return 1;
+    }
+    return 0;
+}
 
-    if (rc == 0 && bytes_in == 0 && budget != 0) { /* (a --max_bytes of 0 asked for nothing) */
-        fprintf(stderr, "tokenize: %s%s: no text (0 bytes): nothing to tokenize, no shard written\n", inputs[0],
-                ninputs > 1 ? " and the other inputs" : "");
-        rc = 1;
-    }
+/* The validation shard (the first tokens), the training shard, the tokenizer file, and what
+ * was written. Returns 0, or the exit status 1. */
+static int write_outputs(const args *a, const encoder *e, int64_t eot, int64_t vocab_n, long long bytes_in) {
+    const tokvec *toks = e->out;
     size_t n_val = 0;
     int wide = 0, wide_val = 0;
-    if (rc == 0 && val_out) {
-        n_val = (size_t)llround((double)toks.n * val_fraction);
-        if (write_shard(val_out, toks.v, n_val, &wide_val)) rc = 1;
+    if (a->val_out) {
+        n_val = (size_t)llround((double)toks->n * a->val_fraction);
+        if (write_shard(a->val_out, toks->v, n_val, &wide_val)) return 1;
     }
-    if (rc == 0 && write_shard(output, toks.v + n_val, toks.n - n_val, &wide)) rc = 1;
-    if (rc == 0 && tok_out &&
-        (tk || hf ? write_tokenizer_table(tok_out, tk, hf, eot) : write_tokenizer(tok_out, bpe, eot)))
-        rc = 1;
-    if (rc == 0) {
-        printf("tokenize: %s tokens (vocab %lld, document separator %lld): %zu tokens from %lld bytes of %d file%s, "
-               "%.4f tokens/byte\n",
-               tk    ? "tiktoken"
-               : hf  ? "tokenizer.json"
-               : bpe ? "GPT-2 BPE"
-                     : "byte",
-               (long long)vocab_n, (long long)eot, toks.n, bytes_in, ninputs, ninputs == 1 ? "" : "s",
-               bytes_in ? (double)toks.n / (double)bytes_in : 0.0);
-        printf("tokenize: wrote %zu tokens to %s (uint%d)\n", toks.n - n_val, output, wide ? 32 : 16);
-        if (val_out) printf("tokenize: wrote %zu tokens to %s (uint%d)\n", n_val, val_out, wide_val ? 32 : 16);
-        if (tok_out) printf("tokenize: wrote tokenizer %s\n", tok_out);
+    if (write_shard(a->output, toks->v + n_val, toks->n - n_val, &wide)) return 1;
+    if (a->tok_out && (e->tk || e->hf ? write_tokenizer_table(a->tok_out, e->tk, e->hf, eot)
+                                      : write_tokenizer(a->tok_out, e->bpe, eot)))
+        return 1;
+    printf("tokenize: %s tokens (vocab %lld, document separator %lld): %zu tokens from %lld bytes of %d file%s, "
+           "%.4f tokens/byte\n",
+           e->tk    ? "tiktoken"
+           : e->hf  ? "tokenizer.json"
+           : e->bpe ? "GPT-2 BPE"
+                    : "byte",
+           (long long)vocab_n, (long long)eot, toks->n, bytes_in, a->ninputs, a->ninputs == 1 ? "" : "s",
+           bytes_in ? (double)toks->n / (double)bytes_in : 0.0);
+    printf("tokenize: wrote %zu tokens to %s (uint%d)\n", toks->n - n_val, a->output, wide ? 32 : 16);
+    if (a->val_out) printf("tokenize: wrote %zu tokens to %s (uint%d)\n", n_val, a->val_out, wide_val ? 32 : 16);
+    if (a->tok_out) printf("tokenize: wrote tokenizer %s\n", a->tok_out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    static args a;
+    parse_args(&a, argc, argv);
+    if (a.list_special || a.decode_ids) {
+        int rc = tiktoken_query(a.tk_path, a.list_special, a.decode_ids);
+        free(a.inputs);
+        return rc;
     }
+    check_args(&a);
+    tokvec toks = {0};
+    encoder e = {NULL, NULL, NULL, 1, &toks};
+    int64_t eot = -1, vocab_n = 0;
+    long long bytes_in = 0;
+    int rc = check_outputs(&a);
+    if (!rc) rc = open_encoder(&a, &e, &eot, &vocab_n);
+    if (!rc) rc = encode_inputs(&a, &e, eot, &bytes_in);
+    if (!rc) rc = write_outputs(&a, &e, eot, vocab_n, bytes_in);
     free(toks.v);
-    free(inputs);
-    it_bpe_free(bpe);
-    it_tiktoken_free(tk);
-    it_hf_tokenizer_free(hf);
+    free(a.inputs);
+    it_bpe_free(e.bpe);
+    it_tiktoken_free(e.tk);
+    it_hf_tokenizer_free(e.hf);
     return rc;
 }
