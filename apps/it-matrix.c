@@ -876,20 +876,24 @@ static void usage(FILE *f) {
           f);
 }
 
-int main(int argc, char **argv) {
-    const char *config = NULL, *device = NULL, *only = NULL, *log_dir_arg = NULL;
-    int list = 0;
-    var_list cli = {0};
-    baseline_opts bo = {0};
+/* The command line. */
+typedef struct cli_args {
+    const char *config, *device, *only, *log_dir;
+    int list;
+    var_list vars; /* --var NAME=VALUE */
+    baseline_opts bo;
+} cli_args;
+
+static void parse_args(cli_args *c, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
-            return 0;
+            exit(0);
         } else if (strcmp(a, "--list") == 0) {
-            list = 1;
+            c->list = 1;
         } else if (strcmp(a, "--no-tps") == 0) {
-            bo.no_tps = 1;
+            c->bo.no_tps = 1;
         } else if (strcmp(a, "--baseline") == 0 || strcmp(a, "--threshold-fp32") == 0 ||
                    strcmp(a, "--threshold-bf16") == 0) {
             if (i + 1 >= argc) die("%s needs a value", a);
@@ -897,154 +901,166 @@ int main(int argc, char **argv) {
             if (a[2] == 'b') {
                 struct stat st;
                 if (stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) die("--baseline %s: not a directory", v);
-                bo.dir = v;
+                c->bo.dir = v;
             } else {
                 char *end;
                 double x = strtod(v, &end);
                 if (*end || !(x >= 0)) die("%s wants a non-negative number, not \"%s\"", a, v);
                 if (a[12] == 'f')
-                    bo.threshold_fp32 = v;
+                    c->bo.threshold_fp32 = v;
                 else
-                    bo.threshold_bf16 = v;
+                    c->bo.threshold_bf16 = v;
             }
         } else if (strcmp(a, "--device") == 0 || strcmp(a, "--only-run") == 0 || strcmp(a, "--log-dir") == 0 ||
                    strcmp(a, "--var") == 0) {
             if (i + 1 >= argc) die("%s needs a value", a);
             const char *v = argv[++i];
             if (a[2] == 'd')
-                device = v;
+                c->device = v;
             else if (a[2] == 'o')
-                only = v;
+                c->only = v;
             else if (a[2] == 'l')
-                log_dir_arg = v;
+                c->log_dir = v;
             else {
                 const char *eq = strchr(v, '=');
                 if (!eq || eq == v) die("--var wants NAME=VALUE, not \"%s\"", v);
                 char name[128];
                 snprintf(name, sizeof name, "%.*s", (int)(eq - v), v);
-                var_set(&cli, name, eq + 1);
+                var_set(&c->vars, name, eq + 1);
             }
         } else if (a[0] == '-') {
             usage(stderr);
             die("unknown option %s", a);
-        } else if (!config) {
-            config = a;
+        } else if (!c->config) {
+            c->config = a;
         } else {
-            die("one CONFIG only (got \"%s\" and \"%s\")", config, a);
+            die("one CONFIG only (got \"%s\" and \"%s\")", c->config, a);
         }
     }
-    if (!config || !device) {
+    if (!c->config || !c->device) {
         usage(stderr);
         die("CONFIG and --device are required");
     }
-    if (!bo.dir && (bo.no_tps || bo.threshold_fp32 || bo.threshold_bf16))
+    if (!c->bo.dir && (c->bo.no_tps || c->bo.threshold_fp32 || c->bo.threshold_bf16))
         die("--no-tps and --threshold-* judge against a baseline: give --baseline DIR");
+}
 
+/* g_bin_dir: the directory of this executable, where the apps the cases run are. */
+static void find_bin_dir(void) {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) die("cannot find my own executable: %s", strerror(errno));
     exe[n] = '\0';
     snprintf(g_bin_dir, sizeof g_bin_dir, "%s", dirname(exe));
+}
 
+/* test_config.json, its "variables" (then --var's and --log-dir over them) into *vl, each
+ * exported into the environment as InfiniTrain does; returns the parsed root. */
+static json_t *read_config(const cli_args *c, var_list *vl, char **log_dir) {
     struct stat cst; /* jansson reads a directory as an empty text, and a missing file as line -1 */
-    if (stat(config, &cst) != 0) die("%s: cannot open: %s", config, strerror(errno));
-    if (S_ISDIR(cst.st_mode)) die("%s: is a directory (expected a test_config.json file)", config);
+    if (stat(c->config, &cst) != 0) die("%s: cannot open: %s", c->config, strerror(errno));
+    if (S_ISDIR(cst.st_mode)) die("%s: is a directory (expected a test_config.json file)", c->config);
     json_error_t jerr;
-    json_t *root = json_load_file(config, 0, &jerr);
-    if (!root) die("%s:%d:%d: %s", config, jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(root)) die("%s: the top level must be an object", config);
-
-    var_list vl = {0};
+    json_t *root = json_load_file(c->config, 0, &jerr);
+    if (!root) die("%s:%d:%d: %s", c->config, jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root)) die("%s: the top level must be an object", c->config);
     json_t *vars = json_object_get(root, "variables");
     if (vars) {
-        if (!json_is_object(vars)) die("%s: \"variables\" must be an object", config);
+        if (!json_is_object(vars)) die("%s: \"variables\" must be an object", c->config);
         const char *k;
         json_t *v;
         json_object_foreach(vars, k, v) {
-            if (!json_is_string(v)) die("%s: variable %s must be a string", config, k);
-            var_set(&vl, k, json_string_value(v));
+            if (!json_is_string(v)) die("%s: variable %s must be a string", c->config, k);
+            var_set(vl, k, json_string_value(v));
         }
     }
-    for (size_t i = 0; i < cli.n; i++) var_set(&vl, cli.v[i].name, cli.v[i].value);
-    if (log_dir_arg) var_set(&vl, "LOG_DIR", log_dir_arg);
-    const char *ld = var_get(&vl, "LOG_DIR");
-    char *log_dir = subst(&vl, ld && *ld ? ld : "logs", 0);
+    for (size_t i = 0; i < c->vars.n; i++) var_set(vl, c->vars.v[i].name, c->vars.v[i].value);
+    if (c->log_dir) var_set(vl, "LOG_DIR", c->log_dir);
+    const char *ld = var_get(vl, "LOG_DIR");
+    *log_dir = subst(vl, ld && *ld ? ld : "logs", 0);
     /* InfiniTrain exports every variable into the environment; do the same. */
-    for (size_t i = 0; i < vl.n; i++) {
-        char *v = subst(&vl, vl.v[i].value, 0);
-        setenv(vl.v[i].name, v, 1);
+    for (size_t i = 0; i < vl->n; i++) {
+        char *v = subst(vl, vl->v[i].value, 0);
+        setenv(vl->v[i].name, v, 1);
         free(v);
     }
-
     json_t *builds = json_object_get(root, "basic_compile_commands");
-    if (builds && !json_is_array(builds)) die("%s: \"basic_compile_commands\" must be an array", config);
-    if (builds && json_array_size(builds) && !list)
+    if (builds && !json_is_array(builds)) die("%s: \"basic_compile_commands\" must be an array", c->config);
+    if (builds && json_array_size(builds) && !c->list)
         fprintf(stderr, "it-matrix: %zu basic_compile_commands not run: the apps are those in %s\n",
                 json_array_size(builds), g_bin_dir);
+    return root;
+}
 
+/* Every case of the selected groups, for each model whose groups list the group's tag. */
+static matrix_case *make_cases(const cli_args *c, json_t *root, var_list *vl, size_t *ncases) {
     json_t *groups = json_object_get(root, "test_groups");
-    if (!json_is_array(groups)) die("%s: \"test_groups\" must be an array", config);
-    if (only) {
-        /* A tag no group has is a typo, not an empty selection. */
-        for (const char *p = only; *p;) {
-            size_t w = strcspn(p, ",");
-            char tag[128];
-            snprintf(tag, sizeof tag, "%.*s", (int)w, p);
-            int found = 0;
-            for (size_t gi = 0; gi < json_array_size(groups); gi++) {
-                const char *t = json_string_value(json_object_get(json_array_get(groups, gi), "tag"));
-                if (t && list_has(tag, t)) found = 1;
-            }
-            if (w && !found) die("--only-run: no test group has the tag \"%s\"", tag);
-            p += w;
-            if (*p == ',') p++;
+    if (!json_is_array(groups)) die("%s: \"test_groups\" must be an array", c->config);
+    for (const char *p = c->only; p && *p;) { /* a tag no group has is a typo, not an empty selection */
+        size_t w = strcspn(p, ",");
+        char tag[128];
+        snprintf(tag, sizeof tag, "%.*s", (int)w, p);
+        int found = 0;
+        for (size_t gi = 0; gi < json_array_size(groups); gi++) {
+            const char *t = json_string_value(json_object_get(json_array_get(groups, gi), "tag"));
+            if (t && list_has(tag, t)) found = 1;
         }
+        if (w && !found) die("--only-run: no test group has the tag \"%s\"", tag);
+        p += w;
+        if (*p == ',') p++;
     }
-
     matrix_case *cases = NULL;
-    size_t ncases = 0;
+    *ncases = 0;
     for (size_t gi = 0; gi < json_array_size(groups); gi++) {
         json_t *g = json_array_get(groups, gi);
         const char *tag = json_string_value(json_object_get(g, "tag"));
         json_t *tests = json_object_get(g, "tests");
         if (!json_is_object(g) || !tag || !json_is_array(tests))
-            die("%s: test_groups[%zu] needs a string \"tag\" and an array \"tests\"", config, gi);
-        if (only && !list_has(only, tag)) continue;
+            die("%s: test_groups[%zu] needs a string \"tag\" and an array \"tests\"", c->config, gi);
+        if (c->only && !list_has(c->only, tag)) continue;
         for (size_t ti = 0; ti < json_array_size(tests); ti++) {
             json_t *t = json_array_get(tests, ti);
             json_t *idv = json_object_get(t, "id"), *args = json_object_get(t, "args");
             char where[256];
-            snprintf(where, sizeof where, "%s: test_groups[%zu] (%s) tests[%zu]", config, gi, tag, ti);
+            snprintf(where, sizeof where, "%s: test_groups[%zu] (%s) tests[%zu]", c->config, gi, tag, ti);
             if (!json_is_object(t) || !idv || (args && !json_is_object(args)))
                 die("%s needs an \"id\" and an object \"args\"", where);
             json_t *empty = json_object();
-            char *id = json_scalar(idv, &vl, where);
+            char *id = json_scalar(idv, vl, where);
             for (size_t mi = 0; mi < NMODELS; mi++) {
                 model_def *m = &MODELS[mi];
-                const char *sel = var_get(&vl, m->groups_var);
+                const char *sel = var_get(vl, m->groups_var);
                 if (!list_has(sel ? sel : m->groups_default, tag)) continue;
                 load_flags(m);
-                cases = xrealloc(cases, (ncases + 1) * sizeof *cases);
-                cases[ncases] = make_case(m, tag, id, args ? args : empty, &vl, device, where);
-                cases[ncases++].group = gi;
+                cases = xrealloc(cases, (*ncases + 1) * sizeof *cases);
+                cases[*ncases] = make_case(m, tag, id, args ? args : empty, vl, c->device, where);
+                cases[(*ncases)++].group = gi;
             }
             free(id);
             json_decref(empty);
         }
     }
+    return cases;
+}
 
-    int rc = 0;
-    size_t runnable = 0;
-    for (size_t i = 0; i < ncases; i++) runnable += cases[i].status != ST_UNSUPPORTED;
-    if (list) {
-        for (size_t i = 0; i < ncases; i++)
-            printf("%s/%s\t%s%s\t%s\n", cases[i].tag, cases[i].name,
-                   cases[i].unsupported ? "unsupported: " : "runnable",
-                   cases[i].unsupported ? cases[i].unsupported : "", cases[i].command);
-        printf("it-matrix: %zu cases: %zu runnable, %zu unsupported\n", ncases, runnable, ncases - runnable);
-        goto out;
-    }
+static size_t count_runnable(const matrix_case *cases, size_t n) {
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++) r += cases[i].status != ST_UNSUPPORTED;
+    return r;
+}
 
+/* --list: each case, runnable or why not, and its command. */
+static void list_cases(const matrix_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        printf("%s/%s\t%s%s\t%s\n", cases[i].tag, cases[i].name, cases[i].unsupported ? "unsupported: " : "runnable",
+               cases[i].unsupported ? cases[i].unsupported : "", cases[i].command);
+    size_t runnable = count_runnable(cases, n);
+    printf("it-matrix: %zu cases: %zu runnable, %zu unsupported\n", n, runnable, n - runnable);
+}
+
+/* Every runnable case in order (until an interrupt), each judged against the baseline when
+ * one is given, with a progress line and ETA; each group's checkpoint root removed after it. */
+static void run_cases(matrix_case *cases, size_t ncases, const char *log_dir, const baseline_opts *bo) {
     run_meta meta;
     char stamp[32];
     time_t tnow = time(NULL);
@@ -1052,15 +1068,14 @@ int main(int argc, char **argv) {
     meta.started_at = stamp;
     meta.branch = run_git("rev-parse --abbrev-ref HEAD");
     meta.commit = run_git("rev-parse HEAD");
-
+    size_t runnable = count_runnable(cases, ncases), done_run = 0;
     double t_start = now_s(), t_run = 0;
-    size_t done_run = 0;
     interrupt_install();
     for (size_t i = 0; i < ncases && !g_interrupt; i++) {
         matrix_case *c = &cases[i];
         if (c->status != ST_UNSUPPORTED) {
             run_case(c, log_dir, &meta);
-            if (c->status == ST_PASSED && bo.dir && !g_interrupt) compare_case(c, log_dir, &bo);
+            if (c->status == ST_PASSED && bo->dir && !g_interrupt) compare_case(c, log_dir, bo);
             t_run += c->seconds;
             done_run++;
         }
@@ -1082,7 +1097,13 @@ int main(int argc, char **argv) {
                 }
         }
     }
+    free(meta.branch);
+    free(meta.commit);
+}
 
+/* The table of every case's status and time, the counts; after an interrupt, what was not run,
+ * and the process ends by that signal. Returns the exit status. */
+static int print_summary(const matrix_case *cases, size_t ncases) {
     size_t wcase = strlen("case"), wstat = strlen("status");
     char st[512];
     for (size_t i = 0; i < ncases; i++) {
@@ -1095,7 +1116,7 @@ int main(int argc, char **argv) {
     printf("\n%-*s  %-*s  %s\n", (int)wcase, "case", (int)wstat, "status", "time");
     size_t npass = 0, nfail = 0, nunsup = 0;
     for (size_t i = 0; i < ncases; i++) {
-        matrix_case *c = &cases[i];
+        const matrix_case *c = &cases[i];
         char name[512], tm[32] = "-";
         snprintf(name, sizeof name, "%s/%s", c->tag, c->name);
         if (c->status != ST_UNSUPPORTED) snprintf(tm, sizeof tm, "%.1f s", c->seconds);
@@ -1105,7 +1126,6 @@ int main(int argc, char **argv) {
         nunsup += c->status == ST_UNSUPPORTED;
     }
     printf("it-matrix: %zu passed, %zu failed, %zu unsupported\n", npass, nfail, nunsup);
-    rc = nfail ? 1 : 0;
     if (g_interrupt) {
         size_t nleft = 0;
         for (size_t i = 0; i < ncases; i++) nleft += cases[i].status == ST_PENDING;
@@ -1118,14 +1138,30 @@ int main(int argc, char **argv) {
         signal(g_interrupt, SIG_DFL); /* end by the signal, as a shell expects (see on_interrupt) */
         raise(g_interrupt);
     }
-    free(meta.branch);
-    free(meta.commit);
-out:
+    return nfail ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    cli_args c = {0};
+    parse_args(&c, argc, argv);
+    find_bin_dir();
+    var_list vl = {0};
+    char *log_dir = NULL;
+    json_t *root = read_config(&c, &vl, &log_dir);
+    size_t ncases = 0;
+    matrix_case *cases = make_cases(&c, root, &vl, &ncases);
+    int rc = 0;
+    if (c.list) {
+        list_cases(cases, ncases);
+    } else {
+        run_cases(cases, ncases, log_dir, &c.bo);
+        rc = print_summary(cases, ncases);
+    }
     for (size_t i = 0; i < ncases; i++) free_case(&cases[i]);
     free(cases);
     for (size_t mi = 0; mi < NMODELS; mi++) free(MODELS[mi].flags);
     var_list_free(&vl);
-    var_list_free(&cli);
+    var_list_free(&c.vars);
     free(log_dir);
     json_decref(root);
     return rc;
