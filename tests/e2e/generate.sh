@@ -17,20 +17,18 @@ set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$src/tests/e2e/checks.bash"
 export OMP_NUM_THREADS=1
 gen() { "$build/it-generate" "$@" 2>"$tmp/gen.err"; }
 same() { # name, a, b
-  if [ -s "$2" ] && cmp -s "$2" "$3"; then ok; else bad "$1: $(head -c 300 "$2") | $(head -c 300 "$3")"; fi
+  if [ -s "$2" ] && cmp -s "$2" "$3"; then ok "$1"; else bad "$1" "$(head -c 300 "$2") | $(head -c 300 "$3")"; fi
 }
 refuse() { # name, expected message, args...
   local name=$1 want=$2
   shift 2
   "$build/it-generate" "$@" >"$tmp/r.out" 2>&1 </dev/null
   local rc=$?
-  if [ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/r.out"; then ok; else bad "$name: exit $rc: $(tail -2 "$tmp/r.out")"; fi
+  if [ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/r.out"; then ok "$name"; else bad "$name: exit $rc" "$(tail -2 "$tmp/r.out")"; fi
 }
 
 # ---- a byte-level tokenizer and a model that has learned two verses (loss < 0.3 a byte)
@@ -51,17 +49,17 @@ done >"$tmp/text.txt"
   --save "$tmp/ck" --save_interval 400 >"$tmp/train.out" 2>&1 || bad "train: $(tail -2 "$tmp/train.out")"
 ck=$tmp/ck/checkpoint_step_000400
 loss=$(grep -o 'train loss [0-9.]*' "$tmp/train.out" | tail -1 | awk '{print $3}')
-awk -v l="$loss" 'BEGIN { exit !(l < 0.3) }' && ok || bad "the model did not learn: last loss $loss"
+awk -v l="$loss" 'BEGIN { exit !(l < 0.3) }' && ok "the model learned (last loss $loss)" || bad "the model did not learn: last loss $loss"
 
 m=(--load "$ck" --tokenizer "$tmp/bytes.tiktoken" --max_new_tokens 40)
-gen "${m[@]}" --prompt "And the" --temperature 0 >"$tmp/g1.txt" && ok || bad "greedy: $(cat "$tmp/gen.err")"
+gen "${m[@]}" --prompt "And the" --temperature 0 >"$tmp/g1.txt" && ok "greedy" || bad "greedy" "$(cat "$tmp/gen.err")"
 gen "${m[@]}" --prompt "And the" --temperature 0 >"$tmp/g2.txt"
 same "greedy run to run" "$tmp/g1.txt" "$tmp/g2.txt"
 gen "${m[@]}" --prompt "And the" --temperature 0 --stream false >"$tmp/g3.txt"
 same "streamed = printed at the end" "$tmp/g1.txt" "$tmp/g3.txt"
 verse=$(gen "${m[@]}" --prompt "In the beginning God created the heaven and the" --temperature 0 --max_new_tokens 7)
-[ "$verse" = " earth." ] && ok || bad "greedy does not go on with the verse: '$verse'"
-grep -q "tok/s" "$tmp/gen.err" && ok || bad "no rate: $(cat "$tmp/gen.err")"
+[ "$verse" = " earth." ] && ok "greedy goes on with the verse" || bad "greedy does not go on with the verse: '$verse'"
+grep -q "tok/s" "$tmp/gen.err" && ok "the rate is printed" || bad "no rate" "$(cat "$tmp/gen.err")"
 echo "And the" | gen "${m[@]}" --temperature 0 >"$tmp/g4.txt"
 same "prompt from standard input" "$tmp/g1.txt" "$tmp/g4.txt"
 
@@ -90,14 +88,14 @@ full=$(head -c 40 "$tmp/g1.txt")
 stop=${full:12:3}
 want=${full%%"$stop"*}
 got=$(gen "${m[@]}" --prompt "And the" --temperature 0 --stop "$stop" --stop "@@@")
-[ "$got" = "$want" ] && ok || bad "--stop '$stop': got '$got', want '$want'"
+[ "$got" = "$want" ] && ok "--stop cuts before the string" || bad "--stop '$stop': got '$got', want '$want'"
 
 # the seed decides the draws
 gen "${m[@]}" --prompt "And" --temperature 1.5 --top_k 0 --top_p 1 --seed 1 >"$tmp/r1.txt"
 gen "${m[@]}" --prompt "And" --temperature 1.5 --top_k 0 --top_p 1 --seed 1 >"$tmp/r2.txt"
 gen "${m[@]}" --prompt "And" --temperature 1.5 --top_k 0 --top_p 1 --seed 2 >"$tmp/r3.txt"
 same "same seed" "$tmp/r1.txt" "$tmp/r2.txt"
-cmp -s "$tmp/r1.txt" "$tmp/r3.txt" && bad "seeds 1 and 2 drew the same text" || ok
+cmp -s "$tmp/r1.txt" "$tmp/r3.txt" && bad "seeds 1 and 2 drew the same text" || ok "another seed, other text"
 
 # ---- the same model by every way in: the same greedy ids
 g=$src/tests/fixtures/gpt2
@@ -132,7 +130,7 @@ same "adapters = merged" "$tmp/mg.txt" "$tmp/la.txt"
 gen --llmc_filepath "$g/tiny_gpt2.bin" --lora_load_path "$tmp/peft" "${ids[@]}" >"$tmp/lp.txt" ||
   bad "peft: $(cat "$tmp/gen.err")"
 same "PEFT adapters = merged" "$tmp/mg.txt" "$tmp/lp.txt"
-cmp -s "$tmp/l.txt" "$tmp/mg.txt" && bad "the adapters changed nothing" || ok
+cmp -s "$tmp/l.txt" "$tmp/mg.txt" && bad "the adapters changed nothing" || ok "the adapters change the tokens"
 
 # ---- bad input
 refuse "no model" "give one model" --prompt_ids 1
@@ -146,5 +144,4 @@ refuse "missing file" "--llmc_filepath: " --llmc_filepath "$tmp/none.bin" --prom
 refuse "lora without rank" "give its --lora_rank" --llmc_filepath "$g/tiny_gpt2.bin" --prompt_ids 1 \
   --lora_load_path "$tmp/a.bin"
 
-echo "generate.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+checks_done generate.sh

@@ -9,27 +9,24 @@ set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$src/tests/e2e/checks.bash"
 
 mkdir -p "$tmp/src/backends/kept" "$tmp/src/backends/nolist" "$tmp/build"
 touch "$tmp/src/backends/kept/CMakeLists.txt"
 for n in kept nolist gone; do echo so >"$tmp/build/libit_backend_$n.so"; done
 echo other >"$tmp/build/libinfinitrain.so"
 out=$(cmake -DIT_BUILD_DIR="$tmp/build" -DIT_SOURCE_DIR="$tmp/src" -P "$src/cmake/prune-stale-plugins.cmake" 2>&1)
-[ -e "$tmp/build/libit_backend_kept.so" ] && ok || bad "a plugin whose backend exists was removed"
-[ ! -e "$tmp/build/libit_backend_gone.so" ] && ok || bad "a plugin whose backend directory is gone was kept"
-[ ! -e "$tmp/build/libit_backend_nolist.so" ] && ok || bad "a plugin of a directory without CMakeLists.txt was kept"
-[ -e "$tmp/build/libinfinitrain.so" ] && ok || bad "the core library was removed"
-grep -q "backends/gone/ is gone" <<<"$out" && ok || bad "no message names the removed plugin: $out"
+[ -e "$tmp/build/libit_backend_kept.so" ] && ok "a plugin whose backend exists is kept" || bad "a plugin whose backend exists was removed"
+[ ! -e "$tmp/build/libit_backend_gone.so" ] && ok "a plugin whose backend is gone is removed" || bad "a plugin whose backend directory is gone was kept"
+[ ! -e "$tmp/build/libit_backend_nolist.so" ] && ok "a directory without CMakeLists.txt is no backend" || bad "a plugin of a directory without CMakeLists.txt was kept"
+[ -e "$tmp/build/libinfinitrain.so" ] && ok "the core library is kept" || bad "the core library was removed"
+grep -q "backends/gone/ is gone" <<<"$out" && ok "the removal is said" || bad "no message names the removed plugin: $out"
 
 for so in "$build"/libit_backend_*.so; do
   [ -e "$so" ] || continue
   name=$(basename "$so" .so)
   name=${name#libit_backend_}
-  [ -f "$src/backends/$name/CMakeLists.txt" ] && ok || bad "$so: no backends/$name in the source tree"
+  [ -f "$src/backends/$name/CMakeLists.txt" ] && ok "$name has its backends/ directory" || bad "$so: no backends/$name in the source tree"
 done
 
-echo "stale_plugin.sh: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+checks_done stale_plugin.sh
