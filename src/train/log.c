@@ -272,7 +272,7 @@ void train_summary(const it_train_ctx *ctx) {
         else
             printf("write text with it: %s --load %s --prompt_ids 1,2,3 (no --tokenizer in this run)\n", gen,
                    ctx->saved);
-    } else if (!c->output_checkpoint && !c->output_hf && !c->lora_save_path) {
+    } else if (!c->output_checkpoint && !c->output_hf && !c->lora_save_path && !c->lora_merge_output) {
         printf("saved: nothing (--save DIR keeps checkpoints, --output_checkpoint FILE the model)\n");
     }
     fflush(stdout);
