@@ -44,8 +44,8 @@ build-asan: setup $(ASAN_BUILD)/CMakeCache.txt
 # where `it-generate --load` finds it.
 RUN_FLAGS := --n_layer 4 --n_head 4 --n_embd 128 --block_size 128 --vocab_size 257 \
 	--batch_size 16 --sequence_length 128 --num_iteration 600 --optimizer adamw \
-	--learning_rate 2e-3 --weight_decay 0.0 --lr_warmup_iters 30 --lr_decay_style cosine \
-	--min_lr 2e-4 --freq_generate_txt 100 --text_length 128 --log_interval 50
+	--learning_rate 3e-3 --weight_decay 0.0 --lr_warmup_iters 100 --lr_decay_style cosine \
+	--min_lr 3e-4 --freq_generate_txt 100 --text_length 128 --log_interval 50
 
 $(DATA)/kjv.txt: scripts/get-corpus.sh | build-run
 	@mkdir -p $(DATA)
