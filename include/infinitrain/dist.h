@@ -112,32 +112,37 @@ IT_API it_status it_dist_tensor_hash(it_tensor *t, uint64_t *out);
 /* For each of n hashes, whether all ranks agree: differs[i] set when some rank's differs. */
 IT_API it_status it_dist_check_equal(it_dist *d, const uint64_t *hashes, size_t n, bool *differs);
 
-/* ---- The process grid: world = DP x TP x PP, laid out as InfiniTrain lays it (Megatron's
- * "tp-dp-pp" order, TP fastest):
- *     rank = tp + TP*dp + TP*DP*pp,   tp = rank % TP, dp = rank / TP % DP, pp = rank / (TP*DP)
+/* ---- The process grid: world = DP x TP x CP x PP, laid out as InfiniTrain lays it (its
+ * context-parallel branch's "tp-cp-dp-pp" order, TP fastest; Megatron's "tp-cp-dp-pp" too):
+ *     rank = tp + TP*cp + TP*CP*dp + TP*CP*DP*pp
  * A rank's DP group is the ranks that differ from it in dp only, listed by dp = 0..DP-1, so
- * its rank in that group is its dp coordinate; likewise TP and PP. Each axis has world/size
- * groups, numbered as InfiniTrain names them (DP<id>, TP<id>, PP<id>):
+ * its rank in that group is its dp coordinate; likewise TP, CP and PP. Each axis has
+ * world/size groups, numbered as InfiniTrain names them (DP<id>, TP<id>, CP<id>, PP<id>): the
+ * other coordinates, PP varying fastest, then DP, CP, TP; with CP = 1
  *     DP id = pp + PP*tp,   TP id = pp + PP*dp,   PP id = dp + DP*tp
  * Example, 8 = DP2 x TP2 x PP2: TP groups {0,1} {4,5} {2,3} {6,7} (ids 0..3), DP groups
- * {0,2} {4,6} {1,3} {5,7}, PP groups {0,4} {2,6} {1,5} {3,7}. */
-typedef enum it_dist_axis { IT_DIST_DP = 0, IT_DIST_TP = 1, IT_DIST_PP = 2 } it_dist_axis;
-#define IT_DIST_AXES 3
+ * {0,2} {4,6} {1,3} {5,7}, PP groups {0,4} {2,6} {1,5} {3,7}. Under context parallelism the
+ * DP x CP group (the ranks sharing tp and pp, id tp*PP + pp, ranked cp + CP*dp) takes DP's
+ * place for the gradient reduction, ZeRO's shards and the loss mean: every rank of it holds
+ * the same parameters and a different part of the tokens. */
+typedef enum it_dist_axis { IT_DIST_DP = 0, IT_DIST_TP = 1, IT_DIST_PP = 2, IT_DIST_CP = 3 } it_dist_axis;
+#define IT_DIST_AXES 4
 
 /* The layout alone, computed without MPI (for the unit tests and for checking the sizes
  * before any group is built). size and stride are indexed by it_dist_axis. */
 typedef struct it_dist_layout {
     int world;
     int size[IT_DIST_AXES];
-    int stride[IT_DIST_AXES]; /* TP: 1, DP: TP, PP: TP*DP */
+    int stride[IT_DIST_AXES]; /* TP: 1, CP: TP, DP: TP*CP, PP: TP*CP*DP */
 } it_dist_layout;
 
-/* Checks every size >= 1 and world == dp*tp*pp; on failure one IT_ERR_INVALID_ARG message
- * naming the numbers, *l untouched. */
+/* Checks every size >= 1 and world == dp*tp*cp*pp; on failure one IT_ERR_INVALID_ARG message
+ * naming the numbers, *l untouched. it_dist_layout_init: CP = 1. */
 IT_API it_status it_dist_layout_init(it_dist_layout *l, int world, int dp, int tp, int pp);
-/* "DP", "TP", "PP" */
+IT_API it_status it_dist_layout_init_cp(it_dist_layout *l, int world, int dp, int tp, int cp, int pp);
+/* "DP", "TP", "PP", "CP" */
 IT_API const char *it_dist_axis_name(it_dist_axis ax);
-/* The world rank at coord[DP], coord[TP], coord[PP], and its inverse (rank in [0, world)). */
+/* The world rank at coord[DP], coord[TP], coord[PP], coord[CP], and its inverse (rank in [0, world)). */
 IT_API int it_dist_layout_rank(const it_dist_layout *l, const int coord[IT_DIST_AXES]);
 IT_API void it_dist_layout_coords(const it_dist_layout *l, int rank, int coord[IT_DIST_AXES]);
 /* The id of rank's group along ax (in [0, world/size[ax])), and its members, in group-rank
@@ -150,7 +155,8 @@ IT_API void it_dist_layout_group_ranks(const it_dist_layout *l, it_dist_axis ax,
  * the same sizes. The sizes are checked (it_dist_layout_init) before any communication. */
 typedef struct it_dist_grid it_dist_grid;
 IT_API it_status it_dist_grid_new(it_dist *world, int dp, int tp, int pp, it_dist_grid **out);
-/* Frees the three groups (not the world); before the world group is freed. */
+IT_API it_status it_dist_grid_new_cp(it_dist *world, int dp, int tp, int cp, int pp, it_dist_grid **out);
+/* Frees the groups (not the world); before the world group is freed. */
 IT_API void it_dist_grid_free(it_dist_grid *g);
 IT_API const it_dist_layout *it_dist_grid_layout(const it_dist_grid *g);
 /* This rank's world rank and its coordinate along ax (= its rank in that axis's group). */
@@ -161,6 +167,9 @@ IT_API int it_dist_grid_coord(const it_dist_grid *g, it_dist_axis ax);
 IT_API it_dist *it_dist_grid_group(const it_dist_grid *g, it_dist_axis ax);
 IT_API int it_dist_grid_group_id(const it_dist_grid *g, it_dist_axis ax);
 IT_API const int *it_dist_grid_members(const it_dist_grid *g, it_dist_axis ax);
+/* The DP x CP group (the DP group itself when CP is 1) and its id. */
+IT_API it_dist *it_dist_grid_dp_cp(const it_dist_grid *g);
+IT_API int it_dist_grid_dp_cp_id(const it_dist_grid *g);
 
 /* ---- Tensor parallelism's regions (Megatron's, InfiniTrain's tensor_parallel.cc) as
  * differentiable ops over group d, a TP group. Each returns x itself when d has one rank.

@@ -1,4 +1,4 @@
-/* The DP x TP x PP process grid.
+/* The TP x CP x DP x PP process grid.
  *
  * Alone (as ctest runs it): the pure layout against tables written from InfiniTrain's Layout
  * (infini_train/src/nn/parallel/global.cc: order {TP, DP, PP}, RankOf, CoordOf, GroupId,
@@ -18,18 +18,19 @@
  * group-rank order, flattened: group i is groups[ax][i*size[ax] .. (i+1)*size[ax]). */
 typedef struct {
     int world, dp, tp, pp;
-    int groups[IT_DIST_AXES][12];
+    int groups[IT_DIST_AXES][12]; /* DP, TP, PP, CP rows; CP's only where cp > 1 */
+    int cp;                       /* 1: each rank its own CP group */
 } grid_case;
 
 static const grid_case CASES[] = {
     /* 8 = DP2 x TP2 x PP2: rank = tp + 2dp + 4pp */
-    {8, 2, 2, 2, {{0, 2, 4, 6, 1, 3, 5, 7}, {0, 1, 4, 5, 2, 3, 6, 7}, {0, 4, 2, 6, 1, 5, 3, 7}}},
+    {8, 2, 2, 2, {{0, 2, 4, 6, 1, 3, 5, 7}, {0, 1, 4, 5, 2, 3, 6, 7}, {0, 4, 2, 6, 1, 5, 3, 7}}, 1},
     /* 8 = TP4 x DP2: rank = tp + 4dp; the PP groups of one are numbered dp + 2tp */
-    {8, 2, 4, 1, {{0, 4, 1, 5, 2, 6, 3, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 4, 1, 5, 2, 6, 3, 7}}},
+    {8, 2, 4, 1, {{0, 4, 1, 5, 2, 6, 3, 7}, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 4, 1, 5, 2, 6, 3, 7}}, 1},
     /* 4 = PP4 */
-    {4, 1, 1, 4, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}},
+    {4, 1, 1, 4, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}, 1},
     /* 1 = 1 x 1 x 1 */
-    {1, 1, 1, 1, {{0}, {0}, {0}}},
+    {1, 1, 1, 1, {{0}, {0}, {0}}, 1},
     /* 12 = DP3 x TP2 x PP2: rank = tp + 2dp + 6pp, every axis a different size */
     {12,
      3,
@@ -37,15 +38,35 @@ static const grid_case CASES[] = {
      2,
      {{0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11},
       {0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11},
-      {0, 6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11}}},
+      {0, 6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11}},
+     1},
+    /* 8 = TP2 x CP2 x DP2 (the context-parallel branch): rank = tp + 2cp + 4dp; ids: TP dp + 2cp,
+     * CP dp + 2tp, DP cp + 2tp, PP dp + 2cp + 4tp */
+    {8,
+     2,
+     2,
+     1,
+     {{0, 4, 2, 6, 1, 5, 3, 7}, {0, 1, 4, 5, 2, 3, 6, 7}, {0, 4, 2, 6, 1, 5, 3, 7}, {0, 2, 4, 6, 1, 3, 5, 7}},
+     2},
 };
 
 static void check_layout_case(const grid_case *c) {
     it_dist_layout l;
-    CHECK_OK(it_dist_layout_init(&l, c->world, c->dp, c->tp, c->pp));
-    CHECK(l.size[IT_DIST_DP] == c->dp && l.size[IT_DIST_TP] == c->tp && l.size[IT_DIST_PP] == c->pp);
-    CHECK(l.stride[IT_DIST_TP] == 1 && l.stride[IT_DIST_DP] == c->tp && l.stride[IT_DIST_PP] == c->tp * c->dp);
-    for (int ax = 0; ax < IT_DIST_AXES; ax++) {
+    int cp = c->cp ? c->cp : 1;
+    CHECK_OK(it_dist_layout_init_cp(&l, c->world, c->dp, c->tp, cp, c->pp));
+    CHECK(l.size[IT_DIST_DP] == c->dp && l.size[IT_DIST_TP] == c->tp && l.size[IT_DIST_PP] == c->pp &&
+          l.size[IT_DIST_CP] == cp);
+    CHECK(l.stride[IT_DIST_TP] == 1 && l.stride[IT_DIST_CP] == c->tp && l.stride[IT_DIST_DP] == c->tp * cp &&
+          l.stride[IT_DIST_PP] == c->tp * cp * c->dp);
+    if (cp == 1) /* each rank alone in its CP group, at coordinate 0 */
+        for (int r = 0; r < c->world; r++) {
+            int got[1] = {-1}, coord[IT_DIST_AXES];
+            it_dist_layout_group_ranks(&l, IT_DIST_CP, r, got);
+            it_dist_layout_coords(&l, r, coord);
+            CHECK_MSG(got[0] == r && coord[IT_DIST_CP] == 0, "%d ranks: rank %d's CP group of one is {%d}", c->world, r,
+                      got[0]);
+        }
+    for (int ax = 0; ax < (cp > 1 ? IT_DIST_AXES : IT_DIST_CP); ax++) {
         int n = l.size[ax], ngroups = c->world / n;
         for (int id = 0; id < ngroups; id++) {
             const int *want = &c->groups[ax][id * n];
@@ -81,6 +102,8 @@ static void check_bad_sizes(void) {
               "DP x TP x PP = -2 x -2 x 1 = 4 (every size must be >= 1)");
     /* products beyond int are named as they are, not wrapped */
     CHECK_ERR(it_dist_layout_init(&l, 8, 65536, 65536, 2), IT_ERR_INVALID_ARG, "= 65536 x 65536 x 2 = 8589934592");
+    CHECK_ERR(it_dist_layout_init_cp(&l, 8, 2, 2, 3, 1), IT_ERR_INVALID_ARG,
+              "the world of 8 ranks is not DP x TP x CP x PP = 2 x 2 x 3 x 1 = 12");
     CHECK(l.world == -7); /* untouched */
 }
 
@@ -148,14 +171,14 @@ static it_status idccl_all_gather(it_comm *c, const void *send, void *recv, size
 static it_ccl idccl_table;
 static it_backend idccl;
 
-/* The grid on `world` for dp x tp x pp, checked on device dev. */
-static void check_grid(it_dist *world, it_device dev, int dp, int tp, int pp, const char *what) {
+/* The grid on `world` for dp x tp x cp x pp, checked on device dev. */
+static void check_grid(it_dist *world, it_device dev, int dp, int tp, int cp, int pp, const char *what) {
     int wr = it_dist_rank(world), w = it_dist_world(world);
     it_dist_grid *g = NULL;
-    CHECK_OK(it_dist_grid_new(world, dp, tp, pp, &g));
+    CHECK_OK(it_dist_grid_new_cp(world, dp, tp, cp, pp, &g));
     if (!g) return;
     it_dist_layout l;
-    CHECK_OK(it_dist_layout_init(&l, w, dp, tp, pp));
+    CHECK_OK(it_dist_layout_init_cp(&l, w, dp, tp, cp, pp));
     int coord[IT_DIST_AXES];
     it_dist_layout_coords(&l, wr, coord);
     CHECK(it_dist_grid_rank(g) == wr);
@@ -203,18 +226,35 @@ static void check_grid(it_dist *world, it_device dev, int dp, int tp, int pp, co
         CHECK_MSG(h == sum, "%s %dx%dx%d rank %d: %s host all_reduce gave %lld, want %d", what, dp, tp, pp, wr, name,
                   (long long)h, sum);
     }
+    /* DP x CP: the ranks sharing tp and pp, ranked cp + CP*dp */
+    it_dist *dc = it_dist_grid_dp_cp(g);
+    int64_t h = wr, want = 0;
+    for (int d = 0; d < dp; d++)
+        for (int c = 0; c < cp; c++)
+            want += it_dist_layout_rank(&l, (int[IT_DIST_AXES]){[IT_DIST_DP] = d,
+                                                                [IT_DIST_TP] = coord[IT_DIST_TP],
+                                                                [IT_DIST_PP] = coord[IT_DIST_PP],
+                                                                [IT_DIST_CP] = c});
+    CHECK_MSG(it_dist_world(dc) == dp * cp && it_dist_rank(dc) == coord[IT_DIST_CP] + cp * coord[IT_DIST_DP],
+              "%s %dx%dx%dx%d rank %d: DP x CP group rank %d of %d", what, dp, tp, cp, pp, wr, it_dist_rank(dc),
+              it_dist_world(dc));
+    CHECK_OK(it_dist_all_reduce_host(dc, &h, 1, IT_DTYPE_I64, IT_CCL_SUM));
+    CHECK_MSG(h == want, "%s %dx%dx%dx%d rank %d: DP x CP sum %lld, want %lld", what, dp, tp, cp, pp, wr, (long long)h,
+              (long long)want);
+    CHECK(it_dist_grid_dp_cp_id(g) == coord[IT_DIST_TP] * pp + coord[IT_DIST_PP]);
     it_dist_grid_free(g);
 }
 
-/* Every DP x TP x PP that makes the world, in one fixed order (the same on every rank). */
+/* Every DP x TP x CP x PP that makes the world, in one fixed order (the same on every rank). */
 static void check_all_grids(it_dist *world, it_device dev, const char *what) {
     int w = it_dist_world(world), grids = 0;
     for (int tp = 1; tp <= w; tp++)
-        for (int pp = 1; pp <= w / tp; pp++)
-            if (w % (tp * pp) == 0) {
-                check_grid(world, dev, w / (tp * pp), tp, pp, what);
-                grids++;
-            }
+        for (int cp = 1; cp <= w / tp; cp++)
+            for (int pp = 1; pp <= w / (tp * cp); pp++)
+                if (w % (tp * cp * pp) == 0) {
+                    check_grid(world, dev, w / (tp * cp * pp), tp, cp, pp, what);
+                    grids++;
+                }
     CHECK(grids >= 1);
 }
 
