@@ -202,6 +202,32 @@ IT_API it_tensor *it_tp_embedding(it_tensor *idx, it_tensor *w, int64_t lo);
  * ids. No rank holds more than its columns; backward communicates nothing. */
 IT_API it_tensor *it_tp_cross_entropy(it_dist *d, it_tensor *logits, it_tensor *targets, int64_t lo, int64_t valid);
 
+/* ---- Context parallelism (src/dist/context.c): the sequence cut over a CP group of the grid.
+ * Rank r holds T/CP rows of every sequence: the slice [r*T/CP, (r+1)*T/CP) (InfiniTrain's),
+ * or with `balance` two chunks of T/(2CP), chunk r then chunk 2CP-1-r (Megatron's and
+ * torchtitan's load balancing: every rank gets as much causal work). Attention brings in the
+ * earlier keys by --cp_comm_type:
+ *   p2p         ring attention over the backend's flash kernels, partial outputs merged by
+ *               log-sum-exp, K/V gradients sent back round the ring (without the flash slots,
+ *               or with --flash off: all_gather's way);
+ *   all_gather  K and V gathered (their gradients reduce-scattered);
+ *   a2a         Ulysses: all-to-all to head-cut q, k, v over the whole sequence and back
+ *               (the local query and kv heads divisible by CP). */
+typedef enum it_cp_comm { IT_CP_P2P = 0, IT_CP_ALL_GATHER = 1, IT_CP_A2A = 2 } it_cp_comm;
+IT_API const char *it_cp_comm_name(it_cp_comm c);
+/* Rows [lo, lo + n) of rank r's T/CP as runs of global positions: start[k], len[k] for the
+ * returned count (1, or 2 when balanced rows cross from one chunk to the other). */
+IT_API int it_cp_runs(int64_t T, int cp, int r, bool balance, int64_t lo, int64_t n, int64_t start[2], int64_t len[2]);
+/* Rank r's rows of B sequences of T tokens: dst (B, T/CP), in place when dst == src. */
+IT_API void it_cp_slice_host(const int32_t *src, int32_t *dst, int64_t B, int64_t T, int cp, int r, bool balance);
+/* Causal attention of this rank's rows: q (B, T/CP, H, D), k and v (B, T/CP, Hkv, D) ->
+ * (B, T/CP, H * D), as it_attention on the whole sequence gives for these rows. A
+ * collective over g: every rank calls it, forward and backward, in the same order. */
+IT_API it_tensor *it_cp_attention(it_dist *g, it_cp_comm comm, bool balance, it_tensor *q, it_tensor *k,
+                                  it_tensor *v);
+/* Whether p2p runs as a ring on dev (flash attention on and both its slots there). */
+IT_API bool it_cp_ring_available(it_device dev);
+
 /* ---- ZeRO: the optimizer's state (stage 1), and the reduced gradient (stage 2), sharded over
  * the data-parallel ranks of d. Neither keeps a full-size copy of the parameters or gradients.
  * Stage 1: the flat buffers (P elements) are N rows of S = ceil(P/N); rank r owns row r and

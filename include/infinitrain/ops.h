@@ -103,6 +103,9 @@ IT_API it_tensor *it_transpose(it_tensor *x, int d0, int d1);
 IT_API it_tensor *it_slice(it_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
 IT_API it_tensor *it_expand(it_tensor *x, int ndim, const int64_t *shape);
 IT_API it_tensor *it_contiguous(it_tensor *x);
+/* The n tensors (one dtype and device, equal but for dim) one after another along dim: a new
+ * contiguous tensor (x itself when n is 1). */
+IT_API it_tensor *it_cat(int n, it_tensor *const *xs, int dim);
 
 #ifdef __cplusplus
 }

@@ -141,3 +141,60 @@ it_tensor *it_expand(it_tensor *x, int ndim, const int64_t *shape) {
     OP_REQUIRE(x);
     return record("expand", expand_backward, x, it_tensor_expand(x, ndim, shape));
 }
+
+/* cat: dx_i = dy's window of x_i (a view; the engine copies when it must). */
+static it_status cat_backward(it_node *n, it_tensor *dy) {
+    int dim = (int)n->i[0];
+    int64_t at = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        it_tensor *x = n->in[k];
+        int64_t len = x->shape[dim];
+        if (x->requires_grad) {
+            it_tensor *w = it_tensor_slice(dy, dim, at, at + len, 1); /* scope-owned, as g */
+            it_tensor *g = w ? it_tensor_contiguous(w) : NULL;
+            if (!g) return it_last_status();
+            it_status st = it__accum_grad(x, g);
+            if (st) return st;
+        }
+        at += len;
+    }
+    return IT_OK;
+}
+
+it_tensor *it_cat(int n, it_tensor *const *xs, int dim) {
+    if (n < 1) {
+        it_error(IT_ERR_INVALID_ARG, "cat: no tensors");
+        return NULL;
+    }
+    for (int k = 0; k < n; k++) OP_REQUIRE(xs[k]);
+    if (n == 1) return xs[0];
+    int nd = xs[0]->ndim;
+    if (dim < 0) dim += nd;
+    int64_t shape[IT_MAX_DIMS];
+    memcpy(shape, xs[0]->shape, sizeof(int64_t) * (size_t)nd);
+    shape[dim] = 0;
+    for (int k = 0; k < n; k++) {
+        bool same = xs[k]->ndim == nd && xs[k]->dtype == xs[0]->dtype;
+        for (int d = 0; same && d < nd; d++) same = d == dim || xs[k]->shape[d] == xs[0]->shape[d];
+        if (!same || dim < 0 || dim >= nd) {
+            it_error(IT_ERR_INVALID_ARG, "cat: tensor %d does not match tensor 0 outside dim %d (or its dtype)", k,
+                     dim);
+            return NULL;
+        }
+        shape[dim] += xs[k]->shape[dim];
+    }
+    it_tensor *out = it__scope_add(it__tensor_new_owned(it_tensor_device(xs[0]), xs[0]->dtype, nd, shape));
+    OP_REQUIRE(out);
+    int64_t at = 0;
+    for (int k = 0; k < n; k++) {
+        it_tensor *w = it_tensor_slice(out, dim, at, at + xs[k]->shape[dim], 1); /* scope-owned */
+        if (!w || it_tensor_copy_(w, xs[k])) return NULL;
+        at += xs[k]->shape[dim];
+    }
+    if (it__needs_grad(n, xs)) {
+        it_node *nd_ = it__node_record("cat", cat_backward, out, n, xs);
+        OP_REQUIRE(nd_);
+        nd_->i[0] = dim;
+    }
+    return out;
+}
