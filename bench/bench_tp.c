@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     int rank = it_dist_rank(world), N = it_dist_world(world);
     if (it_dist_grid_new(world, 1, N, 1, &grid)) return fail(world, rank, "the TP grid");
     it_dist *tp = it_dist_grid_group(grid, IT_DIST_TP);
-    it_model_parallel par = {tp, sp, NULL, NULL, 1};
+    it_model_parallel par = {tp, sp, NULL, NULL, 1, NULL, 0, false};
     it_model *m = NULL;
     it_optimizer *opt = NULL;
     if (it_gpt2_new_tp(&cfg, dev, 42, &par, &m)) return fail(world, rank, "it_gpt2_new_tp");

@@ -42,6 +42,12 @@ typedef struct it_model_parallel {
     /* Virtual pipeline stages: chunks per stage (0 or 1: one); stage p holds global chunks
      * v*P + p, v < virtual_stages, of P*virtual_stages (InfiniTrain's GetStageInfo). */
     int virtual_stages;
+    /* Context parallelism (NULL or one rank: none): the model's input is this rank's T/CP rows
+     * of each sequence (it_cp_slice_host's), positions and RoPE follow them, and attention
+     * runs over `cp` by cp_comm (an it_cp_comm) with cp_balance's chunks (dist.h). */
+    it_dist *cp;
+    int cp_comm;
+    bool cp_balance;
 } it_model_parallel;
 
 typedef struct it_model_info {

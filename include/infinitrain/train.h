@@ -62,6 +62,9 @@ typedef struct it_train_config {
     int tensor_parallel;              /* --tensor_parallel: TP size (1); DP = ranks / (TP * PP) */
     bool sequence_parallel;           /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
     int pipeline_parallel;            /* --pipeline_parallel: pipeline stages (1) */
+    int context_parallel;             /* --context_parallel: the sequence cut over CP ranks (1) */
+    int cp_comm_type;                 /* --cp_comm_type: an it_cp_comm (p2p) */
+    bool cp_load_balance;             /* --cp_load_balance: two mirrored chunks per CP rank */
     int virtual_pipeline_parallel;    /* --virtual_pipeline_parallel: chunks per stage (1) */
     it_pp_schedule pipeline_schedule; /* --pipeline_schedule: gpipe (InfiniTrain's) or 1f1b */
     bool use_distributed_optimizer;   /* --use_distributed_optimizer: ZeRO (stage 1 unless --zero_stage) */

@@ -152,6 +152,17 @@ static it_tensor *cached_attention(it_model *m, int l, it_tensor *qkv, int heads
     return it_attention(q, k, v);
 }
 
+/* qkv (B, T, 3C) of this rank's rows under context parallelism -> (B, T, C), attending over
+ * the CP group (context.c). */
+static it_tensor *cp_attention(it_model *m, it_tensor *qkv, int heads, bool keep) {
+    if (!qkv) return NULL;
+    int64_t B = it_tensor_dim(qkv, 0), T = it_tensor_dim(qkv, 1), C = it_tensor_dim(qkv, 2) / 3;
+    int64_t s4[4] = {B, T, heads, C / heads};
+    it_tensor *q = it_reshape(it_slice(qkv, 2, 0, C, 1), 4, s4), *k = it_reshape(it_slice(qkv, 2, C, 2 * C, 1), 4, s4),
+              *v = it_reshape(it_slice(qkv, 2, 2 * C, 3 * C, 1), 4, s4);
+    return it__cp_attend(m, q, k, v, keep);
+}
+
 /* Block l: x += attn(ln_1(x)); x += mlp(ln_2(x)) (under TP this rank's heads and columns). */
 static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     gpt2 *g = m->impl;
@@ -162,6 +173,7 @@ static it_tensor *gpt2_layer(it_model *m, int l, it_tensor *x) {
     /* under autocast qkv and y stay bf16 between the products (the same bits as widened) */
     h = IT_PREC_MODULE(it__linear_keep(m, it__tp_enter(m, h), p[QKVW], p[QKVB]), l, "attn.c_attn"); /* (B, T, 3C) */
     h = m->kv                             ? cached_attention(m, l, h, heads)
+        : m->cp                           ? cp_attention(m, h, heads, !it__lora_adapts(m, p[ATTPROJW]))
         : it__lora_adapts(m, p[ATTPROJW]) ? it_causal_self_attention(h, heads)
                                           : it__causal_self_attention_low(h, heads); /* (B, T, C) */
     h = IT_PREC_MODULE(it__tp_row_linear(m, h, p[ATTPROJW], p[ATTPROJB]), l, "attn.c_proj");
@@ -199,17 +211,18 @@ static it_tensor *gpt2_forward(it_model *m, it_tensor *idx) {
      * c_fc its heads and FFN columns, the c_proj weights the matching input columns; with
      * sequence parallelism x holds this rank's T/N rows between the collectives. */
     /* a cached forward (kv_cache.c): the new tokens sit at positions pos .. pos + T - 1 */
-    int64_t pos = it__kv_pos(m);
-    if (pos + T > g->cfg.block_size) {
+    int64_t pos = it__kv_pos(m), end = pos + it__cp_length(m, T); /* (context parallel: T is this rank's part) */
+    if (end > g->cfg.block_size) {
         it_error(IT_ERR_INVALID_ARG, "gpt2: positions %lld..%lld outside block_size %d", (long long)pos,
-                 (long long)(pos + T - 1), g->cfg.block_size);
+                 (long long)(end - 1), g->cfg.block_size);
         return NULL;
     }
-    int64_t Tl = m->sp ? T / m->tp_size : T, t0 = pos + (m->sp ? (int64_t)m->tp_rank * Tl : 0);
+    int64_t Tl = m->sp ? T / m->tp_size : T, lo = m->sp ? (int64_t)m->tp_rank * Tl : 0;
     it_tensor *x = m->stage_in; /* a later pipeline stage: the previous stage's output (B, Tl, C) */
-    if (m->first) {
-        it_tensor *pos = IT_PREC_MODULE(it_slice(g->wpe, 0, t0, t0 + Tl, 1), -1, "transformer.wpe"); /* (Tl, C) */
-        x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos);        /* (B, Tl, C) */
+    if (m->first) {             /* the positions of this rank's rows (SP's within CP's) */
+        it_tensor *pos_rows = it__cp_rows(m, g->wpe, pos, T, lo, Tl);
+        it_tensor *pos = IT_PREC_MODULE(pos_rows, -1, "transformer.wpe");                     /* (Tl, C) */
+        x = it_add(IT_PREC_MODULE(it__tp_embed(m, idx, g->wte), -1, "transformer.wte"), pos); /* (B, Tl, C) */
     } else if (!x) {
         it_error(IT_ERR_INVALID_ARG, "gpt2: pipeline stage %d has no input activation", m->pp_rank);
         return NULL;

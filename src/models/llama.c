@@ -148,7 +148,8 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     int nh = g->nh / m->tp_size, nkv = g->nkv % m->tp_size ? 1 : g->nkv / m->tp_size; /* 1: kept, not cut */
     int64_t B = g->B, T = g->Tcur, C = (int64_t)nh * g->hd, kvd = (int64_t)nkv * g->hd;
     int64_t pos = it__kv_pos(m); /* a cached forward's first position (kv_cache.c) */
-    it_tensor *cos = it_tensor_slice(g->cos, 0, pos, pos + T, 1), *sin = it_tensor_slice(g->sin, 0, pos, pos + T, 1);
+    /* the rows' positions: pos .. pos + T - 1, or this context-parallel rank's (context.c) */
+    it_tensor *cos = it__cp_rows(m, g->cos, pos, T, 0, T), *sin = it__cp_rows(m, g->sin, pos, T, 0, T);
     IT_PREC_LAYER(l);
     it_tensor *h = IT_PREC_MODULE(it_rmsnorm(x, g->ln1[l], g->eps), l, "ln_1");
     it_tensor *q, *k, *v;
@@ -175,7 +176,7 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
     v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
     if (m->kv && it__kv_extend(m, l, &k, &v)) return NULL; /* generation: every position's keys */
     /* under autocast y stays bf16 into an unadapted projection (the same bits as widened) */
-    it_tensor *y = it__lora_adapts(m, g->proj[l]) ? it_attention(q, k, v) : it__attention_low(q, k, v);
+    it_tensor *y = it__cp_attend(m, q, k, v, !it__lora_adapts(m, g->proj[l]));
     it_tensor *att = IT_PREC_MODULE(it__tp_row_linear(m, y, g->proj[l], NULL), l, "attn.c_proj");
     x = it_add(x, IT_PREC_MODULE(att, l, "attn"));
     h = IT_PREC_MODULE(it_rmsnorm(x, g->ln2[l], g->eps), l, "ln_2");
@@ -258,10 +259,12 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
                  m->info.family, (long long)T, m->tp_size);
         return NULL;
     }
-    int64_t end = it__kv_pos(m) + T; /* a cached forward's tokens sit at positions end - T .. end - 1 */
+    /* a cached forward's tokens sit at positions end - T .. end - 1; a context-parallel rank's
+     * T rows are part of a sequence of CP times as many */
+    int64_t end = it__kv_pos(m) + it__cp_length(m, T);
     if (end > g->T) {
         it_error(IT_ERR_INVALID_ARG, "%s: positions %lld..%lld outside block_size %d", m->info.family,
-                 (long long)(end - T), (long long)(end - 1), g->T);
+                 (long long)(end - it__cp_length(m, T)), (long long)(end - 1), g->T);
         return NULL;
     }
     if (end > g->rope_T) { /* grow geometrically: generation asks for 1, 2, 3, ... positions */

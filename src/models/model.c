@@ -535,6 +535,11 @@ void it__model_set_parallel(it_model *m, const it_model_parallel *par) {
     m->last = m->stage_last = m->pp_rank == m->pp_size - 1;
     m->nchunk = m->pp && par->virtual_stages > 1 ? par->virtual_stages : 1;
     m->mp = par && par->mp && it_dist_world(par->mp) > 1 ? par->mp : m->tp;
+    m->cp = par && par->cp && it_dist_world(par->cp) > 1 ? par->cp : NULL;
+    m->cp_size = m->cp ? it_dist_world(m->cp) : 1;
+    m->cp_rank = m->cp ? it_dist_rank(m->cp) : 0;
+    m->cp_comm = m->cp ? par->cp_comm : 0;
+    m->cp_balance = m->cp && par->cp_balance;
     m->l0 = 0;
     m->l1 = 1 << 30; /* set by the model once it knows n_layer (it__model_set_stages) */
 }

@@ -61,6 +61,11 @@ struct it_model {
     it_dist *tp;
     int tp_size, tp_rank;
     bool sp;
+    /* Context parallelism (it_model_parallel): the CP group (NULL: none), its size (1: none),
+     * this rank's place, the comm type and the balanced chunks (src/models/context.c). */
+    it_dist *cp;
+    int cp_size, cp_rank, cp_comm;
+    bool cp_balance;
     /* Pipeline parallelism: this rank's stage of pp_size (1: none), the layers [l0, l1) it
      * holds, whether it is the first (embedding) or last (final norm, head, loss) stage; the PP
      * group; mp: the model-parallel group (TP x PP: every rank holding part of one model), over
@@ -104,6 +109,18 @@ it_tensor *it__run_layers(it_model *m, it_tensor *x, int l0, int l1, it__layer_f
  * P*V chunks, chunk g = v*P + p is stage p's v-th, and chunk g holds layers
  * [g*(q+1), ...) with q+1 layers when g < n_layer % (P*V), else q, q = n_layer / (P*V). */
 void it__model_set_stages(it_model *m, int n_layer);
+
+/* Context parallelism's side of a model (src/models/context.c), each the plain thing without
+ * CP (m->cp NULL):
+ * it__cp_rows: rows of a per-position table (GPT-2's wpe, LLaMA's RoPE cos/sin) for rows
+ *   [lo, lo + n) of this rank's part of a sequence whose rank part is Tl rows, differentiable;
+ *   without CP rows lo .. lo + n - 1 (plus `pos`, a cached forward's first position);
+ * it__cp_attend: attention of this rank's rows, q (B, Tl, H, D), k, v (B, Tl, Hkv, D), over
+ *   the CP group (keep: the output left in the autocast dtype, as it__attention_low's);
+ * it__cp_length: the whole sequence's length for a rank part of Tl rows. */
+it_tensor *it__cp_rows(it_model *m, it_tensor *table, int64_t pos, int64_t Tl, int64_t lo, int64_t n);
+it_tensor *it__cp_attend(it_model *m, it_tensor *q, it_tensor *k, it_tensor *v, bool keep);
+int64_t it__cp_length(const it_model *m, int64_t Tl);
 
 /* Set m's tensor parallelism from par (NULL: none). */
 void it__model_set_parallel(it_model *m, const it_model_parallel *par);

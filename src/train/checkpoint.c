@@ -335,13 +335,14 @@ static void lora_targets_norm(const char *list, char *out, size_t cap) {
 static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
     const it_model_info *info = ctx->info;
     const it_train_config *c = ctx->cfg;
-    int64_t consumed = it_loader_step(ctx->loader) * ctx->world + ctx->rank; /* InfiniTrain's: the next batch */
+    int64_t consumed =
+        it_loader_step(ctx->loader) * ctx->data_world + ctx->data_rank; /* InfiniTrain's: the next batch */
     char rng[24];
     snprintf(rng, sizeof rng, "%016llx", (unsigned long long)ctx->rng);
     json_t *ours =
         json_pack("{s:i,s:s,s:s,s:I,s:I,s:I,s:s,s:o,s:o,s:o}", "format", CKPT_FORMAT, "app", c->app, "optimizer",
                   it_optim_kind_name(c->optimizer), "consumed_batches_all_ranks",
-                  (json_int_t)(it_loader_step(ctx->loader) * ctx->world), "loader_step",
+                  (json_int_t)(it_loader_step(ctx->loader) * ctx->data_world), "loader_step",
                   (json_int_t)it_loader_step(ctx->loader), "accumulation", (json_int_t)ctx->accum, "rng", rng,
                   "lr_scheduler", lr_state_json(&ctx->sched), "flags", flags_json(c), "files", json_incref(files));
     if (ours && it_model_has_lora(ctx->model)) {
@@ -351,12 +352,13 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
                             json_pack("{s:i,s:f,s:s}", "rank", c->lora_rank, "alpha", (double)c->lora_alpha,
                                       "target_modules", targets));
     }
-    json_t *root = json_pack(
-        "{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head", info->n_head,
-        "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd, "vocab_size",
-        (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches", (json_int_t)consumed,
-        "last_lr", (double)ctx->lr, "ddp_size", ctx->world, "tp_size", ctx->tp_size, "sp_size",
-        ctx->cfg->sequence_parallel ? ctx->tp_size : 1, "pp_size", ctx->pp_size, "infinitrain_c", ours);
+    json_t *root =
+        json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
+                  info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
+                  "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
+                  (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->data_world, "tp_size",
+                  ctx->tp_size, "sp_size", ctx->cfg->sequence_parallel ? ctx->tp_size : 1, "pp_size", ctx->pp_size,
+                  "cp_size", ctx->cp_size, "infinitrain_c", ours);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;
@@ -1002,13 +1004,13 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
                         "%s: global_step %lld but consumed_batches_all_ranks %lld: one says steps were "
                         "taken, the other not",
                         path, (long long)step, (long long)consumed);
-    if (consumed % ctx->world != 0)
-        return it_error(IT_ERR_INVALID_ARG, "%s: %lld consumed batches do not divide among %d ranks", path,
-                        (long long)consumed, ctx->world);
+    if (consumed % ctx->data_world != 0)
+        return it_error(IT_ERR_INVALID_ARG, "%s: %lld consumed batches do not divide among %d data-parallel ranks",
+                        path, (long long)consumed, ctx->data_world);
     if (c->optimizer != IT_OPTIM_SGD && c->load_optimizer_state && !model_only &&
         (st = load_optimizer(ctx, ctx->resume_dir)))
         return st;
-    it_loader_set_step(ctx->loader, consumed / ctx->world); /* no token of the skipped batches is read */
+    it_loader_set_step(ctx->loader, consumed / ctx->data_world); /* no token of the skipped batches is read */
     ctx->start_step = (int)step;
     /* a checkpoint without the scheduler's state (InfiniTrain master's, a model alone): the
      * schedule is a function of the step, so replay it to the step */

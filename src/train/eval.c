@@ -14,10 +14,10 @@ it_status train_val_setup(it_train_ctx *ctx) {
     if (c->val_loss_every > 0 && !c->input_val_bin)
         return it_error(IT_ERR_INVALID_ARG, "--val_loss_every: %d needs --input_val_bin PATH", c->val_loss_every);
     if (!c->input_val_bin || c->val_loss_every <= 0) return IT_OK;
-    if ((st = it_loader_new(c->input_val_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->val_loader)) ||
+    if ((st = it_loader_new(c->input_val_bin, ctx->B, ctx->T, ctx->data_rank, ctx->data_world, &ctx->val_loader)) ||
         (st = it_loader_check_vocab(ctx->val_loader, ctx->info->vocab_size)))
         return it_error_context("--input_val_bin: ");
-    int64_t per_rank = it_loader_num_batches(ctx->val_loader) / ctx->world;
+    int64_t per_rank = it_loader_num_batches(ctx->val_loader) / ctx->data_world;
     ctx->val_steps = per_rank < c->val_max_steps ? (per_rank > 0 ? per_rank : 1) : c->val_max_steps;
     return IT_OK;
 }
@@ -33,10 +33,11 @@ it_status train_validate(it_train_ctx *ctx) {
     it_loader_reset(ctx->val_loader);
     double sum = 0;
     it_status st = IT_OK;
-    int64_t shape[2] = {ctx->B, ctx->T};
-    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
+    int64_t shape[2] = {ctx->B, ctx->Tl};
+    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->Tl);
     for (int64_t i = 0; i < ctx->val_steps && !st; i++) {
         if ((st = it_loader_next(ctx->val_loader, ctx->hx, ctx->hy))) break;
+        train_cp_rows(ctx, ctx->hx, ctx->hy);
         it_scope_begin();
         it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hx, bytes);
         it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);

@@ -41,6 +41,9 @@ static const it_flag_choice dtype_choices[] = {
     {"fp16", IT_DTYPE_FP16, "float16 training needs loss scaling, not implemented; use bfloat16 or float32"},
     {NULL, 0, NULL}};
 
+static const it_flag_choice cp_comm_choices[] = {
+    {"p2p", IT_CP_P2P, NULL}, {"all_gather", IT_CP_ALL_GATHER, NULL}, {"a2a", IT_CP_A2A, NULL}, {NULL, 0, NULL}};
+
 static const it_flag_choice lora_format_choices[] = {{"infinitrain", 0, NULL}, {"peft", 1, NULL}, {NULL, 0, NULL}};
 static const it_flag_choice hf_dtype_choices[] = {{"float32", IT_DTYPE_FP32, NULL},
                                                   {"bfloat16", IT_DTYPE_BF16, NULL},
@@ -136,6 +139,15 @@ static const it_train_flag FLAGS[] = {
     INT("pipeline_parallel", pipeline_parallel, "1", 1, 1 << 16, "P", G_PAR, true,
         "pipeline stages: the layers split over P ranks (embedding on the first, head and loss on the last); "
         "DP = ranks / (TP*P)"),
+    INT("context_parallel", context_parallel, "1", 1, 1 << 16, "N", G_PAR, true,
+        "context parallel size: every sequence cut over N ranks (ranks ordered TP, CP, DP, PP); DP = ranks / "
+        "(TP*N*PP)"),
+    CHOICE("cp_comm_type", cp_comm_type, "p2p", cp_comm_choices, "a context-parallel communication", G_PAR, true,
+           "p2p (ring attention, K/V passed round the CP ranks), all_gather (K/V gathered) or a2a (Ulysses: "
+           "sequence to heads and back)"),
+    BOOL("cp_load_balance", cp_load_balance, G_PAR, true,
+         "with --context_parallel: two mirrored chunks per rank (Megatron's and torchtitan's) so causal work is even; "
+         "InfiniTrain keeps one contiguous slice"),
     INT("virtual_pipeline_parallel", virtual_pipeline_parallel, "1", 1, 1 << 16, "V", G_PAR, true,
         "chunks per pipeline stage: stage p holds chunks v*P + p of P*V (interleaved with --pipeline_schedule 1f1b)"),
     CHOICE("pipeline_schedule", pipeline_schedule, "gpipe", schedule_choices, "a pipeline schedule", G_PAR, true,

@@ -70,9 +70,14 @@ void train_banner(const it_train_ctx *ctx) {
         size_t full = c->optimizer == IT_OPTIM_SGD ? 0 : 2 * it_tensor_nbytes(it_model_params(ctx->model));
         size_t mine = ctx->zero ? it_zero_state_bytes(ctx->zero) : it_optimizer_state_bytes(ctx->opt);
         bool staged = it_dist_staged(ctx->dist);
-        printf("data parallel: %d ranks (DP=%d), %s collectives%s; optimizer state per rank: %.3f MB "
+        char dp[64];
+        if (ctx->cp_size > 1)
+            snprintf(dp, sizeof dp, "DP=%d x CP=%d, gradients reduced over both", ctx->data_world, ctx->cp_size);
+        else
+            snprintf(dp, sizeof dp, "DP=%d", ctx->world);
+        printf("data parallel: %d ranks (%s), %s collectives%s; optimizer state per rank: %.3f MB "
                "(unsharded %.3f MB)%s\n",
-               ctx->world, ctx->world, staged ? "CPU (MPI)" : ctx->dev.backend->name,
+               ctx->world, dp, staged ? "CPU (MPI)" : ctx->dev.backend->name,
                staged ? ", staged through host memory" : "", (double)mine / 1e6, (double)full / 1e6,
                ctx->zero ? it_zero_stage(ctx->zero) == 2 ? ", ZeRO-2" : ", ZeRO-1" : "");
     }
@@ -216,12 +221,15 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_used = mem.peak_used;
         ctx->result->peak_reserved = mem.peak_reserved;
     }
+    char cp_field[32] = "";
+    if (ctx->cp_size > 1) snprintf(cp_field, sizeof cp_field, ", CP=%d", ctx->cp_size);
     if (!ctx->quiet)
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=%d)\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=%d%s)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
-               mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->world, ctx->tp_size,
-               c->sequence_parallel ? ctx->tp_size : 1, ctx->pp_size); /* InfiniTrain: SP printed as TP when on */
+               mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->data_world, ctx->tp_size,
+               c->sequence_parallel ? ctx->tp_size : 1, ctx->pp_size, /* InfiniTrain: SP printed as TP when on */
+               cp_field); /* ", CP=N" under context parallelism only: master's line otherwise */
     if (step % c->log_interval == 0 && (st = expert_counts(ctx))) return st;
     if (!ctx->quiet) {
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());

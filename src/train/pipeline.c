@@ -76,7 +76,8 @@ static int next_stage(const pp_run *r, int v) { return r->p < r->P - 1 ? r->p + 
 
 /* A buffer for a stage's input, (B, T/SP, C) in fp32 as InfiniTrain sends it. */
 static it_tensor *stage_input(const it_train_ctx *ctx) {
-    int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->T / ctx->tp_size : ctx->T, ctx->info->n_embd};
+    /* T/CP/SP rows (InfiniTrain's boundary shape under context parallelism) */
+    int64_t a[3] = {ctx->B, ctx->cfg->sequence_parallel ? ctx->Tl / ctx->tp_size : ctx->Tl, ctx->info->n_embd};
     return it_tensor_new(ctx->dev, IT_DTYPE_FP32, 3, a);
 }
 
@@ -89,13 +90,13 @@ static it_status pp_forward(pp_run *r, int i, int v, double *loss_sum) {
      * micro-batch's: it_loader_next for chunk 0, the same batch again for the later chunks) */
     it_status st = IT_OK;
     if (v == 0) {
-        if ((st = it_loader_next(ctx->loader, ctx->hx + (size_t)i * ctx->B * ctx->T,
-                                 ctx->hy + (size_t)i * ctx->B * ctx->T)))
-            return st;
+        int32_t *x = ctx->hx + (size_t)i * ctx->B * ctx->T, *y = ctx->hy + (size_t)i * ctx->B * ctx->T;
+        if ((st = it_loader_next(ctx->loader, x, y))) return st;
+        train_cp_rows(ctx, x, y);
     }
     const int32_t *hx = ctx->hx + (size_t)i * ctx->B * ctx->T, *hy = ctx->hy + (size_t)i * ctx->B * ctx->T;
-    int64_t parts = ctx->accum * ctx->world, shape[2] = {ctx->B, ctx->T};
-    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
+    int64_t parts = ctx->accum * ctx->world, shape[2] = {ctx->B, ctx->Tl};
+    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->Tl);
     it_model_set_chunk(m, v);
     it_model_set_loss_scale(m, parts > 1 ? 1.0f / (float)parts : 1.0f); /* recomputed auxiliary losses' */
     it_precision_pipeline_micro_step(i);                                /* no-op unless --precision_check */

@@ -56,6 +56,7 @@ static it_status setup_group(it_train_ctx *ctx) {
     if ((st = it_dist_new(ctx->dev, &ctx->dist))) return it_error_context("data parallel: ");
     ctx->grank = ctx->rank = it_dist_rank(ctx->dist);
     ctx->gworld = ctx->world = it_dist_world(ctx->dist);
+    ctx->data_rank = ctx->rank, ctx->data_world = ctx->world, ctx->cp_size = 1;
     ctx->tp_size = ctx->pp_size = 1;
     ctx->quiet = c->quiet || ctx->rank != 0;
     return IT_OK;
@@ -172,6 +173,45 @@ static it_status grid_check_model(it_train_ctx *ctx, int tp, int pp) {
     return IT_OK;
 }
 
+/* --context_parallel's own checks, before any group or model (one line naming the flag and
+ * the numbers): the sequence cut (into 2*CP chunks when balanced), SP's cut of each part, a2a's
+ * heads, and what cannot run on a part of each sequence. */
+static it_status train_cp_check(it_train_ctx *ctx, int tp, int cp) {
+    const it_train_config *c = ctx->cfg;
+    if (cp == 1) return IT_OK;
+    int64_t T = c->sequence_length, parts = c->cp_load_balance ? 2 * (int64_t)cp : cp;
+    if (strcmp(c->app, "mixtral") == 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--context_parallel %d: not supported for Mixtral (its router's "
+                        "load-balancing loss is taken over whole sequences)",
+                        cp);
+    if (T % parts)
+        return it_error(IT_ERR_INVALID_ARG, "--context_parallel %d%s: --sequence_length %lld is not divisible by %lld",
+                        cp, c->cp_load_balance ? " --cp_load_balance (2 x CP chunks)" : "", (long long)T,
+                        (long long)parts);
+    if (c->sequence_parallel && (T / cp) % tp)
+        return it_error(
+            IT_ERR_INVALID_ARG,
+            "--context_parallel %d --sequence_parallel: each rank's %lld rows (--sequence_length %lld / CP) "
+            "are not divisible by --tensor_parallel %d",
+            cp, (long long)(T / cp), (long long)T, tp);
+    grid_dims d = {0};
+    if (c->cp_comm_type == IT_CP_A2A && grid_model_dims(c, &d) && d.n_head % tp == 0) {
+        int64_t qh = d.n_head / tp, kvh = d.n_kv_head % tp ? 1 : d.n_kv_head / tp; /* kv heads kept when TP exceeds */
+        if (qh % cp || kvh % cp)
+            return it_error(IT_ERR_INVALID_ARG,
+                            "--cp_comm_type a2a: each rank's %lld query and %lld kv heads (%s's %lld and %lld / TP %d) "
+                            "are not divisible by --context_parallel %d",
+                            (long long)qh, (long long)kvh, d.what, (long long)d.n_head, (long long)d.n_kv_head, tp, cp);
+    }
+    if (c->freq_generate_txt > 0)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--context_parallel %d: --freq_generate_txt (sampling whole sequences on "
+                        "one rank) is not supported with context parallelism",
+                        cp);
+    return IT_OK;
+}
+
 /* --tensor_parallel: the DP x TP grid over the job (InfiniTrain's layout, rank = tp + TP*dp);
  * from here on ctx->dist/rank/world are the DP group's. Every rank has the same flags (agreed
  * before), so every rank decides alike. */
@@ -179,6 +219,8 @@ static it_status setup_grid(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     int tp = c->tensor_parallel > 0 ? c->tensor_parallel : 1, n = ctx->gworld;
     int pp = c->pipeline_parallel > 0 ? c->pipeline_parallel : 1;
+    int cp = c->context_parallel > 0 ? c->context_parallel : 1;
+    ctx->cp_size = 1;
     if (c->sequence_parallel && tp == 1)
         return it_error(IT_ERR_INVALID_ARG, "--sequence_parallel: needs --tensor_parallel N > 1 (it splits the "
                                             "sequence over the TP group)");
@@ -188,7 +230,16 @@ static it_status setup_grid(it_train_ctx *ctx) {
     if (c->virtual_pipeline_parallel > 64)
         return it_error(IT_ERR_INVALID_ARG, "--virtual_pipeline_parallel %d: at most 64 chunks per stage",
                         c->virtual_pipeline_parallel);
-    if (tp == 1 && pp == 1) return IT_OK;
+    if (c->cp_load_balance && cp == 1)
+        return it_error(IT_ERR_INVALID_ARG, "--cp_load_balance: needs --context_parallel N > 1");
+    it_status st = train_cp_check(ctx, tp, cp);
+    if (st) return st;
+    if (tp == 1 && pp == 1 && cp == 1) return IT_OK;
+    if (n % (tp * pp * cp) && cp > 1)
+        return it_error(IT_ERR_INVALID_ARG,
+                        "--context_parallel %d: TP x CP x PP = %d x %d x %d = %d does not divide the %d ranks (world "
+                        "= DP x TP x CP x PP)",
+                        cp, tp, cp, pp, tp * cp * pp, n);
     if (n % (tp * pp) && pp == 1)
         return it_error(IT_ERR_INVALID_ARG,
                         "--tensor_parallel: %d does not divide the %d ranks (world = DP x TP x PP = DP x %d x 1)", tp,
@@ -207,26 +258,39 @@ static it_status setup_grid(it_train_ctx *ctx) {
                         "--pipeline_parallel %d: --freq_generate_txt (sampling; InfiniTrain refuses it too) is not "
                         "supported with pipeline parallelism",
                         pp);
-    it_status st = grid_check_model(ctx, tp, pp); /* before any model is built: one line, not one per rank */
+    st = grid_check_model(ctx, tp, pp); /* before any model is built: one line, not one per rank */
     if (st) return st;
-    st = it_dist_grid_new(ctx->dist, n / (tp * pp), tp, pp, &ctx->grid);
+    st = it_dist_grid_new_cp(ctx->dist, n / (tp * cp * pp), tp, cp, pp, &ctx->grid);
     if (st) return it_error_context("model parallel: ");
     ctx->job = ctx->dist;
-    ctx->dist = it_dist_grid_group(ctx->grid, IT_DIST_DP);
+    /* DP x CP: every rank that holds these parameters (the DP group itself without CP) */
+    ctx->dist = it_dist_grid_dp_cp(ctx->grid);
     ctx->tp = tp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_TP) : NULL;
     ctx->pp = pp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_PP) : NULL;
+    ctx->cp = cp > 1 ? it_dist_grid_group(ctx->grid, IT_DIST_CP) : NULL;
     ctx->tp_size = tp;
     ctx->pp_size = pp;
+    ctx->cp_size = cp;
+    ctx->cp_rank = it_dist_grid_coord(ctx->grid, IT_DIST_CP);
     if (ctx->pp && !ctx->quiet) /* every stage's device has the same backend */
         printf("pipeline: activations %s\n", it_dist_p2p_on_device(ctx->pp)
                                                  ? "device to device (the ccl's send/recv, one group per schedule step)"
                                                  : "staged through host memory (MPI)");
+    if (ctx->cp && !ctx->quiet)
+        printf("context parallel: %d ranks, %s%s, %s\n", cp, it_cp_comm_name((it_cp_comm)c->cp_comm_type),
+               c->cp_comm_type == IT_CP_P2P && !it_cp_ring_available(ctx->dev)
+                   ? " (no flash attention here: K/V gathered as all_gather does)"
+                   : "",
+               c->cp_load_balance ? "two mirrored chunks per rank (load balanced)" : "one contiguous slice per rank");
     ctx->rank = it_dist_rank(ctx->dist);
     ctx->world = it_dist_world(ctx->dist);
-    /* every rank holding part of one model replica (the same dp): the norm's and the
+    ctx->data_rank = it_dist_grid_coord(ctx->grid, IT_DIST_DP);
+    ctx->data_world = it_dist_grid_layout(ctx->grid)->size[IT_DIST_DP];
+    /* every rank holding part of one model replica (the same dp and cp): the norm's and the
      * checkpoint's group */
     if (tp > 1 && pp > 1) {
-        st = it_dist_split(ctx->job, it_dist_grid_coord(ctx->grid, IT_DIST_DP), ctx->grank, &ctx->mp);
+        int replica = it_dist_grid_coord(ctx->grid, IT_DIST_DP) * cp + ctx->cp_rank;
+        st = it_dist_split(ctx->job, replica, ctx->grank, &ctx->mp);
         if (st) return it_error_context("model parallel: ");
     }
     return IT_OK;
@@ -291,7 +355,9 @@ static it_status setup_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     bool gpt2 = strcmp(c->app, "gpt2") == 0;
     it_status st;
-    it_model_parallel par = {ctx->tp, c->sequence_parallel, ctx->pp, model_group(ctx), c->virtual_pipeline_parallel};
+    it_model_parallel par = {
+        ctx->tp, c->sequence_parallel, ctx->pp,           model_group(ctx), c->virtual_pipeline_parallel,
+        ctx->cp, c->cp_comm_type,      c->cp_load_balance};
     if (c->max_memory_mb > 0) it_mem_set_limit(ctx->dev, (size_t)c->max_memory_mb << 20);
     /* a size given where the model comes from a file (or is not a GPT-2) would be ignored */
     const struct {
@@ -424,7 +490,8 @@ static it_status setup_lora_load(it_train_ctx *ctx) {
 /* B, T, the step's tokens and the accumulation they imply. */
 static it_status setup_batch(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
-    int64_t B = c->batch_size, T = c->sequence_length, world = ctx->world;
+    /* the data's ranks: DP's (a context-parallel group shares each sequence) */
+    int64_t B = c->batch_size, T = c->sequence_length, world = ctx->data_world;
     int64_t total = c->total_batch_size ? c->total_batch_size : B * T * world;
     if (T > ctx->info->block_size)
         return it_error(IT_ERR_INVALID_ARG, "--sequence_length: %lld exceeds the model's block_size %lld", (long long)T,
@@ -432,7 +499,7 @@ static it_status setup_batch(it_train_ctx *ctx) {
     if (total % (B * T * world) != 0) {
         if (world > 1)
             return it_error(IT_ERR_INVALID_ARG,
-                            "--total_batch_size: %lld is not a multiple of batch_size*sequence_length*ranks = "
+                            "--total_batch_size: %lld is not a multiple of batch_size*sequence_length*DP ranks = "
                             "%lld*%lld*%lld = %lld",
                             (long long)total, (long long)B, (long long)T, (long long)world, (long long)(B * T * world));
         return it_error(IT_ERR_INVALID_ARG,
@@ -441,6 +508,7 @@ static it_status setup_batch(it_train_ctx *ctx) {
     }
     ctx->B = B;
     ctx->T = T;
+    ctx->Tl = T / ctx->cp_size;
     ctx->total = total;
     ctx->accum = total / (B * T * world);
     if (train_zero_stage(c) && c->optimizer == IT_OPTIM_SGD && !ctx->quiet)
@@ -451,7 +519,7 @@ static it_status setup_batch(it_train_ctx *ctx) {
 static it_status setup_data(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     it_status st;
-    if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->rank, ctx->world, &ctx->loader)) ||
+    if ((st = it_loader_new(c->input_bin, ctx->B, ctx->T, ctx->data_rank, ctx->data_world, &ctx->loader)) ||
         (st = it_loader_check_vocab(ctx->loader, ctx->info->vocab_size)))
         return it_error_context("--input_bin: ");
     if (c->tokenizer_bin && c->tokenizer)

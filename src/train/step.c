@@ -51,12 +51,13 @@ static it_status micro_step(it_train_ctx *ctx, bool first, bool last, double *lo
     }
     if (!first && ((st = it_tensor_copy_(ctx->acc, it_model_grads(m))) || (st = it_model_zero_grad(m)))) return st;
     if ((st = it_loader_next(ctx->loader, ctx->hx, ctx->hy))) return st;
+    train_cp_rows(ctx, ctx->hx, ctx->hy);
     /* 1/(accum*world) is a power of two when both are: then the rank-ordered sums reproduce a
      * 1-rank run with accumulation accum*world bitwise (README). */
     int64_t parts = ctx->accum * ctx->world;
     it_scope_begin();
-    int64_t shape[2] = {ctx->B, ctx->T};
-    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->T);
+    int64_t shape[2] = {ctx->B, ctx->Tl};
+    size_t bytes = sizeof(int32_t) * (size_t)(ctx->B * ctx->Tl);
     it_tensor *x = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hx, bytes);
     it_tensor *y = it_tensor_from_host(ctx->dev, IT_DTYPE_I32, 2, shape, ctx->hy, bytes);
     it_tensor *l = it_model_loss(m, x, y);
@@ -170,4 +171,11 @@ it_status train_step(it_train_ctx *ctx, int step) {
     ctx->step_ms = train_now_ms() - t0;
     ctx->loss = loss_sum / (double)(ctx->accum * ctx->world);
     return IT_OK;
+}
+
+void train_cp_rows(const it_train_ctx *ctx, int32_t *x, int32_t *y) {
+    if (ctx->cp_size == 1) return;
+    bool bal = ctx->cfg->cp_load_balance;
+    it_cp_slice_host(x, x, ctx->B, ctx->T, ctx->cp_size, ctx->cp_rank, bal);
+    it_cp_slice_host(y, y, ctx->B, ctx->T, ctx->cp_size, ctx->cp_rank, bal);
 }

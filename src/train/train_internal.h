@@ -44,8 +44,17 @@ struct it_train_ctx {
     int tp_size;        /* 1 without */
     it_dist *pp;        /* the PP group (NULL: no pipeline parallelism) */
     int pp_size;        /* 1 without */
-    it_dist *mp;        /* TP x PP: the ranks holding one model replica (NULL: neither); owned */
-    bool quiet;         /* no banner, step lines or samples: --quiet or a rank other than 0 */
+    /* Context parallelism: the CP group (NULL: none), its size (1 without) and this rank's
+     * place. With it `dist` is the DP x CP group (gradients, ZeRO, loss means) while the data
+     * is DP's: data_rank/data_world (the loader's shard, the batch arithmetic, checkpoints'
+     * data position; rank/world without CP), and each rank keeps Tl = T/CP rows of every
+     * sequence (it_cp_slice_host). */
+    it_dist *cp;
+    int cp_size, cp_rank;
+    int data_rank, data_world;
+    int64_t Tl;
+    it_dist *mp; /* TP x PP: the ranks holding one model replica (NULL: neither); owned */
+    bool quiet;  /* no banner, step lines or samples: --quiet or a rank other than 0 */
     train_fail_scope fail_scope;
 
     it_model *model;
@@ -95,6 +104,9 @@ it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_resu
 int train_zero_stage(const it_train_config *c);
 void train_teardown(it_train_ctx *ctx);
 it_status train_micro_steps(it_train_ctx *ctx, double *loss_sum);
+/* step.c: context parallelism's cut of one micro-batch's x and y (B x T each), in place: this
+ * rank's B x Tl (nothing without CP) */
+void train_cp_rows(const it_train_ctx *ctx, int32_t *x, int32_t *y);
 /* step.c: grads = acc + grads, elementwise in place (the earlier micro-steps' sum first) */
 it_status train_add_into(it_tensor *grads, it_tensor *acc);
 /* pipeline.c: the micro-steps as a pipeline schedule (--pipeline_parallel > 1) */
