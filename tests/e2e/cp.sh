@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Context parallelism under mpirun (src/dist/context.c, src/models/context.c):
+#  1. test_cp_attention on 2 and 4 ranks: every comm type, balanced or not, MHA and GQA, fp32
+#     and bf16, against attention on the whole sequence (outputs and q/k/v gradients);
+#  2. GPT-2 and LLaMA-3 (GQA) with CP = 2 and 4, each comm type (a2a where the heads divide),
+#     with and without --cp_load_balance, against CP = 1 on the same global batch over 10
+#     AdamW steps with clipping: fp32 within 1e-5;
+#  3. InfiniTrain's case 10 layout (TP2 + SP + PP2 + VPP2 + CP2, 8 ranks) against one rank;
+#     DP2 x CP2 with ZeRO-1 and ZeRO-2 against one rank with the same global batch; LoRA and
+#     recompute under CP; bf16 within 1e-2;
+#  4. sim (no collectives: staged through host memory) bitwise the cpu's;
+#  5. a checkpoint saved under DP2 x CP2 resumes bitwise at the same layout;
+#  6. the step line's CP; bad input: one line naming the flag and the numbers, exit 2.
+# Tolerance 1e-5 (fp32): CP changes only summation orders (the ring's log-sum-exp merge, the
+# chunked attention, the gradient sum over DP x CP), measured at one or two ulps of a loss of
+# ~5.5 (4.8e-7); 1e-5 leaves 10 AdamW steps room while a wrong position, chunk or missing
+# gradient is >= 1e-3. bf16 1e-2: the ring rounds each block's output to bf16 before merging.
+# Usage: cp.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+. "$src/tests/e2e/mpi_common.bash"
+require_mpirun "context-parallel tests"
+
+for n in 2 4; do
+  if timeout 120 "${mpi[@]}" -np "$n" "$build/test_cp_attention" >"$tmp/u$n.out" 2>&1 &&
+    [[ $(grep -c "^rank [0-9]* of $n: test_cp_attention: [0-9]* passed, 0 failed" "$tmp/u$n.out") -eq $n ]]; then
+    echo "attention on $n ranks: $(grep -m1 '^rank 0 ' "$tmp/u$n.out")"
+    ok
+  else
+    bad "test_cp_attention on $n ranks: $(grep -m3 FAIL "$tmp/u$n.out")"
+  fi
+done
+
+g=$src/tests/fixtures/gpt2 l=$src/tests/fixtures/llama3
+common=(--batch_size 4 --sequence_length 32 --num_iteration 10 --optimizer adamw --learning_rate 0.001
+  --weight_decay 0.1 --grad_clip 1.0)
+gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" "${common[@]}")
+llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}")
+
+run1() { # app, log, args...
+  local app=$1 log=$2
+  shift 2
+  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
+}
+runn() { # n, app, log, args...
+  local n=$1 app=$2 log=$3
+  shift 3
+  timeout 180 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
+    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
+}
+
+# 2. each model, CP 2 and 4, every comm type, balanced or not
+sweep() { # app, tag, a2a's largest CP, args...
+  local app=$1 tag=$2 a2a_max=$3 n comm bal
+  shift 3
+  run1 "$app" "$tmp/${tag}1" "$@"
+  for n in 2 4; do
+    for comm in p2p all_gather a2a; do
+      [[ $comm == a2a && $n -gt $a2a_max ]] && continue
+      for bal in "" --cp_load_balance; do
+        runn "$n" "$app" "$tmp/$tag$n$comm$bal" "$@" --context_parallel "$n" --cp_comm_type "$comm" $bal
+        within "$app CP=$n $comm${bal:+ balanced} vs CP=1" "$tmp/${tag}1" "$tmp/$tag$n$comm$bal" 1e-5
+      done
+    done
+  done
+}
+sweep gpt2 g 4 "${gpt2[@]}"      # 4 heads
+sweep llama3 l 2 "${llama[@]}" # 4 query heads, 2 kv heads: a2a up to CP 2
+
+# 3. case 10's layout, DP x CP with ZeRO, LoRA, recompute, bf16
+deepl=(--llmc_filepath "$l/tiny_llama3_4l.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}"
+  --total_batch_size 256)
+run1 llama3 "$tmp/d1" "${deepl[@]}"
+runn 8 llama3 "$tmp/d8" "${deepl[@]}" --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 \
+  --virtual_pipeline_parallel 2 --context_parallel 2
+within "llama3 TP2+SP+PP2+VPP2+CP2 (case 10) vs one rank" "$tmp/d1" "$tmp/d8" 1e-5
+grep -q 'DP=1, TP=2, SP=2, PP=2, CP=2)$' "$tmp/d8.out" && ok || bad "case 10: the step line lacks CP=2"
+acc=(--total_batch_size 256)
+run1 gpt2 "$tmp/z1" "${gpt2[@]}" "${acc[@]}"
+for z in 1 2; do
+  runn 4 gpt2 "$tmp/z$z-4" "${gpt2[@]}" "${acc[@]}" --context_parallel 2 --cp_load_balance --zero_stage "$z"
+  within "gpt2 DP2 x CP2 ZeRO-$z vs one rank" "$tmp/z1" "$tmp/z$z-4" 1e-5
+done
+lora=(--lora_rank 4 --lora_alpha 8)
+run1 llama3 "$tmp/lo1" "${llama[@]}" "${lora[@]}"
+runn 2 llama3 "$tmp/lo2" "${llama[@]}" "${lora[@]}" --context_parallel 2
+within "llama3 LoRA CP=2 vs CP=1" "$tmp/lo1" "$tmp/lo2" 1e-5
+rc=(--activation_recompute)
+runn 2 gpt2 "$tmp/rc2" "${gpt2[@]}" "${rc[@]}" --context_parallel 2 --cp_load_balance
+within "gpt2 recompute CP=2 balanced vs CP=1" "$tmp/g1" "$tmp/rc2" 1e-5
+run1 llama3 "$tmp/b1" "${llama[@]}" --dtype bfloat16
+for comm in p2p a2a; do
+  runn 2 llama3 "$tmp/b2$comm" "${llama[@]}" --dtype bfloat16 --context_parallel 2 --cp_comm_type "$comm"
+  within "llama3 bf16 CP=2 $comm vs CP=1" "$tmp/b1" "$tmp/b2$comm" 1e-2
+done
+
+# 4. sim staged through host memory: the cpu's bits
+runn 2 gpt2 "$tmp/s2" "${gpt2[@]}" --context_parallel 2 --device sim
+same "gpt2 CP=2 on sim vs cpu" "$tmp/g2p2p" "$tmp/s2"
+
+# 5. saved under DP2 x CP2, resumed at the same layout: the uninterrupted run's last 5 losses
+cpz=(--context_parallel 2 --zero_stage 1 --total_batch_size 256)
+runn 4 gpt2 "$tmp/cf" "${gpt2[@]}" "${cpz[@]}" --save "$tmp/ck" --save_interval 5
+runn 4 gpt2 "$tmp/cr" "${gpt2[@]}" "${cpz[@]}" --load "$tmp/ck/checkpoint_step_000005"
+[[ -s $tmp/cr ]] && tail -n 5 "$tmp/cf" | cmp -s - "$tmp/cr" && ok ||
+  bad "DP2 x CP2 resumed from step 5 differs: $(paste <(tail -n 5 "$tmp/cf") "$tmp/cr")"
+grep -q '"cp_size": 2' "$tmp/ck/checkpoint_step_000005/trainer_state.json" && ok ||
+  bad "trainer_state.json lacks cp_size 2"
+
+# 6. bad input: exit 2, one line naming the flag and the numbers, before any step
+expect_refuse() { # name, expected substring, mpirun args...
+  local name=$1 want=$2
+  shift 2
+  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  local rc=$?
+  local lines
+  lines=$(grep -cE '^(gpt2|llama3|mixtral): ' "$tmp/bad.err")
+  if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2: $(tail -3 "$tmp/bad.err")"; return; fi
+  if ! grep -qF -- "$want" "$tmp/bad.err" || [[ $lines -ne 1 ]]; then
+    bad "$name: expected one line with '$want': $(cat "$tmp/bad.err")"
+    return
+  fi
+  if grep -q '^step ' "$tmp/bad.out"; then bad "$name: got past setup"; return; fi
+  echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
+  ok
+}
+expect_refuse "T not divisible by CP" "--context_parallel 4: --sequence_length 30 is not divisible by 4" \
+  -np 4 "$build/gpt2" "${gpt2[@]}" --sequence_length 30 --context_parallel 4
+expect_refuse "T not divisible by 2 CP balanced" \
+  "--context_parallel 2 --cp_load_balance (2 x CP chunks): --sequence_length 30 is not divisible by 4" \
+  -np 2 "$build/gpt2" "${gpt2[@]}" --sequence_length 30 --context_parallel 2 --cp_load_balance
+expect_refuse "T/CP not divisible by TP under SP" \
+  "--context_parallel 2 --sequence_parallel: each rank's 10 rows (--sequence_length 20 / CP) are not divisible by --tensor_parallel 4" \
+  -np 8 "$build/gpt2" "${gpt2[@]}" --sequence_length 20 --context_parallel 2 --tensor_parallel 4 --sequence_parallel
+expect_refuse "a2a heads" "--cp_comm_type a2a: each rank's 4 query and 2 kv heads" \
+  -np 4 "$build/llama3" "${llama[@]}" --context_parallel 4 --cp_comm_type a2a
+expect_refuse "world not DP x TP x CP x PP" \
+  "--context_parallel 2: TP x CP x PP = 2 x 2 x 1 = 4 does not divide the 6 ranks" \
+  -np 6 "$build/gpt2" "${gpt2[@]}" --context_parallel 2 --tensor_parallel 2
+expect_refuse "Mixtral" "--context_parallel 2: not supported for Mixtral" \
+  -np 2 "$build/mixtral" --llmc_filepath "$src/tests/fixtures/mixtral/tiny_mixtral.bin" \
+  --input_bin "$l/tiny_shard_u32.bin" --batch_size 4 --sequence_length 32 --context_parallel 2
+expect_refuse "balance without CP" "--cp_load_balance: needs --context_parallel N > 1" \
+  -np 1 "$build/gpt2" "${gpt2[@]}" --cp_load_balance
+
+echo "cp: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
