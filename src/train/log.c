@@ -222,14 +222,14 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_reserved = mem.peak_reserved;
     }
     char cp_field[32] = "";
-    if (ctx->cp_size > 1) snprintf(cp_field, sizeof cp_field, ", CP=%d", ctx->cp_size);
+    if (ctx->cp_size > 1) snprintf(cp_field, sizeof cp_field, "CP=%d, ", ctx->cp_size);
     if (!ctx->quiet)
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=%d, SP=%d, PP=%d%s)\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, %sPP=%d)\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->data_world, ctx->tp_size,
-               c->sequence_parallel ? ctx->tp_size : 1, ctx->pp_size, /* InfiniTrain: SP printed as TP when on */
-               cp_field); /* ", CP=N" under context parallelism only: master's line otherwise */
+               c->sequence_parallel ? ctx->tp_size : 1, /* InfiniTrain: SP printed as TP when on */
+               cp_field, ctx->pp_size); /* "CP=N, " where the context_parallel branch prints it, under CP only */
     if (step % c->log_interval == 0 && (st = expert_counts(ctx))) return st;
     if (!ctx->quiet) {
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());

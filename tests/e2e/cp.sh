@@ -89,7 +89,7 @@ if [[ $san -eq 0 ]]; then
   runn 8 llama3 "$tmp/d8" "${deepl[@]}" --tensor_parallel 2 --sequence_parallel --pipeline_parallel 2 \
     --virtual_pipeline_parallel 2 --context_parallel 2
   within "llama3 TP2+SP+PP2+VPP2+CP2 (case 10) vs one rank" "$tmp/d1" "$tmp/d8" 1e-5
-  grep -q 'DP=1, TP=2, SP=2, PP=2, CP=2)$' "$tmp/d8.out" && ok || bad "case 10: the step line lacks CP=2"
+  grep -q 'DP=1, TP=2, SP=2, CP=2, PP=2)$' "$tmp/d8.out" && ok || bad "case 10: the step line lacks CP=2"
 fi
 acc=(--total_batch_size 256)
 run1 gpt2 "$tmp/z1" "${gpt2[@]}" "${acc[@]}"

@@ -3,9 +3,9 @@
 #
 # Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
 # --device cpu and again on --device sim, the sim run judged against the cpu run (--baseline, the
-# loss by InfiniTrain's rules): 54 cases, of which two are unsupported, one asking for a flag
+# loss by InfiniTrain's rules): 60 cases, of which two are unsupported, one asking for a flag
 # value the apps do not offer (ZeRO stage 3), one for a combination the app refuses when it
-# runs (sampling under pipeline parallelism), and the other 52 (tensor, sequence and pipeline
+# runs (sampling under pipeline parallelism), and the other 58 (tensor, sequence and pipeline
 # parallel ones, LoRA under both, activation recomputation, Mixtral under tensor, sequence and
 # pipeline parallelism and with recomputation, included) must pass. it-compare then compares the two log trees and draws them: every
 # case's plot must exist and hold both loss curves. A doctored baseline must fail the case at the
@@ -44,11 +44,11 @@ if ! command -v mpirun >/dev/null 2>&1; then
     exit 0
 fi
 
-# The 52 cases small.json runs, as <tag>/<log name>, and the two it cannot.
+# The 58 cases small.json runs, as <tag>/<log name>, and the two it cannot.
 runnable=""
 for m in gpt2 llama3; do
-    for id in 1 1_bfloat16 3 3_bfloat16 4 4_bfloat16 5 6; do runnable="$runnable basic/${m}_$id"; done
-    for id in 3_distopt 3_bfloat16_distopt; do runnable="$runnable zero/${m}_$id"; done
+    for id in 1 1_bfloat16 3 3_bfloat16 4 4_bfloat16 5 6 9 9_bfloat16; do runnable="$runnable basic/${m}_$id"; done
+    for id in 3_distopt 3_bfloat16_distopt 9_zero2; do runnable="$runnable zero/${m}_$id"; done
     for id in 1_cosine 1_bfloat16_linear; do runnable="$runnable lr_scheduler/${m}_$id"; done
     runnable="$runnable recompute/${m}_1_recompute_uniform1"
     for id in 1_lora 1_lora_bfloat16 3_lora 4_lora 6_lora; do runnable="$runnable lora/${m}_$id"; done
@@ -67,7 +67,7 @@ for dev in cpu sim; do
     out=$("$mx" "$small" --device "$dev" --var "FIXTURES=$fixtures" --log-dir "$logs" "${judge[@]}" 2>"$tmp/err-$dev"); rc=$?
     err=$(cat "$tmp/err-$dev")
     expect_rc "$dev: small matrix" "$rc" 0 "$out$err"
-    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 52 passed, 0 failed, 2 unsupported$'
+    expect "$dev: summary counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 58 passed, 0 failed, 2 unsupported$'
     expect "$dev: table header" "$out" '^case +status +time$'
     expect "$dev: a passed row with its time" "$(row basic/gpt2_3)" '^basic/gpt2_3 +passed +[0-9]+\.[0-9] s$'
     expect "$dev: an unsupported row says why" "$(row moe/tiny_mixtral_5_zero3)" \
@@ -80,10 +80,10 @@ for dev in cpu sim; do
     expect "$dev: Mixtral TP+SP case trains on 2 ranks" "$(cat "$logs/moe/tiny_mixtral_3_tp_sp.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
     expect "$dev: PP case trains on 2 stages" "$(cat "$logs/basic/gpt2_6.log")" 'DP=1, TP=1, SP=1, PP=2\)$'
     expect "$dev: TP+SP case trains on 2 ranks" "$(cat "$logs/basic/gpt2_5.log")" 'DP=1, TP=2, SP=2, PP=1\)$'
-    expect "$dev: progress line with ETA" "$err" '^it-matrix \[48/54\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
+    expect "$dev: progress line with ETA" "$err" '^it-matrix \[54/60\] moe/tiny_mixtral_2_bfloat16: passed \([0-9.]+ s\) \| elapsed [0-9]+ s, ETA [0-9]+ s$'
     expect "$dev: build commands reported as not run" "$err" '^it-matrix: 1 basic_compile_commands not run'
     nlogs=$(find "$logs" -name '*.log' | wc -l)
-    if [ "$nlogs" -eq 52 ]; then ok "$dev: 52 log files"; else bad "$dev: $nlogs log files, expected 52" "$(find "$logs")"; fi
+    if [ "$nlogs" -eq 58 ]; then ok "$dev: 58 log files"; else bad "$dev: $nlogs log files, expected 58" "$(find "$logs")"; fi
     missing=""
     badlog=""
     for c in $runnable; do
@@ -120,11 +120,11 @@ for dev in cpu sim; do
     fi
 done
 
-# it-compare over the two trees: 52 cases paired, all pass, one plot each with both curves.
+# it-compare over the two trees: 58 cases paired, all pass, one plot each with both curves.
 cmp="$build/it-compare"
 out=$("$cmp" "$tmp/logs-cpu" "$tmp/logs-sim" --no-tps --plots "$tmp/plots" 2>&1); rc=$?
 expect_rc "it-compare cpu vs sim" "$rc" 0 "$out"
-expect "it-compare: 52 cases pass" "$(printf '%s\n' "$out" | tail -n 1)" '^it-compare: 52 passed, 0 failed$'
+expect "it-compare: 58 cases pass" "$(printf '%s\n' "$out" | tail -n 1)" '^it-compare: 58 passed, 0 failed$'
 noplot=""
 for c in $runnable; do
     svg="$tmp/plots/${c#*/}.svg"
@@ -134,9 +134,9 @@ for c in $runnable; do
         noplot="$noplot $c"
     fi
 done
-if [ -z "$noplot" ]; then ok "a plot with both loss curves for each of the 52 cases"; else bad "plots missing or without both curves:$noplot"; fi
+if [ -z "$noplot" ]; then ok "a plot with both loss curves for each of the 58 cases"; else bad "plots missing or without both curves:$noplot"; fi
 n=$(grep -c '<img src="[^"]*\.svg"' "$tmp/plots/index.html" 2>/dev/null || true)
-if [ "${n:-0}" -eq 52 ]; then ok "index.html shows the 52 plots"; else bad "index.html shows ${n:-0} plots, expected 52"; fi
+if [ "${n:-0}" -eq 58 ]; then ok "index.html shows the 58 plots"; else bad "index.html shows ${n:-0} plots, expected 58"; fi
 
 # A baseline whose step 3 of one case was changed by 1e-3 (more than fp32's 1e-5): the runner
 # (judging the loss only: two cpu runs' tok/s differ on a loaded machine)
@@ -224,6 +224,18 @@ expect_rc "no --device" "$rc" 2 "$out"
 out=$("$mx" "$full" --device cuda --list 2>&1); rc=$?
 expect_rc "--list InfiniTrain's config" "$rc" 0 "$out"
 expect "InfiniTrain's config: counts" "$(printf '%s\n' "$out" | tail -n 1)" '^it-matrix: 128 cases: 128 runnable, 0 unsupported$'
+# The context_parallel branch's config beside it (InfiniTrain's feat/context_parallel at d03ba16,
+# scripts/test_config.json as it is there): 60 cases per model (basic 20, zero 18, lora 16,
+# checkpoint 6), no Mixtral: every one runnable, cases 9 and 10 with the CP flags.
+cpcfg="$src/scripts/matrix/test_config_context_parallel.json"
+cpout=$("$mx" "$cpcfg" --device cuda --list 2>&1); rc=$?
+expect_rc "--list the context_parallel branch's config" "$rc" 0 "$cpout"
+expect "the branch's config: counts" "$(printf '%s\n' "$cpout" | tail -n 1)" '^it-matrix: 120 cases: 120 runnable, 0 unsupported$'
+expect "case 9: CP2 on 4 ranks" "$(printf '%s\n' "$cpout" | grep -E '^basic/gpt2_9	')" \
+    '	runnable	mpirun .* -np 4 .* --total_batch_size 5120 --context_parallel 2 --cp_comm_type p2p$'
+expect "case 10: TP2 SP PP2 VPP2 CP2 on 8 ranks" "$(printf '%s\n' "$cpout" | grep -E '^basic/llama3_10_bfloat16	')" \
+    '	runnable	mpirun .* -np 8 .* --tensor_parallel 2 --sequence_parallel=true --pipeline_parallel 2 --virtual_pipeline_parallel 2 --context_parallel 2 --cp_comm_type p2p$'
+expect "zero 9_zero2" "$(printf '%s\n' "$cpout" | grep -E '^zero/llama3_9_zero2	')" '	runnable	.* --context_parallel 2 --cp_comm_type p2p --zero_stage 2$'
 n=$(printf '%s\n' "$out" | grep -c '^basic/gpt2_')
 if [ "$n" -eq 16 ]; then ok "16 basic cases for gpt2"; else bad "$n basic cases for gpt2, expected 16"; fi
 n=$(printf '%s\n' "$out" | grep -c '^moe/tiny_mixtral_')
