@@ -129,6 +129,19 @@ runn 4 gpt2 "$tmp/cr" "${gpt2[@]}" "${cpz[@]}" --load "$tmp/ck/checkpoint_step_0
 grep -q '"cp_size": 2' "$tmp/ck/checkpoint_step_000005/trainer_state.json" && ok ||
   bad "trainer_state.json lacks cp_size 2"
 
+# 5b. validation on each rank's rows gives the whole sequence's loss; the precision checker and
+#     the profiler write every rank's files
+val=(--input_val_bin "$g/tiny_shard.bin" --val_loss_every 5)
+run1 gpt2 "$tmp/v1" "${gpt2[@]}" "${val[@]}"
+runn 2 gpt2 "$tmp/v2" "${gpt2[@]}" "${val[@]}" --context_parallel 2 --cp_load_balance
+a=$(grep '^val loss' "$tmp/v1.out" | awk '{print $3}' | tr '\n' ' ') b=$(grep '^val loss' "$tmp/v2.out" | awk '{print $3}' | tr '\n' ' ')
+[[ -n $a && $a == "$b" ]] && ok || bad "val loss under CP=2 '$b', one rank '$a'"
+runn 2 gpt2 "$tmp/pc" "${gpt2[@]}" --num_iteration 2 --context_parallel 2 --precision_check "level=1,path=$tmp/pcd" \
+  --profile "$tmp/prof"
+n=$(find "$tmp/pcd" -name 'precision_check_rank_*.tsv' | wc -l)
+[[ $n -eq 2 && -s $tmp/prof.report.rank1 ]] && grep -q flash_attention_fwd "$tmp/prof.report.rank1" && ok ||
+  bad "precision check and profile under CP=2: $n rank files, report: $(head -3 "$tmp/prof.report.rank1" 2>&1)"
+
 # 6. bad input: exit 2, one line naming the flag and the numbers, before any step
 expect_refuse() { # name, expected substring, mpirun args...
   local name=$1 want=$2
