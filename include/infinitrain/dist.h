@@ -223,8 +223,7 @@ IT_API void it_cp_slice_host(const int32_t *src, int32_t *dst, int64_t B, int64_
 /* Causal attention of this rank's rows: q (B, T/CP, H, D), k and v (B, T/CP, Hkv, D) ->
  * (B, T/CP, H * D), as it_attention on the whole sequence gives for these rows. A
  * collective over g: every rank calls it, forward and backward, in the same order. */
-IT_API it_tensor *it_cp_attention(it_dist *g, it_cp_comm comm, bool balance, it_tensor *q, it_tensor *k,
-                                  it_tensor *v);
+IT_API it_tensor *it_cp_attention(it_dist *g, it_cp_comm comm, bool balance, it_tensor *q, it_tensor *k, it_tensor *v);
 /* Whether p2p runs as a ring on dev (flash attention on and both its slots there). */
 IT_API bool it_cp_ring_available(it_device dev);
 

@@ -115,8 +115,8 @@ it_tensor *it__attention_low(it_tensor *q, it_tensor *k, it_tensor *v);
 /* it_cp_attention (dist.h) over group g, its output left in the autocast dtype with `keep`
  * (as it__attention_low's). */
 struct it_dist;
-it_tensor *it__cp_attention(struct it_dist *g, int comm, bool balance, it_tensor *q, it_tensor *k,
-                            it_tensor *v, bool keep);
+it_tensor *it__cp_attention(struct it_dist *g, int comm, bool balance, it_tensor *q, it_tensor *k, it_tensor *v,
+                            bool keep);
 /* silu(a) * b over autocast's half-precision gate and up products, in fp32 and rounded once
  * to their dtype (the backend's fused swiglu_low_* slots, else the widened composition: the
  * same bits); fp32 a and b give it_mul(it_silu(a), b). */

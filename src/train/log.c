@@ -270,6 +270,10 @@ void train_summary(const it_train_ctx *ctx) {
     if (ctx->val_step) snprintf(val, sizeof val, ", val loss %.6f (step %d)", ctx->val_loss, ctx->val_step);
     printf("done: %d step%s in %s; train loss %.6f (step %d)%s\n", steps, steps == 1 ? "" : "s", took, ctx->loss,
            c->num_iteration, val);
+    if (ctx->cp && steps > 0) /* K/V (and their gradients) moved by attention, counted as it_dist_bytes_sent does */
+        printf("context parallel: this rank sent %.3f MB per step over its CP group (%s%s)\n",
+               (double)it_dist_bytes_sent(ctx->cp) / steps / 1e6, it_cp_comm_name((it_cp_comm)c->cp_comm_type),
+               c->cp_load_balance ? ", load balanced" : "");
     const char *tok = c->tokenizer ? c->tokenizer : c->tokenizer_bin;
     if (*ctx->saved) {
         char gen[4200];
