@@ -38,6 +38,10 @@
 #                          BENCH_TP_STEPS, default 5)
 #   BENCH_SKIP_PP=1        skip the pipeline-parallel lines (bench/pp_bench.sh: each stage's bubble and
 #                          peak memory, GPipe/1F1B/interleaved, and recomputation on GPT-2 124M)
+#   BENCH_SKIP_CP=1        skip the context-parallel lines (bench/cp_bench.sh: per-rank peak memory of a
+#                          LLaMA-3 style model at T = 8192 and 16384 for CP = 1, 2, 4, bytes per step per
+#                          comm type against the arithmetic, p2p with and without load balancing;
+#                          CP_BENCH_LONG=0 skips T = 16384)
 #   BENCH_SKIP_FLASH=1     skip the flash attention lines (bench/flash_bench.sh: GPT-2 124M at
 #                          T=1024 flash against composed, peak memory against T up to 32768;
 #                          BENCH_FLASH_STEPS, default 3; FLASH_BENCH_LONG=0 skips T=32768)
@@ -211,6 +215,12 @@ fi
 if [ "${BENCH_SKIP_PP:-0}" != 1 ]; then
     echo
     bash "$root/bench/pp_bench.sh" "$build" | tee "$work/pp.txt" || echo "bench: pp_bench.sh failed (see above)" >&2
+fi
+
+# ---- context parallelism: per-rank memory at long T, bytes per comm type, load balancing
+if [ "${BENCH_SKIP_CP:-0}" != 1 ]; then
+    echo
+    bash "$root/bench/cp_bench.sh" "$build" | tee "$work/cp.txt" || echo "bench: cp_bench.sh failed (see above)" >&2
 fi
 
 # ---- flash attention against the composition: GPT-2 124M at T=1024, memory against T
