@@ -10,7 +10,7 @@
 #      bf16 (--dtype bfloat16, autocast) within 1e-2;
 #   3. the coverage report of the GPT-2 run (--backend_report);
 #   4. a throughput table (tok/s per model from the step lines, step 1 excluded);
-#   5. N-rank DDP, 2-rank TP and 2-stage PP (mpirun) when NAME has N > 1 devices and mpirun exists, each
+#   5. N-rank DDP, 2-rank TP, 2-stage PP and 2-rank CP (mpirun) when NAME has N > 1 devices and mpirun exists, each
 #      against one cpu rank (DDP: with accumulation N) within 1e-5 per step; skipped with a
 #      note otherwise.
 # Exit status: 0 when every check that ran passed, 1 otherwise, 2 on bad usage.
@@ -149,12 +149,12 @@ echo '```'
 echo
 } >>"$tmp/report"
 
-# ---- 4. parallel: DDP, TP and PP over the backend's collectives, against one cpu rank
+# ---- 4. parallel: DDP, TP, PP and CP over the backend's collectives, against one cpu rank
 # N ranks with B each see the batches of one rank with B and accumulation N (--total_batch_size);
-# TP and PP split the model, not the batch (PP's activations move by the ccl's send/recv in
-# groups where the backend has them). fp32 losses within 1e-5 per step of the cpu run.
+# TP and PP split the model, CP each sequence (ring attention: K/V by the ccl's send/recv), not
+# the batch (PP's activations move by the ccl's send/recv in groups where the backend has them). fp32 losses within 1e-5 per step of the cpu run.
 {
-echo "## Parallel: DDP, TP and PP on $name vs one cpu rank"
+echo "## Parallel: DDP, TP, PP and CP on $name vs one cpu rank"
 echo
 if [ "$devices" -lt 2 ]; then
     echo "Skipped: \`$name\` has $devices device here (needs 2 or more)."
@@ -169,7 +169,7 @@ else
     tb=$((4 * 32 * devices))
     # shellcheck disable=SC2086
     "$build/gpt2" --device cpu $gflags --num_iteration "$steps" --total_batch_size $tb >"$tmp/acc.log" 2>&1
-    for run in "ddp:" "tp:--tensor_parallel 2" "pp:--pipeline_parallel 2"; do
+    for run in "ddp:" "tp:--tensor_parallel 2" "pp:--pipeline_parallel 2" "cp:--context_parallel 2 --cp_load_balance"; do
         kind=${run%%:*} pflags=${run#*:} ranks=$devices ref="$tmp/acc.log"
         if [ "$kind" != ddp ]; then ranks=2 ref="$tmp/gpt2-float32-cpu.log"; fi
         # shellcheck disable=SC2086

@@ -105,6 +105,9 @@ bool it__gelu_linear_wanted(const it_tensor *x, const it_tensor *w);
 /* ops/flash.c: flash attention's node, or NULL with *declined when the backend declined the
  * call (the caller composes). it__flash_wanted: --flash on and both slots native on x's device. */
 bool it__flash_wanted(const it_tensor *x);
+/* Record the error just raised as a backend's decline of a flash call (the first one since
+ * it_flash_attention_set is kept for it_flash_attention_declined). */
+void it__flash_note_declined(void);
 /* ops/attention.c: the (B, H, R, D) view of the heads in t (B, R, ...), head h's (r, d) at
  * column col0 + h * hs + d * ds. */
 it_tdesc it__heads_of(const it_tensor *t, int64_t H, int64_t D, int64_t col0, int64_t hs, int64_t ds);

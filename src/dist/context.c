@@ -118,9 +118,12 @@ static bool pair_offset(const ring *R, int src, int i, int j, int64_t *q_offset)
 /* Send this step's tensors on to the next rank and receive the previous rank's into `in`. */
 static it_status ring_pass(const ring *R, int n, it_tensor *const *out, it_tensor *const *in, int tag) {
     int next = (R->r + 1) % R->cp, prev = (R->r + R->cp - 1) % R->cp;
+    int peers[8], tags[8];
     it_status st = IT_OK;
     for (int k = 0; k < n && !st; k++) st = it_dist_send(R->g, out[k], next, tag + k);
-    for (int k = 0; k < n && !st; k++) st = it_dist_recv(R->g, in[k], prev, tag + k);
+    for (int k = 0; k < n; k++) peers[k] = prev, tags[k] = tag + k;
+    /* the receives in one group with the held sends (a device ccl's sends wait for theirs) */
+    if (!st) st = it_dist_exchange(R->g, n, in, peers, tags);
     return st ? st : it_dist_send_wait(R->g);
 }
 
@@ -158,8 +161,10 @@ static it_status merge(it_device dev, it_tensor *acc, it_tensor *lacc, it_tensor
 
 static it_status ring_backward(it_node *n, it_tensor *dy);
 
-/* q (B, Tl, H, D), k and v (B, Tl, Hkv, D) contiguous, one dtype -> (B, Tl, H * D). */
-static it_tensor *ring_attention(const ring *R, it_tensor *q, it_tensor *k, it_tensor *v) {
+/* q (B, Tl, H, D), k and v (B, Tl, Hkv, D) contiguous, one dtype -> (B, Tl, H * D). NULL with
+ * *declined when the backend declines the first flash call (before anything was sent: every
+ * rank has the same shapes and declines alike), its error cleared: the caller gathers. */
+static it_tensor *ring_attention(const ring *R, it_tensor *q, it_tensor *k, it_tensor *v, bool *declined) {
     it_device dev = it_tensor_device(q);
     int64_t B = q->shape[0], Tl = q->shape[1], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2], c = R->c;
     float scale = 1.0f / sqrtf((float)D);
@@ -187,7 +192,15 @@ static it_tensor *ring_attention(const ring *R, it_tensor *q, it_tensor *k, it_t
                 it_tdesc qd = bhtd(q, i * c, c), kd = bhtd(cur[0], j * c, c), vd = bhtd(cur[1], j * c, c);
                 it_tdesc yd = bhtd(have[i] ? yb : y, have[i] ? 0 : i * c, c),
                          ld = it_tensor_desc(have[i] ? lb : lse[i]);
-                if ((st = KCALL(dev, flash_attention_fwd, &a, &qd, &kd, &vd, &yd, &ld))) break;
+                if ((st = KCALL(dev, flash_attention_fwd, &a, &qd, &kd, &vd, &yd, &ld))) {
+                    if (st == IT_ERR_UNSUPPORTED && s == 0 && !have[0] && !have[1]) {
+                        it__flash_note_declined();
+                        it_error_clear();
+                        *declined = true;
+                        return NULL;
+                    }
+                    break;
+                }
                 if (!have[i]) { /* the first block of these queries: taken as it is */
                     it_tdesc ad = it_tensor_desc(acc[i]);
                     st = KCALL(dev, cast, &yd, &ad);
@@ -356,13 +369,19 @@ static it_tensor *a2a(it_dist *g, it_tensor *x, bool to_heads) {
             st = it_dist_send(g, piece, j, 40);
         }
     }
+    /* every receive in one group with the held sends (a device ccl's sends wait for theirs) */
+    it_tensor *win[64] = {0}, *rv[64];
+    int peers[64], tags[64], nr = 0;
     for (int j = 0; j < cp && !st; j++) {
         if (j == r) continue;
-        it_tensor *w = it_tensor_slice(out, out_dim, j * out_len, (j + 1) * out_len, 1);
-        recv[j] = w ? new_t(it_tensor_device(x), x->dtype, 4, w->shape) : NULL;
-        st = !recv[j] ? it_last_status() : it_dist_recv(g, recv[j], j, 40);
-        if (!st) st = it_tensor_copy_(w, recv[j]);
+        win[j] = it_tensor_slice(out, out_dim, j * out_len, (j + 1) * out_len, 1);
+        recv[j] = win[j] ? new_t(it_tensor_device(x), x->dtype, 4, win[j]->shape) : NULL;
+        if (!recv[j]) return NULL;
+        rv[nr] = recv[j], peers[nr] = j, tags[nr++] = 40;
     }
+    if (!st && nr) st = it_dist_exchange(g, nr, rv, peers, tags);
+    for (int j = 0; j < cp && !st; j++)
+        if (j != r) st = it_tensor_copy_(win[j], recv[j]);
     if (!st) st = it_dist_send_wait(g);
     if (st) return NULL;
     if (it__needs_grad(1, &x)) {
@@ -402,6 +421,10 @@ it_tensor *it__cp_attention(it_dist *g, int comm, bool balance, it_tensor *q, it
                  balance ? " with Tl even (two chunks)" : "");
         return NULL;
     }
+    if (cp > 64) {
+        it_error(IT_ERR_INVALID_ARG, "context parallel attention: at most 64 ranks (%d)", cp);
+        return NULL;
+    }
     attend_fn attend = keep ? attend_keep : it_attention;
     if (comm == IT_CP_A2A) {
         if (q->shape[2] % cp || k->shape[2] % cp) {
@@ -422,7 +445,9 @@ it_tensor *it__cp_attention(it_dist *g, int comm, bool balance, it_tensor *q, it
         it_error(IT_ERR_INVALID_ARG, "context parallel attention: q, k and v in different dtypes");
         return NULL;
     }
-    it_tensor *y = ring_attention(&R, qx, kx, vx);
+    bool declined = false;
+    it_tensor *y = ring_attention(&R, qx, kx, vx, &declined);
+    if (declined) return gathered_attention(&R, q, k, v, attend); /* the kernel's reason: it_flash_attention_declined */
     return low && !keep ? it_cast(y, IT_DTYPE_FP32) : y;
 }
 

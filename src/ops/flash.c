@@ -41,7 +41,7 @@ bool it_flash_attention_available(it_device dev) {
 
 const char *it_flash_attention_declined(void) { return atomic_load(&declined_ready) ? declined_msg : NULL; }
 
-static void note_declined(void) {
+void it__flash_note_declined(void) {
     if (atomic_flag_test_and_set(&declined_claim)) return;
     snprintf(declined_msg, sizeof declined_msg, "%s", it_last_error());
     atomic_store(&declined_ready, true);
@@ -67,7 +67,7 @@ static it_tensor *forward(const it_tensor *src, const it_tdesc *q, const it_tdes
     it_tdesc yd = it__heads_of(y, H, D, 0, D, 1), ld = it_tensor_desc(*lse);
     it_status st = KCALL(dev, flash_attention_fwd, a, q, k, v, &yd, &ld);
     if (st == IT_ERR_UNSUPPORTED) {
-        note_declined();
+        it__flash_note_declined();
         it_error_clear();
         *declined = true;
         return NULL;

@@ -180,6 +180,7 @@ static it_status train_cp_check(it_train_ctx *ctx, int tp, int cp) {
     const it_train_config *c = ctx->cfg;
     if (cp == 1) return IT_OK;
     int64_t T = c->sequence_length, parts = c->cp_load_balance ? 2 * (int64_t)cp : cp;
+    if (cp > 64) return it_error(IT_ERR_INVALID_ARG, "--context_parallel %d: at most 64 ranks per CP group", cp);
     if (strcmp(c->app, "mixtral") == 0)
         return it_error(IT_ERR_INVALID_ARG,
                         "--context_parallel %d: not supported for Mixtral (its router's "

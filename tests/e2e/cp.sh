@@ -8,7 +8,8 @@
 #  3. InfiniTrain's case 10 layout (TP2 + SP + PP2 + VPP2 + CP2, 8 ranks) against one rank;
 #     DP2 x CP2 with ZeRO-1 and ZeRO-2 against one rank with the same global batch; LoRA and
 #     recompute under CP; bf16 within 1e-2;
-#  4. sim (no collectives: staged through host memory) bitwise the cpu's;
+#  4. sim (no collectives: staged through host memory) bitwise the cpu's, and a device ccl's
+#     send/recv (p2pccl) bitwise too;
 #  5. a checkpoint saved under DP2 x CP2 resumes bitwise at the same layout;
 #  6. the step line's CP; bad input: one line naming the flag and the numbers, exit 2.
 # Tolerance 1e-5 (fp32): CP changes only summation orders (the ring's log-sum-exp merge, the
@@ -119,6 +120,21 @@ done
 # 4. sim staged through host memory: the cpu's bits
 runn 2 gpt2 "$tmp/s2" "${gpt2[@]}" --context_parallel 2 --cp_load_balance --device sim
 same "gpt2 CP=2 on sim vs cpu" "$tmp/g2p2p--cp_load_balance" "$tmp/s2"
+
+# 4b. on a device ccl (the p2pccl test backend: the CPU's kernels, sends that wait for their
+#     receives as NCCL's do): the ring's K/V and Ulysses' all-to-all move by its send/recv in
+#     groups, and the losses are the cpu device's bitwise
+export IT_BACKEND_PATH=$build/test-plugins P2PCCL_NO_GROUPS=0
+mpi+=(-x IT_BACKEND_PATH -x P2PCCL_NO_GROUPS)
+for comm in p2p a2a; do
+  [[ $san -eq 1 && $comm == a2a ]] && continue
+  runn 2 gpt2 "$tmp/pc$comm" "${gpt2[@]}" --context_parallel 2 --cp_load_balance --cp_comm_type "$comm" --device p2pccl
+  [[ -s $tmp/g2$comm--cp_load_balance ]] || runn 2 gpt2 "$tmp/g2$comm--cp_load_balance" "${gpt2[@]}" \
+    --context_parallel 2 --cp_load_balance --cp_comm_type "$comm"
+  same "gpt2 CP=2 $comm balanced on p2pccl vs cpu" "$tmp/g2$comm--cp_load_balance" "$tmp/pc$comm"
+  n=$(grep -cE '^p2pccl: rank [0-9]+ of 2: [1-9][0-9]* sends, [1-9][0-9]* receives, [1-9][0-9]* groups$' "$tmp/pc$comm.out")
+  [[ $n -eq 2 ]] && ok || bad "p2pccl $comm: $n of 2 ranks report sends on the device ccl"
+done
 
 # 5. saved under DP2 x CP2, resumed at the same layout: the uninterrupted run's last 5 losses
 cpz=(--context_parallel 2 --zero_stage 1 --total_batch_size 256)
