@@ -37,6 +37,7 @@ typedef enum it_status {
     IT_ERR_UNSUPPORTED = 6, /* valid request the backend/op cannot serve (dtype, slot) */
     IT_ERR_BACKEND = 7,     /* a vendor runtime call failed */
     IT_ERR_INTERNAL = 8,    /* a bug: an invariant the code relies on did not hold */
+    IT_ERR_NUMERIC = 9,     /* training's numbers went bad: non-finite or spiking losses, step after step */
 } it_status;
 
 /* The message of the last failure on this thread ("" when none). */

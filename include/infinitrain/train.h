@@ -63,6 +63,9 @@ typedef struct it_train_config {
     bool sequence_parallel;           /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
     int pipeline_parallel;            /* --pipeline_parallel: pipeline stages (1) */
     int context_parallel;             /* --context_parallel: the sequence cut over CP ranks (1) */
+    bool skip_nonfinite;              /* --skip_nonfinite: a non-finite loss or grad norm skips the update (true) */
+    float loss_spike_zscore;          /* --loss_spike_zscore: skip a loss this many sd above the recent mean (0 off) */
+    int max_skipped_steps;            /* --max_skipped_steps: stop after this many skips in a row (5; 0 never) */
     int cp_comm_type;                 /* --cp_comm_type: an it_cp_comm (p2p) */
     bool cp_load_balance;             /* --cp_load_balance: two mirrored chunks per CP rank */
     int virtual_pipeline_parallel;    /* --virtual_pipeline_parallel: chunks per stage (1) */

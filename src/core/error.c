@@ -56,6 +56,7 @@ const char *it_status_name(it_status status) {
     case IT_ERR_UNSUPPORTED: return "unsupported";
     case IT_ERR_BACKEND: return "backend error";
     case IT_ERR_INTERNAL: return "internal error";
+    case IT_ERR_NUMERIC: return "numeric failure";
     }
     return "unknown status";
 }

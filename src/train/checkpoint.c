@@ -353,12 +353,19 @@ static char *trainer_state_text(const it_train_ctx *ctx, json_t *files) {
                                       "target_modules", targets));
     }
     json_t *root =
-        json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i,s:i,s:i,s:o}", "n_layer", info->n_layer, "n_head",
-                  info->n_head, "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd,
-                  "vocab_size", (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
+        json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:f,s:i,s:i,s:i}", "n_layer", info->n_layer, "n_head", info->n_head,
+                  "n_kv_head", info->n_kv_head ? info->n_kv_head : info->n_head, "n_embd", info->n_embd, "vocab_size",
+                  (json_int_t)info->vocab_size, "global_step", (json_int_t)ctx->step, "consumed_batches",
                   (json_int_t)consumed, "last_lr", (double)ctx->lr, "ddp_size", ctx->data_world, "tp_size",
-                  ctx->tp_size, "sp_size", ctx->cfg->sequence_parallel ? ctx->tp_size : 1, "pp_size", ctx->pp_size,
-                  "cp_size", ctx->cp_size, "infinitrain_c", ours);
+                  ctx->tp_size, "sp_size", ctx->cfg->sequence_parallel ? ctx->tp_size : 1);
+    if (!root) json_decref(ours);
+    /* cp_size only under context parallelism: master's keys (pp_size last) are unchanged without */
+    if (root && ctx->cp_size > 1) json_object_set_new(root, "cp_size", json_integer(ctx->cp_size));
+    if (root && (json_object_set_new(root, "pp_size", json_integer(ctx->pp_size)) ||
+                 json_object_set_new(root, "infinitrain_c", ours))) {
+        json_decref(root);
+        root = NULL;
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     return text;

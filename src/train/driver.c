@@ -145,6 +145,20 @@ static it_status stop_on_signal(it_train_ctx *ctx, int sig) {
     return IT_OK;
 }
 
+/* --max_skipped_steps updates in a row were skipped (guard.c): a checkpoint with --save (the
+ * parameters are those of the last good step), and the run fails. */
+static it_status stop_on_skips(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    it_status st = c->save && !train_ckpt_due(ctx) ? train_ckpt_save(ctx) : IT_OK;
+    if (st) return st;
+    char saved[4200] = "nothing saved (no --save)";
+    if (c->save) snprintf(saved, sizeof saved, "saved %s/checkpoint_step_%06d", c->save, ctx->step);
+    return it_error(IT_ERR_NUMERIC,
+                    "stopped after step %d of %d: %d updates in a row were skipped (--max_skipped_steps %d); the "
+                    "weights are the last good step's; %s",
+                    ctx->step, c->num_iteration, ctx->guard.run, c->max_skipped_steps, saved);
+}
+
 static it_status train_loop(it_train_ctx *ctx) {
     it_status st;
     it_flash_attention_set(ctx->cfg->flash); /* samples, steps and validation alike */
@@ -176,6 +190,10 @@ static it_status train_loop(it_train_ctx *ctx) {
             }
         }
         if (!st && train_ckpt_due(ctx)) st = train_ckpt_save(ctx);
+        if (!st && train_guard_exhausted(ctx)) {
+            st = stop_on_skips(ctx);
+            break;
+        }
         int sig = 0;
         if (!st && ctx->handle_signals && step < ctx->cfg->num_iteration && !(st = stop_agreed(ctx, &sig)) && sig) {
             st = stop_on_signal(ctx, sig);

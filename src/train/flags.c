@@ -122,6 +122,15 @@ static const it_train_flag FLAGS[] = {
         "step the decay ends at, 0 = --num_iteration"),
     FLT("min_lr", min_lr, "0", 0.0, 1e3, "LR", G_OPT, true, "learning rate at the end of decay"),
     FLT("grad_clip", grad_clip, "0", 0.0, 1e9, "G", G_OPT, true, "clip the global gradient norm to G, 0 = off"),
+    BOOL("skip_nonfinite", skip_nonfinite, G_OPT, true,
+         "a step whose loss (or, with --grad_clip, gradient norm) is NaN or infinite skips its update: no parameter, "
+         "moment or schedule change",
+         .def = "true"),
+    FLT("loss_spike_zscore", loss_spike_zscore, "0", 0.0, 1e6, "Z", G_OPT, true,
+        "skip the update of a step whose loss is more than Z standard deviations above the mean of the last 128 "
+        "updated steps (llm.c's -sl); 0 = off"),
+    INT("max_skipped_steps", max_skipped_steps, "5", 0, 1 << 30, "K", G_OPT, true,
+        "stop the run (with a checkpoint under --save, exit status 1) after K skipped updates in a row; 0 = never"),
     CHOICE("dtype", dtype, "float32", dtype_choices, "a training dtype", G_OPT, true,
            "float32, or bfloat16: autocast, matmuls in bf16, weights and the rest float32"),
     U64("seed", seed, "42", 0, INT64_MAX, "N", G_OPT, true, "initialization and sampling seed"),

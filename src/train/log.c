@@ -221,15 +221,19 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_used = mem.peak_used;
         ctx->result->peak_reserved = mem.peak_reserved;
     }
-    char cp_field[32] = "";
+    char cp_field[32] = "", skips[48] = "";
+    if (ctx->guard.total)
+        snprintf(skips, sizeof skips, " | %s, %d skipped", ctx->skipped ? "update skipped" : "updated",
+                 ctx->guard.total);
     if (ctx->cp_size > 1) snprintf(cp_field, sizeof cp_field, "CP=%d, ", ctx->cp_size);
     if (!ctx->quiet)
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=%d, SP=%d, %sPP=%d)\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, %sPP=%d)%s\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->data_world, ctx->tp_size,
                c->sequence_parallel ? ctx->tp_size : 1, /* InfiniTrain: SP printed as TP when on */
-               cp_field, ctx->pp_size); /* "CP=N, " where the context_parallel branch prints it, under CP only */
+               cp_field, ctx->pp_size, /* "CP=N, " where the context_parallel branch prints it, under CP only */
+               skips);                 /* " | skipped N": once a step skipped its update (guard.c) */
     if (step % c->log_interval == 0 && (st = expert_counts(ctx))) return st;
     if (!ctx->quiet) {
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());
@@ -239,8 +243,10 @@ it_status train_log(it_train_ctx *ctx) {
     if (!c->quiet && ctx->rank == 0 && c->freq_generate_txt > 0 && step % c->freq_generate_txt == 0 &&
         (st = train_generate(ctx)))
         return st;
-    if (!isfinite(ctx->loss))
-        return it_error(IT_ERR_INTERNAL, "step %d: the loss is %f; stopping (lower --learning_rate?)", step, ctx->loss);
+    /* a non-finite loss whose update ran (--skip_nonfinite false) stops the run; a skipped one
+     * is guard.c's (--max_skipped_steps) */
+    if (!isfinite(ctx->loss) && !ctx->skipped)
+        return it_error(IT_ERR_NUMERIC, "step %d: the loss is %f; stopping (lower --learning_rate?)", step, ctx->loss);
     return IT_OK;
 }
 

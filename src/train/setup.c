@@ -500,7 +500,7 @@ static it_status setup_batch(it_train_ctx *ctx) {
     if (total % (B * T * world) != 0) {
         if (world > 1)
             return it_error(IT_ERR_INVALID_ARG,
-                            "--total_batch_size: %lld is not a multiple of batch_size*sequence_length*DP ranks = "
+                            "--total_batch_size: %lld is not a multiple of batch_size*sequence_length*ranks = "
                             "%lld*%lld*%lld = %lld",
                             (long long)total, (long long)B, (long long)T, (long long)world, (long long)(B * T * world));
         return it_error(IT_ERR_INVALID_ARG,

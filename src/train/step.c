@@ -133,8 +133,8 @@ static it_status shared_sumsq(void *model, it_tensor *g, int64_t flat_lo, double
 static it_status update(it_train_ctx *ctx) {
     it_status st;
     float scale = 1.0f;
+    double norm = 0;
     if (ctx->cfg->grad_clip > 0) {
-        double norm = 0;
         it_dist *mp = ctx->mp ? ctx->mp : ctx->tp ? ctx->tp : ctx->pp; /* the model's other ranks */
         if (ctx->zero && mp)
             st = it_zero_grad_norm_shared(ctx->zero, shared_sumsq, ctx->model, mp, &norm);
@@ -144,6 +144,8 @@ static it_status update(it_train_ctx *ctx) {
         scale = it_clip_scale(norm, ctx->cfg->grad_clip);
     }
     ctx->lr = it_lr_scheduler_lr(&ctx->sched); /* this step's, which the step line prints */
+    /* a bad step (guard.c): nothing changes, the batch is spent */
+    if (train_guard_check(ctx, ctx->loss, ctx->cfg->grad_clip > 0 ? &norm : NULL)) return IT_OK;
     st = ctx->zero ? it_zero_step(ctx->zero, ctx->lr, scale) : it_optimizer_step(ctx->opt, ctx->lr, scale);
     if (st) return st;
     it_lr_scheduler_step(&ctx->sched); /* InfiniTrain: scheduler->Step() after optimizer->Step() */
@@ -163,13 +165,13 @@ it_status train_step(it_train_ctx *ctx, int step) {
     it_status pst = it_precision_step_end(); /* a record that failed fails the step */
     if (!st) st = pst;
     if (!st) st = reduce(ctx, &loss_sum);
+    ctx->loss = loss_sum / (double)(ctx->accum * ctx->world); /* the same on every rank */
     if (!st) st = update(ctx);
     it_mem_stats m;
     it_mem_stats_get(ctx->dev, &m);
     it_profile_step_end(step - 1, m.peak_used, m.peak_reserved);
     if (st) return st;
     ctx->step_ms = train_now_ms() - t0;
-    ctx->loss = loss_sum / (double)(ctx->accum * ctx->world);
     return IT_OK;
 }
 

@@ -28,6 +28,14 @@ typedef enum train_fail_scope {
 
 typedef struct it_train_ctx it_train_ctx;
 
+/* The bad-step guard's state (guard.c): the losses of the last GUARD_WINDOW updated steps (a
+ * ring: n of them, the next at `at`), the skips in a row and in all. */
+#define GUARD_WINDOW 128
+typedef struct it_train_guard {
+    double win[GUARD_WINDOW];
+    int n, at, run, total;
+} it_train_guard;
+
 struct it_train_ctx {
     const it_train_config *cfg;
     it_train_result *result; /* may be NULL */
@@ -93,6 +101,10 @@ struct it_train_ctx {
     bool handle_signals;
     int stopped_by;
 
+    /* the bad-step guard (guard.c) and whether the step just taken skipped its update */
+    it_train_guard guard;
+    bool skipped;
+
     /* the step just taken */
     int step;
     double loss, step_ms;
@@ -128,6 +140,12 @@ double train_now_ms(void); /* CLOCK_MONOTONIC */
 it_status train_lora_finish(it_train_ctx *ctx);
 /* setup.c: --lora_target_modules, or the app's default list */
 const char *train_lora_targets(const it_train_config *c);
+
+/* guard.c: whether step ctx->step skips its update (loss: the step's mean loss over the ranks;
+ * norm: its gradient norm, NULL when the step computes none); says why on stdout (rank 0) */
+bool train_guard_check(it_train_ctx *ctx, double loss, const double *norm);
+/* --max_skipped_steps skips in a row were reached */
+bool train_guard_exhausted(const it_train_ctx *ctx);
 
 /* eval.c */
 it_status train_val_setup(it_train_ctx *ctx);

@@ -7,8 +7,13 @@
  *   gelu            the GELU forward (unary GELU): out[0] += delta * (1 + |out[0]|)
  *   layernorm_bwd   LayerNorm backward: dx[0] += delta * (1 + |dx[0]|)
  *   rmsnorm_bwd     RMSNorm backward:   dx[0] += delta * (1 + |dx[0]|)
+ *   embedding_nan   the IT_FAULTY_AT-th call (from 1) of the embedding forward, and the next
+ *                   IT_FAULTY_COUNT - 1 (default 1 call in all), write NaN into out[0] (a
+ *                   poisoned micro-step: its loss and gradients become NaN), on the rank
+ *                   IT_FAULTY_RANK only when that is set (mpirun's OMPI_COMM_WORLD_RANK)
  * Unset (or empty), nothing is changed; an unknown name makes init fail, naming it. Only the
  * first element changes: a wrong value at one place, as a port's bug would leave it. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +24,8 @@ struct it_stream {
 };
 static struct it_stream fs_stream;
 
-enum { FAULT_NONE, FAULT_GELU, FAULT_LAYERNORM_BWD, FAULT_RMSNORM_BWD };
+enum { FAULT_NONE, FAULT_GELU, FAULT_LAYERNORM_BWD, FAULT_RMSNORM_BWD, FAULT_EMBEDDING_NAN };
+static long nan_at, nan_count = 1, embedding_calls;
 static int fault = FAULT_NONE;
 static float delta = 1e-3f;
 static it_kernels fs_kernels;
@@ -36,6 +42,14 @@ static void perturb(const it_tdesc *t) {
 static it_status fs_unary(it_stream *s, it_unary_op op, float alpha, const it_tdesc *x, it_tdesc *out) {
     it_status st = cpu->unary(s, op, alpha, x, out);
     if (!st && fault == FAULT_GELU && op == IT_UNARY_GELU) perturb(out);
+    return st;
+}
+
+static it_status fs_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *weight, it_tdesc *out) {
+    it_status st = cpu->embedding_fwd(s, idx, weight, out);
+    long call = fault == FAULT_EMBEDDING_NAN ? ++embedding_calls : 0;
+    if (!st && call >= nan_at && call < nan_at + nan_count && out->dtype == IT_DTYPE_FP32 && out->data)
+        ((float *)out->data)[0] = NAN;
     return st;
 }
 
@@ -64,9 +78,16 @@ static it_status fs_init(void) {
         fault = FAULT_LAYERNORM_BWD;
     else if (!strcmp(k, "rmsnorm_bwd"))
         fault = FAULT_RMSNORM_BWD;
-    else
-        return it_error(IT_ERR_INVALID_ARG, "faulty: IT_FAULTY_KERNEL=%s, expected gelu, layernorm_bwd or rmsnorm_bwd",
-                        k);
+    else if (!strcmp(k, "embedding_nan")) {
+        const char *at = getenv("IT_FAULTY_AT"), *rank = getenv("IT_FAULTY_RANK"), *me = getenv("OMPI_COMM_WORLD_RANK");
+        fault = rank && *rank && strcmp(rank, me ? me : "0") != 0 ? FAULT_NONE : FAULT_EMBEDDING_NAN;
+        const char *count = getenv("IT_FAULTY_COUNT");
+        nan_at = at ? strtol(at, NULL, 10) : 0;
+        nan_count = count && *count ? strtol(count, NULL, 10) : 1;
+        if (nan_at < 1) return it_error(IT_ERR_INVALID_ARG, "faulty: embedding_nan needs IT_FAULTY_AT=N >= 1");
+    } else
+        return it_error(IT_ERR_INVALID_ARG,
+                        "faulty: IT_FAULTY_KERNEL=%s, expected gelu, layernorm_bwd, rmsnorm_bwd or embedding_nan", k);
     if (d && *d) delta = strtof(d, NULL);
     return IT_OK;
 }
@@ -147,5 +168,6 @@ IT_BACKEND_EXPORT const it_backend *it_backend_entry(void) {
     fs_kernels.unary = fs_unary;
     fs_kernels.layernorm_bwd = fs_layernorm_bwd;
     fs_kernels.rmsnorm_bwd = fs_rmsnorm_bwd;
+    fs_kernels.embedding_fwd = fs_embedding_fwd;
     return &fs_backend;
 }
