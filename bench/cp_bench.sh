@@ -33,44 +33,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 t0=$SECONDS
 L=2 C=256 NH=8 NKV=4 F=768 V=8192 BLOCK=16384
-/usr/bin/python3 - "$work" $L $C $NH $NKV $F $V $BLOCK <<'PY'
-import json, os, struct, sys
-import numpy as np
-out = sys.argv[1]
-L, C, nh, nkv, F, V, T = map(int, sys.argv[2:])
-hd = C // nh
-os.makedirs(out + "/hf")
-cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C, "intermediate_size": F,
-       "num_attention_heads": nh, "num_key_value_heads": nkv, "num_hidden_layers": L, "vocab_size": V,
-       "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
-       "hidden_act": "silu", "torch_dtype": "float32"}
-open(out + "/hf/config.json", "w").write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
-for l in range(L):
-    p = "model.layers.%d." % l
-    shapes.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
-                   p + "self_attn.q_proj.weight": (C, C), p + "self_attn.k_proj.weight": (nkv * hd, C),
-                   p + "self_attn.v_proj.weight": (nkv * hd, C), p + "self_attn.o_proj.weight": (C, C),
-                   p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C), p + "mlp.down_proj.weight": (C, F)})
-rng = np.random.default_rng(1)
-head, off = {"__metadata__": {"format": "pt"}}, 0
-for n in sorted(shapes):
-    b = 4 * int(np.prod(shapes[n]))
-    head[n] = {"dtype": "F32", "shape": list(shapes[n]), "data_offsets": [off, off + b]}
-    off += b
-h = json.dumps(head, separators=(",", ":")).encode()
-h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-with open(out + "/hf/model.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for n in sorted(shapes):
-        w = np.ones(shapes[n], np.float32) if n.endswith("norm.weight") else rng.standard_normal(shapes[n], dtype=np.float32) * 0.02
-        f.write(w.astype("<f4").tobytes())
+/usr/bin/python3 "$(dirname "$0")/make_llama_hf.py" "$work/hf" $L $C $NH $NKV $F $V $BLOCK f32 1
 # an llm.c token shard (uint16 ids) of random tokens, long enough for T + 1
+/usr/bin/python3 - "$work/shard.bin" $V $BLOCK <<'PY'
+import struct, sys
+import numpy as np
+V, T = int(sys.argv[2]), int(sys.argv[3])
 n = 4 * T + 1
-hdr = [20240520, 1, n] + [0] * 253
-with open(out + "/shard.bin", "wb") as f:
-    f.write(struct.pack("<256i", *hdr))
-    f.write(rng.integers(0, V, n, dtype=np.uint16).astype("<u2").tobytes())
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(np.random.default_rng(1).integers(0, V, n, dtype=np.uint16).astype("<u2").tobytes())
 PY
 "$build/it-ckpt" from-hf "$work/hf" "$work/model.bin" >/dev/null
 model=(--llmc_filepath "$work/model.bin" --input_bin "$work/shard.bin" --batch_size 1 --optimizer adamw

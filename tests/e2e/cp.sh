@@ -23,6 +23,7 @@ set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 . "$src/tests/e2e/mpi_common.bash"
 require_mpirun "context-parallel tests"
+runn_timeout=180
 san=0
 if grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   san=1
@@ -45,18 +46,6 @@ common=(--batch_size 4 --sequence_length 32 --num_iteration 10 --optimizer adamw
   --weight_decay 0.1 --grad_clip 1.0)
 gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" "${common[@]}")
 llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}")
-
-run1() { # app, log, args...
-  local app=$1 log=$2
-  shift 2
-  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
-}
-runn() { # n, app, log, args...
-  local n=$1 app=$2 log=$3
-  shift 3
-  timeout 180 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
-    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
-}
 
 # 2. each model, CP 2 and 4, every comm type, balanced or not
 san_skip() { # n, comm, bal: under the sanitizers CP 2 alone, the ring balanced, the others contiguous
@@ -159,22 +148,6 @@ n=$(find "$tmp/pcd" -name 'precision_check_rank_*.tsv' | wc -l)
   bad "precision check and profile under CP=2: $n rank files, report: $(head -3 "$tmp/prof.report.rank1" 2>&1)"
 
 # 6. bad input: exit 2, one line naming the flag and the numbers, before any step
-expect_refuse() { # name, expected substring, mpirun args...
-  local name=$1 want=$2
-  shift 2
-  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
-  local rc=$?
-  local lines
-  lines=$(grep -cE '^(gpt2|llama3|mixtral): ' "$tmp/bad.err")
-  if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2: $(tail -3 "$tmp/bad.err")"; return; fi
-  if ! grep -qF -- "$want" "$tmp/bad.err" || [[ $lines -ne 1 ]]; then
-    bad "$name: expected one line with '$want': $(cat "$tmp/bad.err")"
-    return
-  fi
-  if grep -q '^step ' "$tmp/bad.out"; then bad "$name: got past setup"; return; fi
-  echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
-  ok
-}
 expect_refuse "T not divisible by CP" "--context_parallel 4: --sequence_length 30 is not divisible by 4" \
   -np 4 "$build/gpt2" "${gpt2[@]}" --sequence_length 30 --context_parallel 4
 expect_refuse "T not divisible by 2 CP balanced" \

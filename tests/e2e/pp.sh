@@ -31,17 +31,6 @@ gpt2=(--llmc_filepath "$g/tiny_gpt2.bin" --input_bin "$g/tiny_shard.bin" "${comm
 llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}")
 deep=(--input_bin "$g/tiny_shard.bin" --n_layer 4 --n_head 4 --n_embd 32 --block_size 32 --vocab_size 257 "${common[@]}")
 
-run1() { # app, log, args...
-  local app=$1 log=$2
-  shift 2
-  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
-}
-runn() { # n, app, log, args...
-  local n=$1 app=$2 log=$3
-  shift 3
-  timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
-    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
-}
 # 1. LLaMA-3 (no tied weights). Each micro-batch's gradient is computed alone and added to the
 #    earlier ones' sum in the order the backwards run: 1F1B's (and interleaved 1F1B's) run
 #    B0 .. B(M-1), one rank's accumulation order, so without clipping (whose norm is summed
@@ -285,20 +274,7 @@ runn 2 llama3 "$tmp/lo2" "${llama[@]}" "${lora[@]}" --pipeline_parallel 2 --lora
 same "llama3 LoRA PP=2 vs 1 rank" "$tmp/lo1" "$tmp/lo2"
 cmp -s "$tmp/lo1.lora" "$tmp/lo2.lora" && ok || bad "LoRA PP=2: the adapter file differs from one rank's"
 
-# 5. Bad grids: exit 2, one line naming the flag and the numbers.
-expect_refuse() { # name, expected substring, mpirun args...
-  local name=$1 want=$2
-  shift 2
-  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
-  local rc=$? lines
-  lines=$(grep -cE '^(gpt2|llama3): ' "$tmp/bad.err")
-  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qF -- "$want" "$tmp/bad.err"; then
-    echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
-    ok
-  else
-    bad "$name: exit $rc, $lines lines: $(cat "$tmp/bad.err" | head -3)"
-  fi
-}
+# 5. Bad grids: exit 2, one line naming the flag and the numbers (expect_refuse: mpi_common.bash).
 expect_refuse "more stages than layers" "--pipeline_parallel: 4 stages for GPT-2's 2 layers" \
   -np 4 "$build/gpt2" "${gpt2[@]}" --pipeline_parallel 4
 expect_refuse "TP x PP not dividing the world" "--tensor_parallel 2 x --pipeline_parallel 2: 4 does not divide the 6 ranks" \

@@ -29,17 +29,6 @@ l=$src/tests/fixtures/llama3
 llama=(--llmc_filepath "$l/tiny_llama3.bin" --input_bin "$l/tiny_shard_u32.bin" --batch_size 4 --sequence_length 32
   --num_iteration 10 --optimizer adamw --learning_rate 0.001 --weight_decay 0.1 --grad_clip 1.0)
 
-run1() { # app, log, args...: one process, no MPI
-  local app=$1 log=$2
-  shift 2
-  "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 || bad "1-rank $app run exited $?: $(tail -3 "$log.out")"
-}
-runn() { # n, app, log, args...
-  local n=$1 app=$2 log=$3
-  shift 3
-  timeout 120 "${mpi[@]}" -np "$n" "$build/$app" "$@" --loss_log "$log" >"$log.out" 2>&1 ||
-    bad "$n-rank $app run exited $?: $(tail -5 "$log.out")"
-}
 # 1. GPT-2 fp32: TP = 2, 4, with and without SP, against TP = 1. Tolerance 1e-5: TP changes
 #    the summation order (the row-parallel layers' partial sums are added across ranks, and
 #    the cross entropy's log-sum-exp is combined from per-rank partial ones), so the losses
@@ -226,26 +215,6 @@ rc=$?
   bad "a TP=2 checkpoint loaded without TP: exit $rc: $(tail -2 "$tmp/c1.out")"
 
 # 8. Bad grids: exit 2, one line on stderr naming the flag and the numbers, no model built.
-expect_refuse() { # name, expected substring, mpirun args...
-  local name=$1 want=$2
-  shift 2
-  timeout 60 "${mpi[@]}" "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
-  local rc=$?
-  # mpirun adds its own boxed notes about the job's exit; the application's lines start
-  # with its name.
-  local lines
-  lines=$(grep -cE '^(gpt2|llama3|mixtral): ' "$tmp/bad.err")
-  if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2: $(tail -3 "$tmp/bad.err")"; return; fi
-  if ! grep -qF -- "$want" "$tmp/bad.err"; then bad "$name: stderr lacks '$want': $(tail -3 "$tmp/bad.err")"; return; fi
-  if [[ $(grep -cF -- "$want" "$tmp/bad.err") -ne 1 || $lines -ne 1 ]]; then
-    bad "$name: expected one line on stderr, found $lines:"
-    cat "$tmp/bad.err"
-    return
-  fi
-  if grep -q -e '^step ' -e '^tensor parallel:' "$tmp/bad.out"; then bad "$name: got past setup"; return; fi
-  echo "$name: $(grep -F -- "$want" "$tmp/bad.err")"
-  ok
-}
 custom=(--input_bin "$g/tiny_shard.bin" --batch_size 4 --sequence_length 32 --num_iteration 1
   --n_layer 2 --n_embd 48 --block_size 32 --vocab_size 257)
 expect_refuse "TP not dividing n_head" "--tensor_parallel: 2 does not divide GPT-2's n_head 3" \
