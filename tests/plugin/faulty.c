@@ -48,7 +48,7 @@ static it_status fs_unary(it_stream *s, it_unary_op op, float alpha, const it_td
 static it_status fs_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *weight, it_tdesc *out) {
     it_status st = cpu->embedding_fwd(s, idx, weight, out);
     long call = fault == FAULT_EMBEDDING_NAN ? ++embedding_calls : 0;
-    if (!st && call >= nan_at && call < nan_at + nan_count && out->dtype == IT_DTYPE_FP32 && out->data)
+    if (!st && call > 0 && call >= nan_at && call < nan_at + nan_count && out->dtype == IT_DTYPE_FP32 && out->data)
         ((float *)out->data)[0] = NAN;
     return st;
 }
