@@ -704,6 +704,50 @@ static it_status check_files(const char *dir, const char *path, json_t *files) {
     return IT_OK;
 }
 
+/* --load's checkpoint: `latest` is the newest complete checkpoint_step_* under --save, and so is
+ * a directory that holds such checkpoints (a save root) rather than being one. *out gets the
+ * checkpoint's path, or "" when `latest` finds none yet (the run starts from step 0: a restart
+ * loop's first run). A checkpoint is complete when its trainer_state.json (or rank 0's, in a
+ * parallel run's rank_000000/) is there: a save renames its directory into place last. */
+static it_status pick_load(const it_train_config *c, char *out, size_t n) {
+    bool latest = strcmp(c->load, "latest") == 0;
+    const char *root = latest ? c->save : c->load;
+    struct stat sb;
+    char path[PATH_MAX];
+    if (latest && !root)
+        return it_error(IT_ERR_INVALID_ARG, "--load latest: needs --save ROOT (the directory the checkpoints are in)");
+    snprintf(out, n, "%s", root);
+    if (!latest && (strstr(root, ".tmp-") || strstr(root, ".del-"))) return IT_OK; /* resolve_dir refuses it */
+    path_fmt(path, sizeof path, "%s/trainer_state.json", root);
+    bool is_ckpt = stat(path, &sb) == 0;
+    path_fmt(path, sizeof path, "%s/rank_000000/trainer_state.json", root);
+    is_ckpt = is_ckpt || stat(path, &sb) == 0;
+    DIR *d = latest || !is_ckpt ? opendir(root) : NULL;
+    if (!d) { /* a checkpoint itself, or not there: resolve_dir says which */
+        if (latest && errno == ENOENT) *out = 0;
+        return IT_OK;
+    }
+    long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long s = step_of(e->d_name);
+        if (s <= best) continue;
+        path_fmt(path, sizeof path, "%s/%s/trainer_state.json", root, e->d_name);
+        bool whole = stat(path, &sb) == 0;
+        path_fmt(path, sizeof path, "%s/%s/rank_000000/trainer_state.json", root, e->d_name);
+        if (whole || stat(path, &sb) == 0) best = s;
+    }
+    closedir(d);
+    if (best >= 0)
+        path_fmt(out, n, "%s/" STEP_PREFIX "%06ld", root, best);
+    else if (latest)
+        *out = 0;
+    else if (!is_ckpt)
+        return it_error(IT_ERR_FORMAT, "--load %s: no trainer_state.json and no complete checkpoint_step_* in it",
+                        root);
+    return IT_OK;
+}
+
 /* The directory a rank reads: DIR, or InfiniTrain's DIR/rank_%06d of a parallel run. */
 static it_status resolve_dir(it_train_ctx *ctx, const char *dir, char *out, size_t n) {
     struct stat sb;
@@ -847,22 +891,28 @@ static it_status check_lora(const it_train_ctx *ctx, const char *path, json_t *o
     return it_error(IT_ERR_INVALID_ARG,
                     "--load %s: the checkpoint was saved with %s, this run has %s (resume with the same "
                     "--lora_rank, --lora_alpha and --lora_target_modules)",
-                    c->load, saved, here);
+                    ctx->load_dir, saved, here);
 }
 
 it_status train_ckpt_load_model(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     if (!c->load) return IT_OK;
-    char dir[PATH_MAX], path[PATH_MAX];
-    it_status st = resolve_dir(ctx, c->load, dir, sizeof dir);
+    char dir[PATH_MAX], path[PATH_MAX], load[PATH_MAX - 64]; /* (room for resolve_dir's rank_%06d/...) */
+    it_status st = pick_load(c, load, sizeof load);
     if (st) return st;
+    if (!*load) { /* --load latest before any checkpoint */
+        if (!ctx->quiet) printf("--load latest: no complete checkpoint under %s yet: starting from step 0\n", c->save);
+        return IT_OK;
+    }
+    if ((st = resolve_dir(ctx, load, dir, sizeof dir))) return st;
     path_fmt(path, sizeof path, "%s/trainer_state.json", dir);
     json_t *j = NULL;
     if ((st = parse_state(path, &j))) return st;
     ctx->resume = j;
     ctx->resume_dir = strdup(dir);
-    ctx->resumed_from = realpath(c->load, NULL);
-    if (!ctx->resume_dir) return it_error(IT_ERR_OOM, "--load: out of host memory");
+    ctx->resumed_from = realpath(load, NULL);
+    ctx->load_dir = strdup(load);
+    if (!ctx->resume_dir || !ctx->load_dir) return it_error(IT_ERR_OOM, "--load: out of host memory");
     const it_model_info *info = ctx->info;
     const char *whose = "this model";
     json_t *ours = json_object_get(j, "infinitrain_c");
@@ -1023,7 +1073,8 @@ it_status train_ckpt_load_state(it_train_ctx *ctx) {
      * schedule is a function of the step, so replay it to the step */
     if (!lr_restored) it_lr_scheduler_advance(&ctx->sched, step);
     if (!ctx->quiet)
-        printf("resumed from %s: step %lld, %lld batches consumed%s\n", c->load, (long long)step, (long long)consumed,
+        printf("resumed from %s: step %lld, %lld batches consumed%s\n", ctx->load_dir, (long long)step,
+               (long long)consumed,
                step >= c->num_iteration ? " (nothing left to train: --num_iteration is not beyond it)" : "");
     return IT_OK;
 }
@@ -1032,6 +1083,8 @@ void train_ckpt_release(it_train_ctx *ctx) {
     json_decref(ctx->resume);
     free(ctx->resume_dir);
     free(ctx->resumed_from);
+    free(ctx->load_dir);
+    ctx->load_dir = NULL;
     ctx->resume = NULL;
     ctx->resume_dir = ctx->resumed_from = NULL;
 }

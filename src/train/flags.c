@@ -188,7 +188,9 @@ static const it_train_flag FLAGS[] = {
     STR("save", save, "DIR", G_CKPT, false, "checkpoint root: DIR/checkpoint_step_NNNNNN/ every --save_interval steps"),
     INT("save_interval", save_interval, "0", 0, INT_MAX, "N", G_CKPT, true,
         "save every N steps and after the last, 0 = never; needs --save"),
-    STR("load", load, "DIR", G_CKPT, false, "resume from a checkpoint_step_NNNNNN directory"),
+    STR("load", load, "DIR", G_CKPT, false,
+        "resume from a checkpoint_step_NNNNNN directory; a save root or `latest` (--save's root) takes its newest "
+        "complete one (latest with none yet starts from step 0)"),
     INT("max_checkpoint_keep", max_checkpoint_keep, "3", 0, INT_MAX, "K", G_CKPT, false,
         "keep the newest K checkpoints (and the one resumed from), 0 = all"),
     BOOL("save_optimizer_state", save_optimizer_state, G_CKPT, true, "write optimizer.ckpt (Adam's moments)",

@@ -94,6 +94,7 @@ struct it_train_ctx {
      * of the one resumed from (never pruned); the run continues after start_step */
     void *resume;
     char *resume_dir, *resumed_from;
+    char *load_dir; /* the checkpoint --load named (latest or a save root resolved: checkpoint.c) */
     int start_step;
 
     /* SIGINT/SIGTERM (the CLI only): stop after the step, save a checkpoint with --save; the

@@ -373,5 +373,31 @@ if ((have_mpi)); then
   wait $pid
 fi
 
+# --load latest (--save's root) and --load ROOT take the newest complete checkpoint_step_*: an
+# unfinished save's temporary directory and a newer directory without trainer_state.json are
+# passed over; latest before any checkpoint starts from step 0. Run in a loop with --load latest,
+# a job that stops (here after 6, then 10 steps) and starts again ends with the uninterrupted
+# run's losses, bitwise.
+lt=$tmp/latest
+mkdir -p "$lt"
+train 0 gpt2 "$lt/full" "${gpt2[@]}" --num_iteration 14 || true
+train 0 gpt2 "$lt/a" "${gpt2[@]}" --num_iteration 6 --save "$lt/ck" --save_interval 3 --load latest &&
+  grep -q '^--load latest: no complete checkpoint under .* yet: starting from step 0$' "$lt/a.out" && ok ||
+  bad "--load latest with no checkpoint: $(head -3 "$lt/a.out")"
+mkdir -p "$lt/ck/.checkpoint_step_000009.tmp-1" "$lt/ck/checkpoint_step_000099"
+train 0 gpt2 "$lt/b" "${gpt2[@]}" --num_iteration 10 --save "$lt/ck" --save_interval 5 --max_checkpoint_keep 0 \
+  --load latest && grep -q "^resumed from $lt/ck/checkpoint_step_000006: step 6" "$lt/b.out" && ok ||
+  bad "--load latest did not take checkpoint_step_000006: $(grep -m1 resumed "$lt/b.out")"
+rm -rf "$lt/ck/checkpoint_step_000099"
+train 0 gpt2 "$lt/c" "${gpt2[@]}" --num_iteration 14 --load "$lt/ck" &&
+  grep -q "^resumed from $lt/ck/checkpoint_step_000010: step 10" "$lt/c.out" && ok ||
+  bad "--load ROOT did not take checkpoint_step_000010: $(grep -m1 resumed "$lt/c.out")"
+cat "$lt/a" "$lt/b" "$lt/c" | cmp -s - "$lt/full" && ok ||
+  bad "stopped and restarted with --load latest: the losses differ from the uninterrupted run's"
+"$build/gpt2" "${gpt2[@]}" --num_iteration 2 --load latest >"$lt/d.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- '--load latest: needs --save ROOT' "$lt/d.out" && ok ||
+  bad "--load latest without --save: exit $rc: $(tail -1 "$lt/d.out")"
+
 echo "checkpoint: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
