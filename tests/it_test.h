@@ -12,6 +12,19 @@
 
 static int it_test_checks, it_test_failures;
 
+/* 1 in an AddressSanitizer build (gcc's macro or clang's feature test): the tests that keep the
+ * sanitizer pass within make test's time run one case per mechanism there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef UNDER_SANITIZER
+#define UNDER_SANITIZER 0
+#endif
+
 #define CHECK(cond)                                                                                                    \
     do {                                                                                                               \
         it_test_checks++;                                                                                              \

@@ -166,7 +166,7 @@ static it_status ring_backward(it_node *n, it_tensor *dy);
  * rank has the same shapes and declines alike), its error cleared: the caller gathers. */
 static it_tensor *ring_attention(const ring *R, it_tensor *q, it_tensor *k, it_tensor *v, bool *declined) {
     it_device dev = it_tensor_device(q);
-    int64_t B = q->shape[0], Tl = q->shape[1], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2], c = R->c;
+    int64_t B = q->shape[0], Tl = q->shape[1], H = q->shape[2], D = q->shape[3], c = R->c;
     float scale = 1.0f / sqrtf((float)D);
     it_tensor *y = new_t(dev, q->dtype, 4, (int64_t[]){B, Tl, H, D});
     it_tensor *yb = new_t(dev, q->dtype, 4, (int64_t[]){B, c, H, D}),
@@ -231,7 +231,6 @@ static it_tensor *ring_attention(const ring *R, it_tensor *q, it_tensor *k, it_t
         nd->i[0] = R->balance;
         nd->i[1] = R->T;
     }
-    (void)Hkv;
     return out;
 }
 

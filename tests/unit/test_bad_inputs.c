@@ -28,17 +28,6 @@
 #define MFIX IT_SOURCE_DIR "/tests/fixtures/mixtral/"
 #define CORPUS IT_SOURCE_DIR "/tests/fuzz/corpus/"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 /* ---- a loader behind one signature ------------------------------------------------------------ */
 
 typedef struct loader {
@@ -494,7 +483,7 @@ static size_t vm_size_bytes(void) {
  * there body() runs here, for its statuses and messages. */
 static void in_small_address_space(const char *name) {
     void (*body)(void) = child_body(name);
-    if (UNDER_ASAN) {
+    if (UNDER_SANITIZER) {
         printf("%s: no address-space limit under ASan\n", name);
         body();
         return;
@@ -798,7 +787,7 @@ static void check_before_heavy_work(void) {
                 "--sequence_length", "2048", "1024");
 }
 static void test_before_heavy_work(void) {
-    if (UNDER_ASAN) {
+    if (UNDER_SANITIZER) {
         printf("before heavy work: skipped under ASan (needs an address-space limit)\n");
         return;
     }

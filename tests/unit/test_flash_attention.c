@@ -347,17 +347,6 @@ static void test_case(const prob *p) {
     bufs_free(&x);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
-
 static void test_cases(void) {
     static const it_dtype dts[3] = {IT_DTYPE_FP32, IT_DTYPE_BF16, IT_DTYPE_FP16};
     /* what, dtype (set below), B, H, Hkv, T, S, D, causal, q_offset, scale, layout */
