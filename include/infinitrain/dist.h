@@ -39,6 +39,8 @@ IT_API it_status it_dist_new(it_device dev, it_dist **out);
  * rank of it calls, in the same order as its other splits. Not launched: a group of one.
  * Every split group is freed before the world group (which finalizes MPI). */
 IT_API it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out);
+/* The group's name in the watchdog's lines ("DP", "TP", ...; the world is "world"). */
+IT_API void it_dist_set_label(it_dist *d, const char *label);
 /* Destroys the communicators; finalizes MPI if it_dist_new initialized it. */
 IT_API void it_dist_free(it_dist *d);
 /* This process's rank in the group, and the group's size. */
@@ -276,6 +278,28 @@ IT_API size_t it_zero_shard_bytes(const it_zero *z);
  * stage loads at another. */
 IT_API it_status it_zero_state_gather(it_zero *z, void *m, void *v, int64_t *step);
 IT_API it_status it_zero_state_scatter(it_zero *z, const void *m, const void *v, int64_t step);
+
+/* ---- The collective watchdog (src/dist/watchdog.c) ----
+ * Watches this rank's waits in collectives and point-to-point receives. A wait longer than
+ * warn_s seconds prints, once, a flight-recorder line on stderr: the step, the collective, its
+ * group and bytes, and each peer that has not arrived (its host, and what it is doing, or that
+ * it is not running or cannot be reached); one longer than timeout_s prints the line and ends
+ * the process with exit status IT_DIST_TIMEOUT_EXIT (mpirun then ends the job). 0 turns either
+ * off. Collective over `world` (the ranks exchange their hostnames and where to probe them);
+ * nothing to do on a group of one. `app` starts each line. */
+#define IT_DIST_TIMEOUT_EXIT 75 /* EX_TEMPFAIL: a launcher may retry (scripts/run-elastic.sh) */
+IT_API it_status it_dist_watchdog_start(it_dist *world, const char *app, double warn_s, double timeout_s);
+/* The training step the lines name. */
+IT_API void it_dist_watchdog_step(int64_t step);
+/* From a signal handler (async-signal-safe): when this rank is waiting, the checker prints the
+ * line ("stopped by signal N while waiting") before the signal's effect ends the process. */
+IT_API void it_dist_watchdog_signal(int sig);
+IT_API void it_dist_watchdog_stop(void);
+/* Milliseconds this process has spent waiting in collectives and receives (on groups of more
+ * than one rank), counted whether or not the watchdog runs. */
+IT_API double it_dist_waited_ms(void);
+/* A world rank's hostname, gathered by it_dist_watchdog_start (even with both limits 0; "?" before). */
+IT_API const char *it_dist_host_of(int world_rank);
 
 #ifdef __cplusplus
 }

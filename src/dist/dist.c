@@ -9,6 +9,7 @@
 
 #include "core/internal.h"
 #include "cpu/ccl_mpi.h"
+#include "dist/watchdog.h"
 #include "infinitrain/autograd.h"
 #include "infinitrain/dist.h"
 
@@ -35,7 +36,28 @@ struct it_dist {
     it_tensor **pend;
     int *pend_peer;
     int npend, cappend;
+    /* the watchdog's view (watchdog.h): the group's id, name and members' world ranks */
+    int gid;
+    char label[16];
+    int *wrank;
+    int last_peer; /* the last send's peer, for a wait on the sends */
 };
+
+/* The watchdog is told of a wait on a group of more than one rank; returns whether it was. */
+static bool watch(const it_dist *d, const char *op, size_t bytes, int peer) {
+    if (!d || d->world <= 1) return false;
+    it__watch_enter(d->gid, d->label, d->wrank, d->world, d->rank, op, bytes, peer);
+    return true;
+}
+
+/* return CALL, watched as a wait in OP */
+#define WATCHED(d, op, bytes, peer, call)                                                                              \
+    do {                                                                                                               \
+        bool w_ = watch(d, op, bytes, peer);                                                                           \
+        it_status s_ = (call);                                                                                         \
+        if (w_) it__watch_leave();                                                                                     \
+        return s_;                                                                                                     \
+    } while (0)
 
 /* What one rank sends in a ring algorithm for a collective over `bytes` of payload on n ranks:
  * all-reduce 2(n-1)/n of the buffer, reduce-scatter and all-gather (n-1)/n of the full one. */
@@ -87,6 +109,16 @@ static it_status group_init(it_dist *d) {
     MPI_Comm_rank(d->mpi, &d->rank);
     MPI_Comm_size(d->mpi, &d->world);
     if (d->world == 1) return IT_OK;
+    d->wrank = malloc(sizeof(int) * 2 * (size_t)d->world);
+    if (!d->wrank) return it_error(IT_ERR_OOM, "dist: out of host memory");
+    MPI_Group mine, all;
+    MPI_Comm_group(d->mpi, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &all);
+    for (int i = 0; i < d->world; i++) d->wrank[d->world + i] = i;
+    MPI_Group_translate_ranks(mine, d->world, d->wrank + d->world, all, d->wrank);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&all);
+    d->gid = it__watch_register(d->wrank, d->world);
     it_device dev = d->dev;
     d->host_ccl = it_device_cpu().backend->ccl;
     it_status st = IT_OK;
@@ -124,6 +156,7 @@ it_status it_dist_new(it_device dev, it_dist **out) {
         d->mpi_owned = true;
     }
     d->mpi = MPI_COMM_WORLD;
+    snprintf(d->label, sizeof d->label, "world");
     it_status st = group_init(d);
     if (st) {
         it_dist_free(d);
@@ -150,6 +183,7 @@ it_status it_dist_split(it_dist *parent, int color, int key, it_dist **out) {
         return it_error(IT_ERR_BACKEND, "dist: MPI_Comm_split (color %d, key %d) failed", color, key);
     }
     d->mpi_comm_owned = true;
+    snprintf(d->label, sizeof d->label, "a group");
     it_status st = group_init(d);
     if (st) {
         it_dist_free(d);
@@ -166,6 +200,7 @@ void it_dist_free(it_dist *d) {
     free(d->pend_peer);
     free(d->sreq);
     free(d->sbuf);
+    free(d->wrank);
     if (d->dev_comm && d->dev_comm != d->host_comm) d->dev_ccl->comm_destroy(d->dev_comm);
     if (d->host_comm) d->host_ccl->comm_destroy(d->host_comm);
     int fin = 0;
@@ -173,6 +208,21 @@ void it_dist_free(it_dist *d) {
     if (d->mpi_comm_owned && !fin) MPI_Comm_free(&d->mpi);
     if (d->mpi_owned && !fin) MPI_Finalize();
     free(d);
+}
+
+void it_dist_set_label(it_dist *d, const char *label) {
+    if (d) snprintf(d->label, sizeof d->label, "%s", label);
+}
+
+it_status it__dist_gather_host(it_dist *d, const void *mine, size_t bytes, void *all) {
+    if (!d || d->world == 1) {
+        memcpy(all, mine, bytes);
+        return IT_OK;
+    }
+    if (bytes > (size_t)INT_MAX) return it_error(IT_ERR_INVALID_ARG, "dist: %zu bytes exceed MPI's int counts", bytes);
+    if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, d->mpi) != MPI_SUCCESS)
+        return it_error(IT_ERR_BACKEND, "dist: MPI_Allgather of %zu bytes failed", bytes);
+    return IT_OK;
 }
 
 int it_dist_rank(const it_dist *d) { return d ? d->rank : 0; }
@@ -231,7 +281,7 @@ static bool avg_declined(it_status st, it_reduce_kind op) {
     return true;
 }
 
-it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
+static it_status dist_all_reduce_(it_dist *d, it_tensor *t, it_reduce_kind op) {
     if (!d || d->world == 1) return IT_OK;
     it_status st = need_contiguous(t, "all_reduce");
     if (st) return st;
@@ -254,7 +304,7 @@ it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
     return st;
 }
 
-it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_reduce_kind op) {
+static it_status dist_reduce_scatter_(it_dist *d, it_tensor *src, it_tensor *dst, it_reduce_kind op) {
     size_t n = (size_t)it_tensor_numel(dst);
     if (!d || (size_t)it_tensor_numel(src) != n * (size_t)d->world || it_tensor_dtype(src) != it_tensor_dtype(dst))
         return it_error(IT_ERR_INVALID_ARG,
@@ -285,7 +335,7 @@ it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_
     return st;
 }
 
-it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst) {
+static it_status dist_all_gather_(it_dist *d, it_tensor *src, it_tensor *dst) {
     size_t n = (size_t)it_tensor_numel(src);
     if (!d || (size_t)it_tensor_numel(dst) != n * (size_t)d->world || it_tensor_dtype(src) != it_tensor_dtype(dst))
         return it_error(IT_ERR_INVALID_ARG, "dist all_gather: dst must hold world*numel(src) elements of src's dtype");
@@ -313,7 +363,7 @@ it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst) {
     return st;
 }
 
-it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root) {
+static it_status dist_broadcast_(it_dist *d, it_tensor *t, int root) {
     if (!d || d->world == 1) return IT_OK;
     it_status st = need_contiguous(t, "broadcast");
     if (st) return st;
@@ -331,12 +381,12 @@ it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root) {
     return st;
 }
 
-it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op) {
+static it_status dist_all_reduce_host_(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op) {
     if (!d || d->world == 1) return IT_OK;
     return d->host_ccl->all_reduce(d->host_comm, buf, buf, count, dt, op, NULL);
 }
 
-it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_bytes) {
+static it_status dist_all_reduce_buckets_(it_dist *d, it_tensor *flat, size_t bucket_bytes) {
     if (!d || d->world == 1) return IT_OK;
     if (it_tensor_ndim(flat) != 1) return it_error(IT_ERR_INVALID_ARG, "dist: gradient buckets need a flat tensor");
     if (!bucket_bytes) bucket_bytes = (size_t)25 << 20;
@@ -478,7 +528,7 @@ it_status it_grad_sync_ready(void *ctx, it_tensor *leaf) {
     return pump(g);
 }
 
-it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets) {
+static it_status grad_sync_finish_(it_grad_sync *g, int *early, int *buckets) {
     g->in_backward = false;
     it_status st = IT_OK;
     while (!st && g->next >= 0) st = bucket_start(g, g->next--);
@@ -583,6 +633,7 @@ it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
         }
         d->pend[d->npend] = it_tensor_retain(t);
         d->pend_peer[d->npend++] = peer;
+        d->last_peer = peer;
         d->bytes_sent += it_tensor_nbytes(t);
         return IT_OK;
     }
@@ -605,6 +656,7 @@ it_status it_dist_send(it_dist *d, it_tensor *t, int peer, int tag) {
     }
     d->sbuf[d->nsend++] = h;
     d->bytes_sent += n;
+    d->last_peer = peer;
     return IT_OK;
 }
 
@@ -634,7 +686,7 @@ static it_status device_group(it_dist *d, int n, it_tensor *const *t, const int 
     return st;
 }
 
-it_status it_dist_exchange(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag) {
+static it_status dist_exchange_(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag) {
     if (n < 0 || (n > 0 && (!t || !peer || !tag)))
         return it_error(IT_ERR_INVALID_ARG, "dist exchange: %d receives with no tensors, peers or tags", n);
     for (int i = 0; i < n; i++) {
@@ -649,7 +701,7 @@ it_status it_dist_exchange(it_dist *d, int n, it_tensor *const *t, const int *pe
     return IT_OK;
 }
 
-it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+static it_status dist_recv_(it_dist *d, it_tensor *t, int peer, int tag) {
     it_status st = check_p2p(d, t, peer, "recv");
     if (st) return st;
     if (d->p2p_dev) return device_group(d, 1, &t, &peer);
@@ -668,11 +720,54 @@ it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
     return st;
 }
 
-it_status it_dist_send_wait(it_dist *d) {
+static it_status dist_send_wait_(it_dist *d) {
     if (d && d->npend) return device_group(d, 0, NULL, NULL); /* the held sends, in a group of their own */
     if (!d || !d->nsend) return IT_OK;
     int rc = MPI_Waitall(d->nsend, d->sreq, MPI_STATUSES_IGNORE);
     for (int i = 0; i < d->nsend; i++) free(d->sbuf[i]);
     d->nsend = 0;
     return rc == MPI_SUCCESS ? IT_OK : it_error(IT_ERR_BACKEND, "dist: waiting for point-to-point sends failed");
+}
+
+it_status it_dist_all_reduce(it_dist *d, it_tensor *t, it_reduce_kind op) {
+    WATCHED(d, "all_reduce", it_tensor_nbytes(t), -1, dist_all_reduce_(d, t, op));
+}
+
+it_status it_dist_reduce_scatter(it_dist *d, it_tensor *src, it_tensor *dst, it_reduce_kind op) {
+    WATCHED(d, "reduce_scatter", it_tensor_nbytes(src), -1, dist_reduce_scatter_(d, src, dst, op));
+}
+
+it_status it_dist_all_gather(it_dist *d, it_tensor *src, it_tensor *dst) {
+    WATCHED(d, "all_gather", it_tensor_nbytes(dst), -1, dist_all_gather_(d, src, dst));
+}
+
+it_status it_dist_broadcast(it_dist *d, it_tensor *t, int root) {
+    WATCHED(d, "broadcast", it_tensor_nbytes(t), -1, dist_broadcast_(d, t, root));
+}
+
+it_status it_dist_all_reduce_host(it_dist *d, void *buf, size_t count, it_dtype dt, it_reduce_kind op) {
+    WATCHED(d, "all_reduce", count * it_dtype_size(dt), -1, dist_all_reduce_host_(d, buf, count, dt, op));
+}
+
+it_status it_dist_all_reduce_buckets(it_dist *d, it_tensor *flat, size_t bucket_bytes) {
+    WATCHED(d, "all_reduce (buckets)", it_tensor_nbytes(flat), -1, dist_all_reduce_buckets_(d, flat, bucket_bytes));
+}
+
+it_status it_dist_recv(it_dist *d, it_tensor *t, int peer, int tag) {
+    WATCHED(d, "recv", it_tensor_nbytes(t), peer, dist_recv_(d, t, peer, tag));
+}
+
+it_status it_dist_exchange(it_dist *d, int n, it_tensor *const *t, const int *peer, const int *tag) {
+    WATCHED(d, "exchange", n > 0 && t ? it_tensor_nbytes(t[0]) : 0, n > 0 && peer ? peer[0] : (d ? d->last_peer : 0),
+            dist_exchange_(d, n, t, peer, tag));
+}
+
+it_status it_dist_send_wait(it_dist *d) {
+    if (!d || (!d->npend && !d->nsend)) return IT_OK;
+    WATCHED(d, "send_wait", 0, d->last_peer, dist_send_wait_(d));
+}
+
+it_status it_grad_sync_finish(it_grad_sync *g, int *early, int *buckets) {
+    it_dist *d = g->d;
+    WATCHED(d, "all_reduce (gradient buckets)", it_tensor_nbytes(g->flat), -1, grad_sync_finish_(g, early, buckets));
 }

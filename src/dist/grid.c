@@ -118,6 +118,7 @@ it_status it_dist_grid_new_cp(it_dist *world, int dp, int tp, int cp, int pp, it
          * (unique within the axis), the coordinate as the key, so the rank in the group is
          * the coordinate */
         st = it_dist_split(world, g->id[a], g->coord[a], &g->group[a]);
+        if (!st) it_dist_set_label(g->group[a], it_dist_axis_name((it_dist_axis)a));
         if (!st && (it_dist_world(g->group[a]) != l.size[a] || it_dist_rank(g->group[a]) != g->coord[a]))
             st = it_error(IT_ERR_BACKEND, "process grid: the %s group has rank %d of %d, the layout says %d of %d",
                           it_dist_axis_name((it_dist_axis)a), it_dist_rank(g->group[a]), it_dist_world(g->group[a]),
@@ -128,6 +129,7 @@ it_status it_dist_grid_new_cp(it_dist *world, int dp, int tp, int cp, int pp, it
     g->dp_cp_id = g->coord[IT_DIST_TP] * pp + g->coord[IT_DIST_PP];
     if (!st && cp > 1)
         st = it_dist_split(world, g->dp_cp_id, g->coord[IT_DIST_CP] + cp * g->coord[IT_DIST_DP], &g->dp_cp);
+    if (!st && cp > 1) it_dist_set_label(g->dp_cp, "DPxCP");
     if (st) {
         it_dist_grid_free(g);
         return st;
