@@ -63,6 +63,9 @@ typedef struct it_train_config {
     bool sequence_parallel;           /* --sequence_parallel: with TP, norms and residuals on T/TP rows */
     int pipeline_parallel;            /* --pipeline_parallel: pipeline stages (1) */
     int context_parallel;             /* --context_parallel: the sequence cut over CP ranks (1) */
+    float collective_timeout_s;       /* --collective_timeout_s: a longer wait ends the rank (300; 0 never) */
+    float collective_warn_s;          /* --collective_warn_s: a longer wait names the late ranks (60; 0 never) */
+    bool report_stragglers;           /* --report_stragglers: the step line names the slowest rank */
     bool skip_nonfinite;              /* --skip_nonfinite: a non-finite loss or grad norm skips the update (true) */
     float loss_spike_zscore;          /* --loss_spike_zscore: skip a loss this many sd above the recent mean (0 off) */
     int max_skipped_steps;            /* --max_skipped_steps: stop after this many skips in a row (5; 0 never) */

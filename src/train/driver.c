@@ -83,6 +83,7 @@ static void on_stop_signal(int sig) {
     }
     clock_gettime(CLOCK_MONOTONIC, &g_stop_first);
     g_stop_signal = sig;
+    it_dist_watchdog_signal(sig); /* a rank stuck in a collective says on whom before it goes */
 }
 
 typedef struct saved_handlers {
@@ -180,6 +181,7 @@ static it_status train_loop(it_train_ctx *ctx) {
     bool declined_said = false;
     if (ctx->handle_signals) stop_signals_install(&old);
     for (int step = ctx->start_step + 1; step <= ctx->cfg->num_iteration && !st; step++) {
+        it_dist_watchdog_step(step);
         if (!(st = train_step(ctx, step)) && !(st = train_log(ctx)) && train_val_due(ctx)) st = train_validate(ctx);
         if (!st && !declined_said && it_flash_attention_declined()) { /* once: why attention composed */
             declined_said = true;

@@ -172,6 +172,14 @@ static const it_train_flag FLAGS[] = {
            "none (every block), uniform (groups of N blocks) or block (the first N blocks of each pipeline chunk)"),
     INT("recompute_num_layers", recompute_num_layers, "0", 0, 1 << 20, "N", G_PAR, true,
         "N for --recompute_method uniform or block"),
+    FLT("collective_timeout_s", collective_timeout_s, "300", 0.0, 1e7, "S", G_PAR, false,
+        "a rank that waits longer than S seconds in one collective or receive names the ranks it waits for and "
+        "ends (exit status 75, mpirun then ends the job); 0 = wait forever"),
+    FLT("collective_warn_s", collective_warn_s, "60", 0.0, 1e7, "S", G_PAR, false,
+        "a wait longer than S seconds prints once which ranks have not arrived (step, collective, bytes, their "
+        "hosts); 0 = never"),
+    BOOL("report_stragglers", report_stragglers, G_PAR, true,
+         "the step line names the slowest rank, its host and its step time (one small all-reduce per step)"),
     INT("lora_rank", lora_rank, "0", 0, 1 << 16, "R", "lora", true, "LoRA rank r, 0 = off (full fine-tuning)"),
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,

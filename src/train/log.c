@@ -208,6 +208,30 @@ static void print_progress(const it_train_ctx *ctx, double now) {
     printf("progress: %d/%d steps (%.0f%%) | elapsed %s | ETA %s\n", step, steps, 100.0 * step / steps, a, b);
 }
 
+/* --report_stragglers: every rank's busy time in the step (its step time less its waits in
+ * collectives and receives: the others wait for the rank with the most), gathered by one
+ * all-reduce of a slot per rank; for the step line " | slowest rank R (HOST) X ms busy, the
+ * fastest Y ms". */
+static it_status slowest_rank(it_train_ctx *ctx, char *out, size_t cap) {
+    int n = ctx->gworld;
+    *out = 0;
+    if (!ctx->cfg->report_stragglers || n <= 1) return IT_OK;
+    double *ms = calloc((size_t)n, sizeof *ms);
+    if (!ms) return it_error(IT_ERR_OOM, "--report_stragglers: out of host memory");
+    ms[ctx->grank] = ctx->step_ms - ctx->wait_ms;
+    it_status st = it_dist_all_reduce_host(ctx->job ? ctx->job : ctx->dist, ms, (size_t)n, IT_DTYPE_FP64, IT_CCL_MAX);
+    int r = 0, f = 0;
+    for (int i = 1; i < n && !st; i++) {
+        if (ms[i] > ms[r]) r = i;
+        if (ms[i] < ms[f]) f = i;
+    }
+    if (!st)
+        snprintf(out, cap, " | slowest rank %d (%s) %.2f ms busy, fastest %.2f ms", r, it_dist_host_of(r), ms[r],
+                 ms[f]);
+    free(ms);
+    return st;
+}
+
 it_status train_log(it_train_ctx *ctx) {
     const it_train_config *c = ctx->cfg;
     int step = ctx->step;
@@ -221,19 +245,21 @@ it_status train_log(it_train_ctx *ctx) {
         ctx->result->peak_used = mem.peak_used;
         ctx->result->peak_reserved = mem.peak_reserved;
     }
-    char cp_field[32] = "", skips[48] = "";
+    char cp_field[32] = "", skips[48] = "", slowest[128];
+    if ((st = slowest_rank(ctx, slowest, sizeof slowest))) return st;
     if (ctx->guard.total)
         snprintf(skips, sizeof skips, " | %s, %d skipped", ctx->skipped ? "update skipped" : "updated",
                  ctx->guard.total);
     if (ctx->cp_size > 1) snprintf(cp_field, sizeof cp_field, "CP=%d, ", ctx->cp_size);
     if (!ctx->quiet)
         printf("step %4d/%d | train loss %.6f | lr %.2e | (%.2f ms | %.0f tok/s | peak used: %5zu MB | peak reserved: "
-               "%5zu MB, DP=%d, TP=%d, SP=%d, %sPP=%d)%s\n",
+               "%5zu MB, DP=%d, TP=%d, SP=%d, %sPP=%d)%s%s\n",
                step, c->num_iteration, ctx->loss, ctx->lr, ctx->step_ms, (double)ctx->total / (ctx->step_ms / 1000.0),
                mem.peak_used >> 20, mem.peak_reserved >> 20, ctx->data_world, ctx->tp_size,
                c->sequence_parallel ? ctx->tp_size : 1, /* InfiniTrain: SP printed as TP when on */
                cp_field, ctx->pp_size, /* "CP=N, " where the context_parallel branch prints it, under CP only */
-               skips);                 /* " | skipped N": once a step skipped its update (guard.c) */
+               skips,                  /* " | skipped N": once a step skipped its update (guard.c) */
+               slowest);
     if (step % c->log_interval == 0 && (st = expert_counts(ctx))) return st;
     if (!ctx->quiet) {
         if (step % c->log_interval == 0 && step < c->num_iteration) print_progress(ctx, train_now_ms());

@@ -293,6 +293,7 @@ static it_status setup_grid(it_train_ctx *ctx) {
         int replica = it_dist_grid_coord(ctx->grid, IT_DIST_DP) * cp + ctx->cp_rank;
         st = it_dist_split(ctx->job, replica, ctx->grank, &ctx->mp);
         if (st) return it_error_context("model parallel: ");
+        it_dist_set_label(ctx->mp, "TPxPP");
     }
     return IT_OK;
 }
@@ -322,6 +323,13 @@ static it_status setup_agree(it_train_ctx *ctx) {
         return it_error(IT_ERR_INVALID_ARG, "data parallel: the ranks were given different flags: %s differ%s", list,
                         strchr(list, ',') ? "" : "s");
     return IT_OK;
+}
+
+/* The collective watchdog over the job's ranks (src/dist/watchdog.c): from here on, a rank
+ * stuck in a collective says on whom, and past --collective_timeout_s ends. */
+static it_status setup_watchdog(it_train_ctx *ctx) {
+    const it_train_config *c = ctx->cfg;
+    return it_dist_watchdog_start(ctx->dist, c->app, c->collective_warn_s, c->collective_timeout_s);
 }
 
 /* --use_distributed_optimizer: InfiniTrain's older switch (before its --zero_stage alone
@@ -744,23 +752,15 @@ typedef struct train_stage {
 /* In order. A stage after the group formed that only reads this rank's files fails this rank
  * alone; one that every rank decides from agreed values or a collective fails them all. */
 static const train_stage SETUP[] = {
-    {setup_group, TRAIN_FAIL_BEFORE_GROUP},
-    {setup_agree, TRAIN_FAIL_ALL_RANKS},
-    {setup_schedule, TRAIN_FAIL_ALL_RANKS},
-    {setup_grid, TRAIN_FAIL_ALL_RANKS},
-    {setup_outputs, TRAIN_FAIL_THIS_RANK},
-    {setup_model, TRAIN_FAIL_THIS_RANK},
-    {setup_lora, TRAIN_FAIL_ALL_RANKS},
-    {setup_lora_load, TRAIN_FAIL_THIS_RANK},
-    {setup_batch, TRAIN_FAIL_ALL_RANKS},
-    {setup_data, TRAIN_FAIL_THIS_RANK},
-    {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
-    {setup_sync_params, TRAIN_FAIL_ALL_RANKS},
-    {setup_optimizer, TRAIN_FAIL_THIS_RANK},
-    {setup_buffers, TRAIN_FAIL_THIS_RANK},
-    {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
-    {train_val_setup, TRAIN_FAIL_THIS_RANK},
-    {train_ckpt_prepare, TRAIN_FAIL_THIS_RANK},
+    {setup_group, TRAIN_FAIL_BEFORE_GROUP},    {setup_agree, TRAIN_FAIL_ALL_RANKS},
+    {setup_watchdog, TRAIN_FAIL_ALL_RANKS},    {setup_schedule, TRAIN_FAIL_ALL_RANKS},
+    {setup_grid, TRAIN_FAIL_ALL_RANKS},        {setup_outputs, TRAIN_FAIL_THIS_RANK},
+    {setup_model, TRAIN_FAIL_THIS_RANK},       {setup_lora, TRAIN_FAIL_ALL_RANKS},
+    {setup_lora_load, TRAIN_FAIL_THIS_RANK},   {setup_batch, TRAIN_FAIL_ALL_RANKS},
+    {setup_data, TRAIN_FAIL_THIS_RANK},        {train_ckpt_load_model, TRAIN_FAIL_THIS_RANK},
+    {setup_sync_params, TRAIN_FAIL_ALL_RANKS}, {setup_optimizer, TRAIN_FAIL_THIS_RANK},
+    {setup_buffers, TRAIN_FAIL_THIS_RANK},     {train_ckpt_load_state, TRAIN_FAIL_THIS_RANK},
+    {train_val_setup, TRAIN_FAIL_THIS_RANK},   {train_ckpt_prepare, TRAIN_FAIL_THIS_RANK},
 };
 
 it_status train_setup(it_train_ctx *ctx, const it_train_config *c, it_train_result *result) {
@@ -790,6 +790,7 @@ void train_teardown(it_train_ctx *ctx) {
     it_loader_free(ctx->val_loader);
     it_model_free(ctx->model);
     it_dist_free(ctx->mp);
+    it_dist_watchdog_stop();      /* before the groups it may be looking at go */
     it_dist_grid_free(ctx->grid); /* its groups before the job's (which finalizes MPI) */
     it_dist_free(ctx->job ? ctx->job : ctx->dist);
     memset(ctx, 0, sizeof *ctx);

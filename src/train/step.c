@@ -153,7 +153,7 @@ static it_status update(it_train_ctx *ctx) {
 }
 
 it_status train_step(it_train_ctx *ctx, int step) {
-    double t0 = train_now_ms(), loss_sum = 0.0;
+    double t0 = train_now_ms(), loss_sum = 0.0, waited0 = it_dist_waited_ms();
     if (step == ctx->start_step + 1) ctx->t_start = t0;
     ctx->step = step;
     it_mem_stats_reset_peak(ctx->dev);
@@ -172,6 +172,7 @@ it_status train_step(it_train_ctx *ctx, int step) {
     it_profile_step_end(step - 1, m.peak_used, m.peak_reserved);
     if (st) return st;
     ctx->step_ms = train_now_ms() - t0;
+    ctx->wait_ms = it_dist_waited_ms() - waited0;
     return IT_OK;
 }
 

@@ -109,6 +109,7 @@ struct it_train_ctx {
     /* the step just taken */
     int step;
     double loss, step_ms;
+    double wait_ms; /* of step_ms, the time spent waiting in collectives and receives */
     float lr;
 };
 

@@ -11,11 +11,14 @@
  *                   IT_FAULTY_COUNT - 1 (default 1 call in all), write NaN into out[0] (a
  *                   poisoned micro-step: its loss and gradients become NaN), on the rank
  *                   IT_FAULTY_RANK only when that is set (mpirun's OMPI_COMM_WORLD_RANK)
+ *   embedding_slow  every embedding forward sleeps IT_FAULTY_SLOW_MS (default 50) ms first, on
+ *                   the rank IT_FAULTY_RANK only when that is set: a straggler, values unchanged
  * Unset (or empty), nothing is changed; an unknown name makes init fail, naming it. Only the
  * first element changes: a wrong value at one place, as a port's bug would leave it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "infinitrain/backend.h"
 
@@ -24,8 +27,8 @@ struct it_stream {
 };
 static struct it_stream fs_stream;
 
-enum { FAULT_NONE, FAULT_GELU, FAULT_LAYERNORM_BWD, FAULT_RMSNORM_BWD, FAULT_EMBEDDING_NAN };
-static long nan_at, nan_count = 1, embedding_calls;
+enum { FAULT_NONE, FAULT_GELU, FAULT_LAYERNORM_BWD, FAULT_RMSNORM_BWD, FAULT_EMBEDDING_NAN, FAULT_EMBEDDING_SLOW };
+static long nan_at, nan_count = 1, embedding_calls, slow_ms = 50;
 static int fault = FAULT_NONE;
 static float delta = 1e-3f;
 static it_kernels fs_kernels;
@@ -46,6 +49,10 @@ static it_status fs_unary(it_stream *s, it_unary_op op, float alpha, const it_td
 }
 
 static it_status fs_embedding_fwd(it_stream *s, const it_tdesc *idx, const it_tdesc *weight, it_tdesc *out) {
+    if (fault == FAULT_EMBEDDING_SLOW) {
+        struct timespec t = {slow_ms / 1000, slow_ms % 1000 * 1000000L};
+        nanosleep(&t, NULL);
+    }
     it_status st = cpu->embedding_fwd(s, idx, weight, out);
     long call = fault == FAULT_EMBEDDING_NAN ? ++embedding_calls : 0;
     if (!st && call > 0 && call >= nan_at && call < nan_at + nan_count && out->dtype == IT_DTYPE_FP32 && out->data)
@@ -78,7 +85,14 @@ static it_status fs_init(void) {
         fault = FAULT_LAYERNORM_BWD;
     else if (!strcmp(k, "rmsnorm_bwd"))
         fault = FAULT_RMSNORM_BWD;
-    else if (!strcmp(k, "embedding_nan")) {
+    else if (!strcmp(k, "embedding_slow")) {
+        const char *rank = getenv("IT_FAULTY_RANK"), *me = getenv("OMPI_COMM_WORLD_RANK"),
+                   *ms = getenv("IT_FAULTY_SLOW_MS");
+        fault = rank && *rank && strcmp(rank, me ? me : "0") != 0 ? FAULT_NONE : FAULT_EMBEDDING_SLOW;
+        if (ms && *ms) slow_ms = strtol(ms, NULL, 10);
+        if (slow_ms < 0 || slow_ms > 60000)
+            return it_error(IT_ERR_INVALID_ARG, "faulty: IT_FAULTY_SLOW_MS=%s, expected 0..60000", ms);
+    } else if (!strcmp(k, "embedding_nan")) {
         const char *at = getenv("IT_FAULTY_AT"), *rank = getenv("IT_FAULTY_RANK"), *me = getenv("OMPI_COMM_WORLD_RANK");
         fault = rank && *rank && strcmp(rank, me ? me : "0") != 0 ? FAULT_NONE : FAULT_EMBEDDING_NAN;
         const char *count = getenv("IT_FAULTY_COUNT");
@@ -87,7 +101,9 @@ static it_status fs_init(void) {
         if (nan_at < 1) return it_error(IT_ERR_INVALID_ARG, "faulty: embedding_nan needs IT_FAULTY_AT=N >= 1");
     } else
         return it_error(IT_ERR_INVALID_ARG,
-                        "faulty: IT_FAULTY_KERNEL=%s, expected gelu, layernorm_bwd, rmsnorm_bwd or embedding_nan", k);
+                        "faulty: IT_FAULTY_KERNEL=%s, expected gelu, layernorm_bwd, rmsnorm_bwd, embedding_nan or "
+                        "embedding_slow",
+                        k);
     if (d && *d) delta = strtof(d, NULL);
     return IT_OK;
 }
