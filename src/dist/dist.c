@@ -83,7 +83,7 @@ void it_dist_env(int *rank, int *world) {
     *world = 1;
     if (!it_dist_launched()) return;
     *rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", 0));
-    *world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    *world = env_int("OMPI_COMM_WORLD_SIZE", env_int("SLURM_NTASKS", 1)); /* srun --mpi=pmix sets no OMPI_* */
 }
 
 /* Make a device communicator over `ccl` for the group: its rank 0 creates the unique id, the
