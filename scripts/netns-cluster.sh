@@ -15,7 +15,8 @@
 #   netns-cluster.sh loss HOST P      drop P% of the packets on HOST's link, both ways (tc netem,
 #                                     or nftables where the kernel has no netem)
 #   netns-cluster.sh delay HOST MS    delay every packet on HOST's link by MS ms, both ways (tc
-#                                     netem; exit 3 where the kernel has none)
+#                                     netem, or where the kernel has none $NETNS_CLUSTER_SHAPER:
+#                                     tests/support/nfq_shaper; exit 3 with neither)
 #   netns-cluster.sh clear HOST       take loss and delay off HOST's link
 #   netns-cluster.sh kill HOST        SIGKILL every process on HOST
 #   netns-cluster.sh pids [HOST]      the processes still running on HOST (or on any node)
@@ -166,8 +167,10 @@ has_netem() {
   return $rc
 }
 
-# HOST's link as its state files say: netem on both ends, or (no netem) nftables dropping
-# packets on both ends' ingress, into the host and out of it into the bridge
+# HOST's link as its state files say: tc netem on both ends; where the kernel has no netem, a
+# delay goes through $NETNS_CLUSTER_SHAPER (tests/support/nfq_shaper: the host's packets, in
+# and out, held in a netfilter queue), and loss alone through nftables, dropping packets on both
+# ends' ingress (into the host, and out of it into the bridge)
 shape() {
   local ns=$1 loss delay
   loss=$(cat "$state/$ns.loss" 2>/dev/null || echo 0)
@@ -178,10 +181,16 @@ shape() {
     ip netns exec "$ns" tc qdisc replace dev eth0 root netem "${args[@]}"
     return
   fi
-  command -v nft >/dev/null || die "loss: this kernel has no tc netem, and nft (nftables) is not installed"
-  nft delete table netdev "${ns}loss" 2>/dev/null || true
-  ip netns exec "$ns" nft delete table netdev loss 2>/dev/null || true
+  unshape "$ns"
+  if [[ $delay != 0 ]]; then
+    ip netns exec "$ns" "$NETNS_CLUSTER_SHAPER" 0 "$delay" "$loss" </dev/null >/dev/null 2>"$state/$ns.shaper.err" &
+    echo $! >"$state/$ns.shaper"
+    ip netns exec "$ns" iptables -A INPUT -j NFQUEUE --queue-num 0 --queue-bypass
+    ip netns exec "$ns" iptables -A OUTPUT -j NFQUEUE --queue-num 0 --queue-bypass
+    return
+  fi
   [[ $loss == 0 ]] && return
+  command -v nft >/dev/null || die "loss: this kernel has no tc netem, and nft (nftables) is not installed"
   nft -f - <<EOF
 table netdev ${ns}loss {
   chain in { type filter hook ingress device "${ns}v" priority 0; numgen random mod 100 < $loss drop; }
@@ -192,6 +201,19 @@ table netdev loss {
   chain in { type filter hook ingress device "eth0" priority 0; numgen random mod 100 < $loss drop; }
 }
 EOF
+}
+
+# the fallbacks' rules and shaper off HOST's link
+unshape() {
+  local ns=$1
+  nft delete table netdev "${ns}loss" 2>/dev/null || true
+  ip netns exec "$ns" nft delete table netdev loss 2>/dev/null || true
+  if [[ -s $state/$ns.shaper ]]; then
+    ip netns exec "$ns" iptables -F INPUT 2>/dev/null || true
+    ip netns exec "$ns" iptables -F OUTPUT 2>/dev/null || true
+    kill "$(cat "$state/$ns.shaper")" 2>/dev/null || true
+    rm -f "$state/$ns.shaper"
+  fi
 }
 
 set_loss() {
@@ -206,8 +228,10 @@ set_delay() {
   local ns
   ns=$(ns_of "${1:?delay HOST MS}")
   [[ ${2:-} =~ ^[0-9]+$ ]] || die "delay: MS must be a whole number, got '${2:-}'"
-  if ! has_netem; then
-    echo "netns-cluster: this kernel has no tc netem (CONFIG_NET_SCH_NETEM): no delay can be set" >&2
+  if ! has_netem && { ! [[ -x ${NETNS_CLUSTER_SHAPER:-} ]] || ! command -v iptables >/dev/null; }; then
+    echo "netns-cluster: this kernel has no tc netem (CONFIG_NET_SCH_NETEM), and no shaper in its place" \
+      "(NETNS_CLUSTER_SHAPER=tests/support/nfq_shaper, built with libnetfilter-queue-dev, and iptables):" \
+      "no delay can be set" >&2
     exit 3
   fi
   echo "$2" >"$state/$ns.delay"
@@ -220,8 +244,7 @@ clear_link() {
   rm -f "$state/$ns.loss" "$state/$ns.delay"
   tc qdisc del dev "${ns}v" root 2>/dev/null || true
   ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
-  nft delete table netdev "${ns}loss" 2>/dev/null || true
-  ip netns exec "$ns" nft delete table netdev loss 2>/dev/null || true
+  unshape "$ns"
 }
 
 pids() {

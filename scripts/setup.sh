@@ -31,6 +31,8 @@ if [[ ${1:-all} != run ]]; then
     "/usr/include/oneapi/dnnl/dnnl.h:libdnnl-dev"
     "ip:iproute2"
     "nft:nftables"
+    "iptables:iptables"
+    "/usr/include/libnetfilter_queue/libnetfilter_queue.h:libnetfilter-queue-dev"
   )
 fi
 # OpenMP comes with gcc (libgomp); the OpenBLAS and MPI paths are arch-specific. OpenMPI
@@ -40,8 +42,9 @@ fi
 # libdnnl-dev: oneDNN's matmul for bf16 products on CPUs with bf16 units (sbgemm_onednn.c).
 # clang-format: tests/e2e/format.sh checks the sources are as clang-format writes them.
 # pkgconf: tests/e2e/out_of_tree.sh builds a plugin against an installed prefix with pkg-config.
-# iproute2 (ip, tc) and nftables: tests/e2e/cluster.sh's hosts in network namespaces, and packet
-# loss on their links where the kernel has no tc netem.
+# iproute2 (ip, tc), nftables, iptables and libnetfilter-queue-dev: tests/e2e/cluster.sh's hosts
+# in network namespaces, and packet loss (nftables) and delay (iptables' NFQUEUE to
+# tests/support/nfq_shaper) on their links where the kernel has no tc netem.
 # libclang-rt-14-dev: libFuzzer for tests/fuzz (clang -fsanitize=fuzzer); valgrind: tests/e2e/valgrind.sh.
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 
