@@ -20,6 +20,7 @@
 #   netns-cluster.sh clear HOST       take loss and delay off HOST's link
 #   netns-cluster.sh kill HOST        SIGKILL every process on HOST
 #   netns-cluster.sh pids [HOST]      the processes still running on HOST (or on any node)
+#   netns-cluster.sh tcp_retries2 N   every node's net.ipv4.tcp_retries2 (how soon TCP gives up)
 #   netns-cluster.sh check            exit 0 if namespaces can be made here, else say why
 #
 # Hosts are named $NETNS_CLUSTER (default "itc") + "h" + i, so two clusters with different
@@ -273,6 +274,12 @@ clear) clear_link "$@" ;;
 kill) ip netns pids "$(ns_of "${1:?kill HOST}")" | xargs -r kill -9 ;;
 pids) pids "$@" ;;
 check) check ;;
+tcp_retries2)
+  [[ ${1:-} =~ ^[0-9]+$ ]] || die "tcp_retries2: N must be a whole number, got '${1:-}'"
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${name}(h[0-9]+|head)$" || true); do
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2="$1"
+  done
+  ;;
 num) num_of "${1:?num HOST}" ;;
 *)
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'

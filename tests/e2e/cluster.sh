@@ -4,8 +4,8 @@
 # happens when the network or a host fails:
 #  1. DP=4, TP=2 x DP=2 and PP=2 x DP=2 across the hosts give bitwise the losses of the same
 #     runs with every rank on one host;
-#  2. 5% packet loss, alone and with 50 ms delay, on one host's link only slow the job: losses
-#     bitwise (tc netem; where the kernel has none, nftables drops and the test shaper
+#  2. 5% packet loss, and 50 ms delay, on one host's link only slow the job: losses bitwise (tc
+#     netem; where the kernel has none, nftables drops and the test shaper
 #     tests/support/nfq_shaper delays);
 #  3. a host's link cut mid-run: a surviving rank names the step, the collective and the ranks
 #     and host it waits on; the job ends within --collective_timeout_s plus the TCP give-up,
@@ -17,7 +17,8 @@
 # (watchdog.sh checks the watchdog's lines and the straggler report with every rank on one host.)
 # Each fault's log line and its time from fault to exit are printed.
 # Skipped, with the reason, where network namespaces cannot be made (not root, no
-# CAP_SYS_ADMIN) or mpirun is missing. Under sanitizers: one case per mechanism (1's DP, 3, 4).
+# CAP_SYS_ADMIN) or mpirun is missing. Under sanitizers: one case per mechanism, 4 (a stop
+# signal during a wait; watchdog.sh's frozen rank takes the timeout's path there).
 # Usage: cluster.sh BUILD_DIR SOURCE_DIR
 set -u
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
@@ -29,7 +30,9 @@ if ! why=$("$nc" check); then
   exit 0
 fi
 export NETNS_CLUSTER=it$$
-export NETNS_CLUSTER_TCP_RETRIES2=3 # a cut peer is given up after ~3 s of retransmissions
+# TCP's patience: generous while packets are being dropped on purpose (a lost segment must not
+# end a connection), short for the faults (a cut peer given up after ~3 s of retransmissions)
+export NETNS_CLUSTER_TCP_RETRIES2=10
 trap '"$nc" down; rm -rf "$tmp"' EXIT
 "$nc" up 2 2 >/dev/null || { echo "FAIL: netns-cluster.sh up 2"; exit 1; }
 san=0
@@ -46,8 +49,8 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
 
 # ---- 1. bitwise across hosts
 layouts=("DP=4:" "TP=2 x DP=2:--tensor_parallel 2" "PP=2 x DP=2:--pipeline_parallel 2")
-[[ $san -eq 1 ]] && layouts=("DP=4:")
-for l in "${layouts[@]}"; do
+[[ $san -eq 1 ]] && layouts=()
+for l in "${layouts[@]+"${layouts[@]}"}"; do
   name=${l%%:*} flags=${l#*:}
   # shellcheck disable=SC2086
   runn 4 gpt2 "$tmp/one" "${gpt2[@]}" --num_iteration 10 $flags
@@ -67,16 +70,16 @@ hosts=$(timeout 60 "${cmpi[@]}" -np 4 hostname 2>/dev/null | sort | uniq -c | aw
 [[ $hosts == "2x${NETNS_CLUSTER}h1 2x${NETNS_CLUSTER}h2 " ]] && ok || bad "expected 2 ranks on each host, got '$hosts'"
 
 # ---- 2. loss and delay only slow it
-# shaken WHAT: the same 3 steps with host 2's link shaken by WHAT: losses bitwise, the time said
+# shaken WHAT: the same 2 steps with host 2's link shaken by WHAT: losses bitwise, the time said
 shaken() {
   local t0 t1
   t0=$(now)
-  timeout 300 "${cmpi[@]}" -np 4 "$build/gpt2" "${gpt2[@]}" --num_iteration 3 --loss_log "$tmp/shaken" \
+  timeout 300 "${cmpi[@]}" -np 4 "$build/gpt2" "${gpt2[@]}" --num_iteration 2 --loss_log "$tmp/shaken" \
     >"$tmp/shaken.out" 2>&1 || bad "the run with $1 exited $?: $(tail -5 "$tmp/shaken.out")"
   t1=$(now)
   "$nc" clear 2
   if [[ -s $tmp/shaken ]] && cmp -s "$tmp/calm" "$tmp/shaken"; then
-    echo "$1 on host 2's link: losses bitwise the same; the run (3 steps) took $(secs "$t0" "$t1") s, undisturbed $calm s"
+    echo "$1 on host 2's link: losses bitwise the same; the run (2 steps) took $(secs "$t0" "$t1") s, undisturbed $calm s"
     ok
   else
     bad "$1 on host 2's link changed the losses"
@@ -85,7 +88,7 @@ shaken() {
 }
 if [[ $san -eq 0 ]]; then
   t0=$(now)
-  timeout 120 "${cmpi[@]}" -np 4 "$build/gpt2" "${gpt2[@]}" --num_iteration 3 --loss_log "$tmp/calm" \
+  timeout 120 "${cmpi[@]}" -np 4 "$build/gpt2" "${gpt2[@]}" --num_iteration 2 --loss_log "$tmp/calm" \
     >"$tmp/calm.out" 2>&1 || bad "the undisturbed run exited $?: $(tail -5 "$tmp/calm.out")"
   calm=$(secs "$t0" "$(now)")
   "$nc" loss 2 5 && shaken "5% packet loss"
@@ -93,7 +96,7 @@ if [[ $san -eq 0 ]]; then
   export NETNS_CLUSTER_SHAPER=$build/test-support/nfq_shaper
   "$nc" delay 2 50 2>"$tmp/delay.err"
   case $? in
-  0) "$nc" loss 2 5 && shaken "5% packet loss and 50 ms delay" ;;
+  0) shaken "50 ms delay" ;;
   3) echo "SKIP: 50 ms delay: $(sed 's/^netns-cluster: //' "$tmp/delay.err")" ;;
   *) bad "netns-cluster.sh delay failed: $(cat "$tmp/delay.err")" ;;
   esac
@@ -140,15 +143,19 @@ fault() {
   fi
 }
 
+"$nc" tcp_retries2 3
+
 # ---- 3. a cut link; the newest complete checkpoint then resumes
 limit=20
-fault "link cut" cut "collective timeout (--collective_timeout_s 3)" --collective_timeout_s 3 --collective_warn_s 1
-grep -q "not arrived: rank 2 (${NETNS_CLUSTER}h2: unreachable), rank 3 (${NETNS_CLUSTER}h2: unreachable)" "$tmp/f.out" &&
-  ok || bad "link cut: no line names ranks 2 and 3 on host 2 as unreachable"
-newest=$(find "$tmp/ck" -maxdepth 1 -name 'checkpoint_step_*' | sort | tail -1)
-runn 4 gpt2 "$tmp/resumed" "${gpt2[@]}" --num_iteration $((10#${newest##*_} + 1)) --load "$tmp/ck"
-grep -q "resum.*${newest##*/}" "$tmp/resumed.out" && ok ||
-  bad "link cut: the newest checkpoint (${newest##*/}) did not resume: $(grep -i resum "$tmp/resumed.out")"
+if [[ $san -eq 0 ]]; then
+  fault "link cut" cut "collective timeout (--collective_timeout_s 3)" --collective_timeout_s 3 --collective_warn_s 1
+  grep -q "not arrived: rank 2 (${NETNS_CLUSTER}h2: unreachable), rank 3 (${NETNS_CLUSTER}h2: unreachable)" \
+    "$tmp/f.out" && ok || bad "link cut: no line names ranks 2 and 3 on host 2 as unreachable"
+  newest=$(find "$tmp/ck" -maxdepth 1 -name 'checkpoint_step_*' | sort | tail -1)
+  runn 4 gpt2 "$tmp/resumed" "${gpt2[@]}" --num_iteration $((10#${newest##*_} + 1)) --load "$tmp/ck"
+  grep -q "resum.*${newest##*/}" "$tmp/resumed.out" && ok ||
+    bad "link cut: the newest checkpoint (${newest##*/}) did not resume: $(grep -i resum "$tmp/resumed.out")"
+fi
 
 # ---- 4. a host's processes killed
 limit=10

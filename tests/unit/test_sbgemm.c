@@ -304,6 +304,9 @@ int main(void) {
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
                 for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++, idx++) {
                     if (idx % 3 != 0 && ks[ki] > 768) continue; /* a third of the deep ones: time */
+                    /* under the sanitizers each shape in one of the four forms (the release build
+                     * runs every form) */
+                    if (UNDER_SANITIZER && (int)((mi + ni + ki) % 4) != t) continue;
                     float beta = idx % 3 == 0 ? 0.0f : idx % 3 == 1 ? 1.0f : -0.7f;
                     one_case(t & 1, t >> 1, ms[mi], ns[ni], ks[ki], (ni % 2) ? 1.0f : 0.75f, beta, idx % 2 == 0, 1);
                 }
@@ -316,7 +319,7 @@ int main(void) {
         one_case(t & 1, t >> 1, 513, 400, 77, 1.0f, -0.7f, true, 2);
     }
     slot_case();
-    CHECK(n_checked > 600);
+    CHECK(n_checked > (UNDER_SANITIZER ? 150 : 600));
     printf("test_sbgemm: %d products bitwise equal to the scalar reference in both forms; %d through oneDNN within "
            "the bound\n",
            n_checked, n_onednn);
