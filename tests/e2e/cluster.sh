@@ -29,11 +29,16 @@ if ! why=$("$nc" check); then
   echo "SKIP: $why; the namespace cluster tests were not run"
   exit 0
 fi
+# a cluster left by an earlier run of this test that was killed (its pid is gone) goes first
+for d in /run/netns-cluster/it[0-9]*; do
+  [[ -d $d ]] && ! kill -0 "${d##*/it}" 2>/dev/null && NETNS_CLUSTER=${d##*/} "$nc" down
+done
 export NETNS_CLUSTER=it$$
 # TCP's patience: generous while packets are being dropped on purpose (a lost segment must not
 # end a connection), short for the faults (a cut peer given up after ~3 s of retransmissions)
 export NETNS_CLUSTER_TCP_RETRIES2=10
 trap '"$nc" down; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM # (the EXIT trap then takes the cluster down)
 "$nc" up 2 2 >/dev/null || { echo "FAIL: netns-cluster.sh up 2"; exit 1; }
 san=0
 grep -q '^IT_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null && san=1
