@@ -18,11 +18,19 @@ void it_error_clear(void) {
     it_err_status = IT_OK;
 }
 
+/* A message is one line: a control character a message quotes from its input (a library's
+ * error text showing a file's newline, a path with one) becomes '?'. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 it_status it_error(it_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(it_err_msg, sizeof it_err_msg, fmt, ap);
     va_end(ap);
+    one_line(it_err_msg);
     it_err_status = status;
     return status;
 }
@@ -42,6 +50,7 @@ it_status it_error_context(const char *fmt, ...) {
         memcpy(it_err_msg + n, old, m);
         it_err_msg[n + m] = '\0';
     }
+    one_line(it_err_msg);
     return it_err_status;
 }
 
