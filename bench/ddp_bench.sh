@@ -6,6 +6,7 @@
 #   2 ranks x 1 thread  (one bucket for the whole gradient: reduced after backward, no overlap)
 #   2 ranks x 1 thread  (ZeRO-1)
 #   2 ranks x 1 thread  (ZeRO-2, 25 MiB buckets reduce-scattered while backward runs)
+#   2 ranks x 1 thread  (DDP with the collective watchdog's threads off: what they cost)
 # then the all-reduce alone on the model's gradient size (bench_allreduce), and the memory per
 # rank of DDP, ZeRO-1 and ZeRO-2 (bench_zero: computed for GPT-2 124M at 2 ranks, measured on a
 # small GPT-2 under mpirun). Prints one line per
@@ -50,13 +51,14 @@ run_cfg dp "2 ranks x 1 thread, DDP (overlapped)" 1 2
 run_cfg dp1 "2 ranks x 1 thread, DDP, one bucket" 1 2 --ddp_bucket_kb 1048576
 run_cfg z1 "2 ranks x 1 thread, ZeRO-1" 1 2 --zero_stage 1
 run_cfg z2 "2 ranks x 1 thread, ZeRO-2" 1 2 --zero_stage 2
+run_cfg nowd "2 ranks x 1 thread, DDP, no watchdog" 1 2 --collective_timeout_s 0 --collective_warn_s 0
 ar=$(OMP_NUM_THREADS=1 "${mpi[@]}" -x OMP_NUM_THREADS -np 2 "$build/bench_allreduce" 124475904 5 2>&1 | grep '^ALLREDUCE' || true)
 echo "  all-reduce alone: ${ar:-failed}"
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 if [[ -n ${tok[one]:-} && -n ${tok[dp]:-} ]]; then
   echo "DDP one_rank_2threads_tok_s=${tok[one]} two_ranks_1thread_tok_s=${tok[dp]}" \
     "ratio=$(awk -v a="${tok[dp]}" -v b="${tok[one]}" 'BEGIN {printf "%.2f", a / b}')" \
-    "no_overlap_tok_s=${tok[dp1]:-nan} allreduce_ms=$(field ms_median <<<"$ar") allreduce_algbw_GBs=$(field algbw_GBs <<<"$ar")"
+    "no_overlap_tok_s=${tok[dp1]:-nan} no_watchdog_tok_s=${tok[nowd]:-nan} allreduce_ms=$(field ms_median <<<"$ar") allreduce_algbw_GBs=$(field algbw_GBs <<<"$ar")"
 fi
 if [[ -x $build/bench_zero ]]; then
   OMP_NUM_THREADS=1 "${mpi[@]}" -x OMP_NUM_THREADS -np 2 "$build/bench_zero" || echo "bench_zero: failed"

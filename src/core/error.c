@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "infinitrain/common.h"
 
 #define IT_ERROR_MAX 2048
@@ -18,9 +19,7 @@ void it_error_clear(void) {
     it_err_status = IT_OK;
 }
 
-/* A message is one line: a control character a message quotes from its input (a library's
- * error text showing a file's newline, a path with one) becomes '?'. */
-static void one_line(char *s) {
+void it__one_line(char *s) {
     for (; *s; s++)
         if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
 }
@@ -30,7 +29,6 @@ it_status it_error(it_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(it_err_msg, sizeof it_err_msg, fmt, ap);
     va_end(ap);
-    one_line(it_err_msg);
     it_err_status = status;
     return status;
 }
@@ -50,7 +48,6 @@ it_status it_error_context(const char *fmt, ...) {
         memcpy(it_err_msg + n, old, m);
         it_err_msg[n + m] = '\0';
     }
-    one_line(it_err_msg);
     return it_err_status;
 }
 

@@ -37,6 +37,9 @@ struct it_tensor {
 /* Levenshtein distance of two names of at most 63 bytes (99 beyond): the nearest name an
  * unknown backend or flag is told of. */
 int it__edit_distance(const char *a, const char *b);
+/* s made one line for a message: each control character becomes '?' (a parser's error text
+ * quoting its input, as jansson's "near '...'" does, may hold the file's newline). */
+void it__one_line(char *s);
 /* Resolve the backend a device names: runs the lazy init. */
 it_status it__backend_ready(const it_backend *backend);
 /* Per-device allocator state lives in the registry; alloc.c uses these. */

@@ -192,6 +192,7 @@ it_status hf_config_read(const char *dir, hf_config *c) {
         FILE *f = fopen(path, "rb");
         if (!f) return it_error(IT_ERR_NOT_FOUND, "%s: cannot open (a Hugging Face model directory has one)", path);
         fclose(f);
+        it__one_line(jerr.text);
         return it_error(IT_ERR_FORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
     }
     if (!json_is_object(r.root)) {

@@ -186,6 +186,7 @@ it_status it_hf_lora_config(const char *dir, int *r, double *alpha) {
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     json_error_t jerr;
     json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o) it__one_line(jerr.text);
     if (!o) return it_error(IT_ERR_FORMAT, "%s: line %d: %s", path, jerr.line, jerr.text);
     it_status st = IT_OK;
     json_t *type = json_object_get(o, "peft_type"), *rv = json_object_get(o, "r"),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/afile.h"
+#include "core/internal.h"
 #include "infinitrain/hf.h"
 
 /* The format's own cap on the header (the Rust reader's MAX_HEADER_SIZE). */
@@ -181,6 +182,7 @@ static it_status open_shard(it_safetensors *st, const char *path) {
     json_error_t jerr;
     json_t *root =
         json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &jerr);
+    if (!root) it__one_line(jerr.text);
     if (!root) return it_error(IT_ERR_FORMAT, "%s: header JSON, at byte %d: %s", path, jerr.position + 8, jerr.text);
     /* after the JSON only the writer's padding (spaces) may follow */
     for (size_t i = jerr.position; i < hlen; i++)
@@ -274,6 +276,7 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 static it_status open_index(it_safetensors *st, const char *dir, const char *index) {
     json_error_t jerr;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) it__one_line(jerr.text);
     if (!root) return it_error(IT_ERR_FORMAT, "%s: line %d: %s", index, jerr.line, jerr.text);
     json_t *wm = json_object_get(root, "weight_map");
     it_status s = IT_OK;

@@ -635,6 +635,7 @@ static it_status parse_state(const char *path, json_t **out) {
         free(fixed);
     }
     free(text);
+    if (!j) it__one_line(err.text);
     if (!j) return it_error(IT_ERR_FORMAT, "%s: not JSON: line %d column %d: %s", path, err.line, err.column, err.text);
     if (!json_is_object(j)) {
         json_decref(j);
