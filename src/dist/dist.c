@@ -219,10 +219,7 @@ it_status it__dist_gather_host(it_dist *d, const void *mine, size_t bytes, void 
         memcpy(all, mine, bytes);
         return IT_OK;
     }
-    if (bytes > (size_t)INT_MAX) return it_error(IT_ERR_INVALID_ARG, "dist: %zu bytes exceed MPI's int counts", bytes);
-    if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, d->mpi) != MPI_SUCCESS)
-        return it_error(IT_ERR_BACKEND, "dist: MPI_Allgather of %zu bytes failed", bytes);
-    return IT_OK;
+    return d->host_ccl->all_gather(d->host_comm, mine, all, bytes, IT_DTYPE_U8, NULL);
 }
 
 int it_dist_rank(const it_dist *d) { return d ? d->rank : 0; }
