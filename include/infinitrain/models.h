@@ -60,6 +60,8 @@ typedef struct it_model_info {
     int n_kv_head;             /* LLaMA-3 / Mixtral (0 for GPT-2) */
     int ffn_hidden;            /* MLP width (LLaMA-3), expert width (Mixtral) */
     int n_expert, router_topk; /* Mixtral */
+    int head_dim;              /* attention head size: n_embd / n_head, except Qwen3's given one */
+    bool tied_embeddings;      /* the LM head is the token embedding (GPT-2; Qwen3 when its config ties) */
 } it_model_info;
 
 /* Any llm.c model file, its family known from its magic (GPT-2, LLaMA-3 or Mixtral). */
@@ -176,6 +178,8 @@ typedef enum it_param_role {
     IT_PARAM_ROLE_MLP_DOWN,           /* mlp.c_proj */
     IT_PARAM_ROLE_ROUTER,             /* mlp.router (n_expert, C), Mixtral */
     IT_PARAM_ROLE_LM_HEAD,            /* lm_head (V, C), untied (LLaMA-3, Mixtral) */
+    IT_PARAM_ROLE_HEAD_NORM,          /* attn.q_norm, attn.k_norm (head_dim), Qwen3: one RMSNorm weight
+                                         every head shares; replicated, its gradient summed over TP */
 } it_param_role;
 
 /* How Megatron-style tensor parallelism cuts the parameter across TP ranks (InfiniTrain's
@@ -330,6 +334,14 @@ IT_API it_status it_llama3_load_tp(const char *path, it_device dev, const it_mod
 /* InfiniTrain's FFN width: h = 4C; h = 2h/3; h = llround(h * multiplier) in fp32; then up
  * to a multiple of multiple_of. */
 IT_API int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of);
+
+/* ---- Qwen3 (InfiniTrain-Test's llm.c-style file, magic 20240804 version 4): LLaMA-3's decoder
+ * with a per-head RMSNorm on q and k before RoPE, RoPE on half-split pairs (Hugging Face's
+ * rotate_half), an explicit intermediate_size, rope_theta from the header. The file has no
+ * head_dim slot (head_dim = n_embd / n_head) and always holds lm_head; this project marks a
+ * tied model in header[16] (docs/formats.md). TP as LLaMA-3's, q_norm/k_norm replicated. */
+IT_API it_status it_qwen3_load(const char *path, it_device dev, it_model **out);
+IT_API it_status it_qwen3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
 
 /* ---- Mixtral (InfiniTrain tiny-Mixtral checkpoint, magic 20260513 version 2) */
 IT_API it_status it_mixtral_load(const char *path, it_device dev, it_model **out);

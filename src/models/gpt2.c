@@ -294,7 +294,9 @@ it_status it__gpt2_build(const it_gpt2_config *cfg, it_device dev, const it_mode
                               .n_head = cfg->n_head,
                               .n_embd = cfg->n_embd,
                               .n_kv_head = cfg->n_head,
-                              .ffn_hidden = 4 * cfg->n_embd};
+                              .ffn_hidden = 4 * cfg->n_embd,
+                              .head_dim = cfg->n_embd / cfg->n_head,
+                              .tied_embeddings = true};
     g->h = calloc((size_t)cfg->n_layer, sizeof *g->h);
     if (!g->h) {
         st = it_error(IT_ERR_OOM, "gpt2: out of host memory");

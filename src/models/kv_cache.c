@@ -48,7 +48,7 @@ it_status it_kv_cache_new(it_model *m, int64_t batch, int64_t max_len, it_kv_cac
     }
     c->m = m, c->B = batch, c->max_len = max_len, c->n_layer = L;
     c->n_kv = in->n_kv_head ? in->n_kv_head : in->n_head;
-    c->hd = in->n_embd / in->n_head;
+    c->hd = in->head_dim;
     int64_t shape[4] = {batch, max_len, c->n_kv, c->hd};
     it_dtype dt = it_tensor_dtype(m->params);
     for (int l = 0; l < L; l++) {

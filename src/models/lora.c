@@ -193,7 +193,8 @@ static void whole_visit(void *p, const it__param_spec *spec, int64_t full_off, c
     whole_ctx *c = p;
     (void)full_off;
     bool linear = spec->role != IT_PARAM_ROLE_TOKEN_EMBEDDING && spec->role != IT_PARAM_ROLE_POSITION_EMBEDDING &&
-                  spec->role != IT_PARAM_ROLE_NORM && spec->role != IT_PARAM_ROLE_ROUTER;
+                  spec->role != IT_PARAM_ROLE_NORM && spec->role != IT_PARAM_ROLE_HEAD_NORM &&
+                  spec->role != IT_PARAM_ROLE_ROUTER;
     if (!linear || spec->is_bias || spec->ndim != 2 || spec->expert >= 0) return;
     char module[256];
     const char *dot = strrchr(name, '.');

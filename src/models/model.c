@@ -134,7 +134,7 @@ static it_param_split role_split(it_param_role role, bool is_bias) {
 
 static bool role_is_linear(it_param_role role) {
     return role != IT_PARAM_ROLE_TOKEN_EMBEDDING && role != IT_PARAM_ROLE_POSITION_EMBEDDING &&
-           role != IT_PARAM_ROLE_NORM;
+           role != IT_PARAM_ROLE_NORM && role != IT_PARAM_ROLE_HEAD_NORM;
 }
 
 /* The K (= V) rows one TP rank keeps of kv_rows: its share when TP divides the kv heads, else
@@ -199,7 +199,7 @@ static it__param_entry *add_entry(it__layout *lo, int64_t at, const it__param_sp
                            false};
     if (spec->role == IT_PARAM_ROLE_ATTN_QKV) {
         const it_model_info *in = &m->info;
-        int64_t hd = in->n_embd / in->n_head, tp = m->tp_size > 1 ? m->tp_size : 1;
+        int64_t hd = spec->head_dim ? spec->head_dim : in->n_embd / in->n_head, tp = m->tp_size > 1 ? m->tp_size : 1;
         e->info.head_dim = hd;
         e->info.q_rows = (int64_t)in->n_head * hd / tp; /* this rank's heads: [Q_r | K_r | V_r] */
         e->info.kv_rows = tp > 1 ? kv_rows_kept((int64_t)in->n_kv_head * hd, hd, (int)tp) : (int64_t)in->n_kv_head * hd;
@@ -850,7 +850,10 @@ it_status it_model_tp_sync_grads(it_model *m) {
     }
     for (int i = 0; i < m->n_entries && !st; i++) {
         const it_model_param_info *p = &m->entries[i].info;
-        if (m->sp && p->split == IT_PARAM_SPLIT_NONE) st = it_dist_all_reduce(m->tp, p->grad, IT_CCL_SUM);
+        /* replicated: under SP each rank saw its rows; a head norm (Qwen3's q_norm, k_norm) saw
+         * this rank's heads, SP or not */
+        if (p->split == IT_PARAM_SPLIT_NONE && (m->sp || p->role == IT_PARAM_ROLE_HEAD_NORM))
+            st = it_dist_all_reduce(m->tp, p->grad, IT_CCL_SUM);
         if (!st && kv_copies(m, p) > 1) st = sync_kept_kv(m, p);
     }
     return st;
@@ -916,18 +919,37 @@ it_status it_model_grad_norm(it_model *m, double *norm) {
 }
 
 it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t header[256]) {
-    if (!m->tp && !m->pp) return it__write_checkpoint(path, header, m->params);
+    return it__save_checkpoint_tail(m, path, header, 0, 0);
+}
+
+it_status it__save_checkpoint_tail(const it_model *m, const char *path, const int32_t header[256], int64_t tail_at,
+                                   int64_t tail_n) {
+    if (!m->tp && !m->pp && !tail_n) return it__write_checkpoint(path, header, m->params);
     float *full = NULL;
     int64_t n = 0;
-    it_status st = it__model_gather_full(m, &full, &n);
+    it_status st;
+    if (!m->tp && !m->pp) { /* the whole buffer is this rank's */
+        n = it_tensor_numel(m->params);
+        full = malloc(sizeof(float) * (size_t)n + 1);
+        st = full ? it_tensor_copy_to_host(m->params, full, sizeof(float) * (size_t)n)
+                  : it_error(IT_ERR_OOM, "%s: %lld parameters of host memory to save", path, (long long)n);
+    } else {
+        st = it__model_gather_full(m, &full, &n);
+    }
     if (st || m->tp_rank != 0 || m->pp_rank != 0) { /* the group's first rank writes */
         free(full);
         return st;
+    }
+    if (tail_at < 0 || tail_n < 0 || tail_at + tail_n > n) {
+        free(full);
+        return it_error(IT_ERR_INTERNAL, "%s: the tail [%lld, +%lld) is outside the %lld parameters", path,
+                        (long long)tail_at, (long long)tail_n, (long long)n);
     }
     it_afile *f = NULL;
     st = it_afile_open(path, &f);
     if (!st) st = it_afile_write(f, header, 256 * sizeof(int32_t));
     if (!st) st = it_afile_write(f, full, sizeof(float) * (size_t)n);
+    if (!st && tail_n) st = it_afile_write(f, full + tail_at, sizeof(float) * (size_t)tail_n);
     if (f) st = st ? (it_afile_abort(f), st) : it_afile_commit(f);
     free(full);
     return st;
@@ -982,10 +1004,11 @@ it_status it_model_load(const char *path, it_device dev, it_model **out) {
     case 20240326: return it_gpt2_load(path, dev, out);
     case 20240803: return it_llama3_load(path, dev, out);
     case 20260513: return it_mixtral_load(path, dev, out);
+    case 20240804: return it_qwen3_load(path, dev, out);
     default:
         return it_error(IT_ERR_FORMAT,
-                        "%s: header[0] magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803) or "
-                        "Mixtral (20260513)",
+                        "%s: header[0] magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803), "
+                        "Mixtral (20260513) or Qwen3 (20240804)",
                         path, h[0]);
     }
 }

@@ -159,6 +159,8 @@ it_status it__model_read_entries(it_model *m, it__entry_read_fn fn, void *ctx);
  * it_model_save writes is made from the configuration (docs/formats.md). */
 typedef struct it__llama_config {
     bool moe;
+    bool qwen3, tied; /* Qwen3 (q_norm/k_norm, half-split RoPE); its head tied to wte */
+    int head_dim;     /* Qwen3: its own (0: n_embd / n_head); the others n_embd / n_head */
     int block_size, vocab_size, n_layer, n_head, n_kv_head, n_embd, ffn_hidden, n_expert, router_topk;
     float norm_eps, rope_theta;
     bool scaled_rope;
@@ -290,5 +292,9 @@ it_status it__write_checkpoint(const char *path, const int32_t header[256], it_t
 /* A model's llm.c file: it__write_checkpoint, or under TP the slices gathered (a collective
  * over the group) and written by the group's rank 0. */
 it_status it__save_checkpoint(const it_model *m, const char *path, const int32_t header[256]);
+/* The same with the whole buffer's elements [tail_at, tail_at + tail_n) written again after it
+ * (a tied Qwen3's lm_head: wte's rows). */
+it_status it__save_checkpoint_tail(const it_model *m, const char *path, const int32_t header[256], int64_t tail_at,
+                                   int64_t tail_n);
 
 #endif
