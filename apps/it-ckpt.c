@@ -5,7 +5,7 @@
  *                                     the model of checkpoint DIR as an llm.c file; the llm.c
  *                                     header comes from FILE, by default the --llmc_filepath the
  *                                     run started from (a run without one needs --like)
- *   it-ckpt from-llmc APP IN.bin DIR  an llm.c file (APP gpt2, llama3 or mixtral) as a
+ *   it-ckpt from-llmc APP IN.bin DIR  an llm.c file (APP gpt2, llama3, mixtral or qwen3) as a
  *                                     checkpoint directory holding the model alone (step 0)
  *   it-ckpt from-hf HFDIR OUT.bin     a Hugging Face model directory as an llm.c file
  *   it-ckpt to-hf IN HFDIR [--dtype float32|bfloat16|float16] [--max_shard_size 5GB]
@@ -29,7 +29,7 @@
 static int usage(FILE *f) {
     fprintf(f, "usage: it-ckpt show PATH\n"
                "       it-ckpt to-llmc DIR OUT.bin [--like FILE]\n"
-               "       it-ckpt from-llmc gpt2|llama3|mixtral IN.bin DIR\n"
+               "       it-ckpt from-llmc gpt2|llama3|mixtral|qwen3 IN.bin DIR\n"
                "       it-ckpt from-hf HFDIR OUT.bin\n"
                "       it-ckpt to-hf IN.bin|CKPT_DIR HFDIR [--dtype float32|bfloat16|float16] [--max_shard_size SIZE]"
                " [--like FILE|HFDIR]\n");
@@ -97,7 +97,8 @@ static it_status load_llmc(const char *app, const char *path, it_model **m) {
     if (strcmp(app, "gpt2") == 0) return it_gpt2_load(path, cpu, m);
     if (strcmp(app, "llama3") == 0) return it_llama3_load(path, cpu, m);
     if (strcmp(app, "mixtral") == 0) return it_mixtral_load(path, cpu, m);
-    return it_error(IT_ERR_INVALID_ARG, "app '%s': expected gpt2, llama3 or mixtral", app);
+    if (strcmp(app, "qwen3") == 0) return it_qwen3_load(path, cpu, m);
+    return it_error(IT_ERR_INVALID_ARG, "app '%s': expected gpt2, llama3, mixtral or qwen3", app);
 }
 
 static it_status to_llmc(const char *dir, const char *out, const char *like) {

@@ -1,11 +1,22 @@
-/* LLaMA-3 (llm.c checkpoint, magic 20240803) and tiny Mixtral (InfiniTrain, magic 20260513):
- * the same decoder, RMSNorm + RoPE + grouped-query attention, with a SwiGLU MLP (LLaMA-3) or
- * a mixture of SwiGLU experts (Mixtral). Untied lm_head, no biases.
+/* LLaMA-3 (llm.c checkpoint, magic 20240803), tiny Mixtral (InfiniTrain, magic 20260513) and
+ * Qwen3 (InfiniTrain-Test's llm.c-style file, magic 20240804, or Hugging Face): the same
+ * decoder, RMSNorm + RoPE + grouped-query attention, with a SwiGLU MLP (LLaMA-3, Qwen3) or a
+ * mixture of SwiGLU experts (Mixtral). No biases; lm_head untied, except a Qwen3 whose config
+ * ties it to wte.
  *
  *   x = wte[idx]
  *   for each layer: x += c_proj(attn(rope(q), rope(k), v)) of rmsnorm_1(x)
  *                   x += mlp(rmsnorm_2(x))
  *   logits = rmsnorm_f(x) @ lm_head^T                      (B, T, V)
+ *
+ * Qwen3 differs in three places: q and k each pass a per-head RMSNorm (q_norm, k_norm, one
+ * head_dim weight every head shares) before RoPE; RoPE turns the half-split pairs (i, i + hd/2)
+ * of Hugging Face's rotate_half rather than LLaMA's adjacent (2i, 2i+1); head_dim is its own
+ * (Qwen3-0.6B: 16 heads of 128 on a 1024-wide model). The half-split pairs go through the same
+ * RoPE op: after its norm each head of q and k is reordered so that pair (i, i + hd/2) sits at
+ * (2i, 2i+1) (half_pairs), which the op then turns as Hugging Face turns the pair. q and k
+ * stay in that order into attention: q.k sums the same products, and v is not reordered, so
+ * the output is the model's. One copy of q and of k per layer, no kernel of its own.
  *
  * Layouts: docs/formats.md. */
 #include <math.h>
@@ -21,9 +32,14 @@
 #define LLAMA3_VERSION 3
 #define MIXTRAL_MAGIC 20260513
 #define MIXTRAL_VERSION 2
+#define QWEN3_MAGIC 20240804
+#define QWEN3_VERSION 4
+#define QWEN3_TIED_SLOT 16 /* this project's mark of a tied Qwen3 in its llm.c-style header */
 
 typedef struct llama {
     bool moe;
+    bool qwen3;                              /* q_norm/k_norm, half-split RoPE, head_dim of its own */
+    bool tied;                               /* lm_head is wte (Qwen3 only) */
     int L, nh, nkv, C, hd, F, V, T, E, topk; /* F: FFN width (LLaMA-3 MLP, each Mixtral expert) */
     float eps, theta;
     bool scaled_rope;
@@ -33,8 +49,9 @@ typedef struct llama {
     int rope_T;           /* positions cos/sin hold: built by the first forward for its T, grown on demand */
     /* The parameters, borrowed from the model. Per layer: qkv is LLaMA-3's fused c_attn;
      * Mixtral's forward uses q, k, v and its qkv is the c_attn entry's view over them. */
-    it_tensor *wte, *lnf, *lm_head;
+    it_tensor *wte, *lnf, *lm_head; /* tied: lm_head NULL, or under PP the last stage's copy of wte */
     it_tensor **ln1, **ln2, **qkv, **q, **k, **v, **proj, **fc, **fc2, **fc_proj, **router;
+    it_tensor **qn, **kn;           /* Qwen3's q_norm, k_norm */
     it_tensor **gate, **up, **down; /* [l * E + e] */
     float aux_coeff;
     int64_t *expert_tokens; /* L * E routed assignments since the last read */
@@ -140,6 +157,15 @@ static it_tensor *aux_fold(it_model *m) {
  * (forward all-reduce, backward identity). */
 static it_tensor *moe_tp_sum(void *ctx, it_tensor *partial) { return it_tp_reduce(((it_model *)ctx)->tp, partial); }
 
+/* x (B, T, H, hd) with each head's elements reordered i -> 2i, i + hd/2 -> 2i + 1 (i < hd/2):
+ * the half-split RoPE pairs made adjacent, for it_rope (the header comment says why). */
+static it_tensor *half_pairs(it_tensor *x) {
+    if (!x) return NULL;
+    int64_t B = it_tensor_dim(x, 0), T = it_tensor_dim(x, 1), H = it_tensor_dim(x, 2), hd = it_tensor_dim(x, 3);
+    it_tensor *y = it_transpose(it_reshape(x, 5, (int64_t[]){B, T, H, 2, hd / 2}), 3, 4);
+    return it_reshape(it_contiguous(y), 4, (int64_t[]){B, T, H, hd});
+}
+
 /* Block l on x (the residual stream, B x T x C or T/TP rows under SP): attention, then the
  * SwiGLU MLP or the experts, each added to x. The batch shape and the RoPE tables are the
  * forward's (g->B, g->Tcur; recomputation at backward finds them unchanged). */
@@ -171,8 +197,14 @@ static it_tensor *llama_layer(it_model *m, int l, it_tensor *x) {
         k = it_slice(qkv, 2, C, C + kvd, 1);
         v = it_slice(qkv, 2, C + kvd, C + 2 * kvd, 1);
     }
-    q = it_rope(it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd}), cos, sin);
-    k = it_rope(it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd}), cos, sin);
+    q = it_reshape(q, 4, (int64_t[]){B, T, nh, g->hd});
+    k = it_reshape(k, 4, (int64_t[]){B, T, nkv, g->hd});
+    if (g->qwen3) {
+        q = half_pairs(IT_PREC_MODULE(it_rmsnorm(q, g->qn[l], g->eps), l, "attn.q_norm"));
+        k = half_pairs(IT_PREC_MODULE(it_rmsnorm(k, g->kn[l], g->eps), l, "attn.k_norm"));
+    }
+    q = it_rope(q, cos, sin);
+    k = it_rope(k, cos, sin);
     v = it_reshape(v, 4, (int64_t[]){B, T, nkv, g->hd});
     if (m->kv && it__kv_extend(m, l, &k, &v)) return NULL; /* generation: every position's keys */
     /* under autocast y stays bf16 into an unadapted projection (the same bits as widened) */
@@ -292,24 +324,33 @@ static it_tensor *llama_forward(it_model *m, it_tensor *idx) {
     IT_PREC_LAYER(-1);
     x = it__kv_last(m, x); /* generation: the last position's logits alone */
     x = IT_PREC_MODULE(it_rmsnorm(x, g->lnf, g->eps), -1, "transformer.ln_f");
-    it_tensor *logits = IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), g->lm_head), -1, "lm_head");
+    it_tensor *head = g->lm_head ? g->lm_head : g->wte; /* tied: wte (under PP the last stage's copy) */
+    it_tensor *logits = IT_PREC_MODULE(it__lm_head(m, it__tp_enter(m, x), head), -1, "lm_head");
     if (logits && aux_total) m->aux_loss = it_scale(aux_total, g->aux_coeff / (float)g->L);
     return logits;
 }
 
 static double llama_flops(const it_model *m, int64_t T) {
     const llama *g = m->impl;
-    double n = (double)m->info.num_params - (double)g->V * g->C; /* the embedding is a lookup */
-    if (g->moe) {                                                /* only k of E experts run per token */
+    double n = (double)m->info.num_params; /* less the embedding, a lookup (unless it is the head too) */
+    if (!g->tied) n -= (double)g->V * g->C;
+    if (g->moe) { /* only k of E experts run per token */
         double expert = 3.0 * g->F * g->C;
         n -= (double)g->L * (g->E - g->topk) * expert;
     }
-    return 6.0 * n + 12.0 * g->L * g->C * (double)T;
+    return 6.0 * n + 12.0 * g->L * ((double)g->nh * g->hd) * (double)T;
 }
 
+/* A tied Qwen3's file holds lm_head after ln_f all the same (InfiniTrain-Test's converter
+ * writes it, InfiniTrain reads it): wte's rows again. */
 static it_status llama_save(const it_model *m, const char *path) {
     const llama *g = m->impl;
-    return it__save_checkpoint(m, path, g->header);
+    if (g->qwen3 && (int64_t)g->nh * g->hd != g->C)
+        return it_error(IT_ERR_UNSUPPORTED,
+                        "%s: Qwen3's llm.c-style file has no head_dim slot (it holds n_embd / n_head = %d), and this "
+                        "model's heads are %d wide; keep it in Hugging Face form (--output_hf)",
+                        path, g->C / g->nh, g->hd);
+    return it__save_checkpoint_tail(m, path, g->header, 0, g->tied ? (int64_t)g->V * g->C : 0);
 }
 
 static void llama_free(void *impl) {
@@ -317,8 +358,8 @@ static void llama_free(void *impl) {
     if (!g) return;
     it_tensor_release(g->cos);
     it_tensor_release(g->sin);
-    it_tensor **per[] = {g->ln1, g->ln2, g->qkv,     g->q,      g->k,    g->v,  g->proj,
-                         g->fc,  g->fc2, g->fc_proj, g->router, g->gate, g->up, g->down};
+    it_tensor **per[] = {g->ln1, g->ln2,     g->qkv,    g->q,    g->k,  g->v,    g->proj, g->fc,
+                         g->fc2, g->fc_proj, g->router, g->gate, g->up, g->down, g->qn,   g->kn};
     for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) free(per[i]);
     free(g->expert_tokens);
     free(g);
@@ -375,7 +416,10 @@ static it__param_spec spec2(it_param_role role, int layer, int expert, int64_t r
  * V as three matrices one after the other, which InfiniTrain reads into one packed c_attn:
  * the entry is that packed c_attn over the three leaves. Each expert: gate (c_fc2), up (c_fc),
  * down (c_proj), Mixtral's w1, w3, w2. */
+static it_status qwen3_walk(llama *g, it__layout *lo);
+
 static it_status llama_walk(llama *g, it__layout *lo) {
+    if (g->qwen3) return qwen3_walk(g, lo);
     int64_t C = g->C, kvd = (int64_t)g->nkv * g->hd, F = g->F;
     bool failed = false;
     g->wte = it__layout_take(lo, spec2(IT_PARAM_ROLE_TOKEN_EMBEDDING, -1, -1, g->V, C), "transformer.wte.weight");
@@ -461,6 +505,67 @@ static it_status llama_walk(llama *g, it__layout *lo) {
     return lo->st;
 }
 
+/* Qwen3, in InfiniTrain-Test's file order (its convert_hf_qwen3_to_llmc.py): wte; ln_1 of every
+ * layer; q_norm and k_norm layer by layer; c_attn (rows Q|K|V in Hugging Face's order: no
+ * RoPE permutation) of every layer; c_proj; ln_2; the gate (c_fc2), up (c_fc) and down
+ * (c_proj) projections, each kind for every layer; ln_f; lm_head. Q is n_head * head_dim
+ * rows, which need not be n_embd. Tied: no lm_head here (the file's copy is written at save);
+ * under PP the last stage holds a copy of wte as its head, as GPT-2's. */
+static it_status qwen3_walk(llama *g, it__layout *lo) {
+    int64_t C = g->C, hd = g->hd, qd = (int64_t)g->nh * hd, kvd = (int64_t)g->nkv * hd, F = g->F;
+    bool failed = false;
+    it__param_spec wte = spec2(IT_PARAM_ROLE_TOKEN_EMBEDDING, -1, -1, g->V, C);
+    if (g->tied) wte.tied_name = "lm_head.weight";
+    g->wte = it__layout_take(lo, wte, "transformer.wte.weight");
+    g->ln1 = per_layer(lo, g->L, &failed);
+    g->qn = per_layer(lo, g->L, &failed);
+    g->kn = per_layer(lo, g->L, &failed);
+    g->qkv = per_layer(lo, g->L, &failed);
+    g->proj = per_layer(lo, g->L, &failed);
+    g->ln2 = per_layer(lo, g->L, &failed);
+    g->fc = per_layer(lo, g->L, &failed);
+    g->fc2 = per_layer(lo, g->L, &failed);
+    g->fc_proj = per_layer(lo, g->L, &failed);
+    if (failed) return it_error(IT_ERR_OOM, "qwen3: out of host memory");
+    it__param_spec qkv_spec = spec2(IT_PARAM_ROLE_ATTN_QKV, -1, -1, qd + 2 * kvd, C);
+    qkv_spec.kv_rows = kvd;
+    qkv_spec.head_dim = hd;
+    for (int l = 0; l < g->L; l++)
+        put(g->ln1, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_1.weight", l));
+    for (int l = 0; l < g->L; l++) {
+        put(g->qn, l,
+            it__layout_take(lo, spec1(IT_PARAM_ROLE_HEAD_NORM, l, hd), "transformer.h.%d.attn.q_norm.weight", l));
+        put(g->kn, l,
+            it__layout_take(lo, spec1(IT_PARAM_ROLE_HEAD_NORM, l, hd), "transformer.h.%d.attn.k_norm.weight", l));
+    }
+    for (int l = 0; l < g->L; l++)
+        put(g->qkv, l, it__layout_take(lo, (qkv_spec.layer = l, qkv_spec), "transformer.h.%d.attn.c_attn.weight", l));
+    for (int l = 0; l < g->L; l++)
+        put(g->proj, l,
+            it__layout_take(lo, spec2(IT_PARAM_ROLE_ATTN_OUT, l, -1, C, qd), "transformer.h.%d.attn.c_proj.weight", l));
+    for (int l = 0; l < g->L; l++)
+        put(g->ln2, l, it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, l, C), "transformer.h.%d.ln_2.weight", l));
+    for (int l = 0; l < g->L; l++)
+        put(g->fc2, l,
+            it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_GATE, l, -1, F, C), "transformer.h.%d.mlp.c_fc2.weight", l));
+    for (int l = 0; l < g->L; l++)
+        put(g->fc, l,
+            it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_UP, l, -1, F, C), "transformer.h.%d.mlp.c_fc.weight", l));
+    for (int l = 0; l < g->L; l++)
+        put(g->fc_proj, l,
+            it__layout_take(lo, spec2(IT_PARAM_ROLE_MLP_DOWN, l, -1, C, F), "transformer.h.%d.mlp.c_proj.weight", l));
+    g->lnf = it__layout_take(lo, spec1(IT_PARAM_ROLE_NORM, -1, C), "transformer.ln_f.weight");
+    const it_model *par = lo->m ? lo->m : lo->par;
+    if (!g->tied) {
+        g->lm_head = it__layout_take(lo, spec2(IT_PARAM_ROLE_LM_HEAD, -1, -1, g->V, C), "lm_head.weight");
+    } else if (par && par->pp_size > 1 && !par->stage_first) { /* the tied head, at the far end of the pipeline */
+        g->lm_head = it__layout_tied_copy(lo, spec2(IT_PARAM_ROLE_LM_HEAD, -1, -1, g->V, C), "lm_head.weight", 0);
+    } else {
+        g->lm_head = NULL;
+    }
+    return lo->st;
+}
+
 /* Check a header's values; names the file, field, expected and found. */
 static it_status check_config(const char *path, const llama *g) {
 #define NEED(cond, field, fmt, ...)                                                                                    \
@@ -470,9 +575,15 @@ static it_status check_config(const char *path, const llama *g) {
     NEED(g->L >= 1 && g->L <= 1024, "n_layer", "1..1024, found %d", g->L);
     NEED(g->nh >= 1 && g->nh <= 1024, "n_head", "1..1024, found %d", g->nh);
     NEED(g->nkv >= 1 && g->nh % g->nkv == 0, "n_kv_head", "a divisor of n_head %d, found %d", g->nh, g->nkv);
-    NEED(g->C >= 1 && g->C <= (1 << 16) && g->C % g->nh == 0, "n_embd", "1..65536 and divisible by n_head %d, found %d",
-         g->nh, g->C);
-    NEED(g->hd % 2 == 0, "n_embd", "an even head size n_embd/n_head for RoPE, found %d", g->hd);
+    if (g->qwen3) { /* head_dim given (Hugging Face) or n_embd / n_head (the llm.c-style file) */
+        NEED(g->C >= 1 && g->C <= (1 << 16), "n_embd", "1..65536, found %d", g->C);
+        NEED(g->hd >= 2 && g->hd <= 4096 && g->hd % 2 == 0, "head_dim", "an even size 2..4096 for RoPE, found %d",
+             g->hd);
+    } else {
+        NEED(g->C >= 1 && g->C <= (1 << 16) && g->C % g->nh == 0, "n_embd",
+             "1..65536 and divisible by n_head %d, found %d", g->nh, g->C);
+        NEED(g->hd % 2 == 0, "n_embd", "an even head size n_embd/n_head for RoPE, found %d", g->hd);
+    }
     NEED(isfinite(g->eps) && g->eps > 0, "norm_eps", "a positive float, found %g", g->eps);
     NEED(isfinite(g->theta) && g->theta > 0, "rope_theta", "a positive float, found %g", g->theta);
     NEED(g->F >= 1 && g->F <= (1 << 20), "ffn hidden size", "1..%d, found %d", 1 << 20, g->F);
@@ -496,7 +607,7 @@ static it_status check_config(const char *path, const llama *g) {
 static it_status llama_make(llama *g, it_device dev, const it_model_parallel *par, const char *what, it_model **out) {
     bool moe = g->moe;
     it_status st = check_config(what, g);
-    if (!st) st = it__tp_check(par, moe ? "Mixtral" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
+    if (!st) st = it__tp_check(par, moe ? "Mixtral" : g->qwen3 ? "Qwen3" : "LLaMA-3", g->nh, g->nkv, g->F, g->V);
     if (st) {
         free(g);
         return st;
@@ -512,7 +623,9 @@ static it_status llama_make(llama *g, it_device dev, const it_model_parallel *pa
     it__layout mine = {.par = m}; /* this rank's elements */
     llama_walk(g, &mine);
     st = it__model_init(m, moe ? &mixtral_vtable : &llama3_vtable, dev, mine.off);
-    m->info = (it_model_info){.family = moe ? "mixtral" : "llama3",
+    m->info = (it_model_info){.family = moe        ? "mixtral"
+                                        : g->qwen3 ? "qwen3"
+                                                   : "llama3",
                               .block_size = g->T,
                               .vocab_size = g->V,
                               .padded_vocab = g->V,
@@ -523,7 +636,9 @@ static it_status llama_make(llama *g, it_device dev, const it_model_parallel *pa
                               .n_kv_head = g->nkv,
                               .ffn_hidden = g->F,
                               .n_expert = g->E,
-                              .router_topk = g->topk};
+                              .router_topk = g->topk,
+                              .head_dim = g->hd,
+                              .tied_embeddings = g->tied};
     if (!st) {
         it__layout lo = {.m = m};
         st = llama_walk(g, &lo);
@@ -544,17 +659,44 @@ static void rope_scaling_llmc(llama *g) {
     g->rope_factor = 8.0f, g->rope_low = 1.0f, g->rope_high = 4.0f, g->rope_old_ctx = 8192.0f;
 }
 
-static it_status llama_load(const char *path, it_device dev, bool moe, const it_model_parallel *par, it_model **out) {
+typedef enum family { FAMILY_LLAMA3, FAMILY_MIXTRAL, FAMILY_QWEN3 } family;
+
+/* A Qwen3 header (InfiniTrain-Test's converter): [8] intermediate_size, [10] rms_norm_eps,
+ * [11] rope_theta (f32 bits); [9] 1, [12] 0, [13] 4, [14] 1, [15] 0 as it writes them, not read;
+ * [16] this project's tied mark (0 or 1). */
+static it_status qwen3_header(const char *path, const int32_t *h, llama *g) {
+    g->qwen3 = true;
+    g->hd = g->nh > 0 && g->C % g->nh == 0 ? g->C / g->nh : 0;
+    if (g->nh > 0 && g->C % g->nh)
+        return it_error(IT_ERR_FORMAT,
+                        "%s: header fields n_embd %d and n_head %d: the file has no head_dim slot, so head_dim is "
+                        "n_embd / n_head, which must divide",
+                        path, g->C, g->nh);
+    g->F = h[8];
+    g->eps = f32(h[10]);
+    g->theta = f32(h[11]);
+    if (h[QWEN3_TIED_SLOT] != 0 && h[QWEN3_TIED_SLOT] != 1)
+        return it_error(IT_ERR_FORMAT, "%s: header field [%d] tie_word_embeddings: expected 0 or 1, found %d", path,
+                        QWEN3_TIED_SLOT, h[QWEN3_TIED_SLOT]);
+    g->tied = h[QWEN3_TIED_SLOT] == 1;
+    return IT_OK;
+}
+
+static it_status llama_load(const char *path, it_device dev, family fam, const it_model_parallel *par, it_model **out) {
     int32_t h[256];
     size_t file_bytes = 0;
     it_status st = it__read_header(path, h, &file_bytes);
     if (st) return st;
-    int32_t magic = moe ? MIXTRAL_MAGIC : LLAMA3_MAGIC, version = moe ? MIXTRAL_VERSION : LLAMA3_VERSION;
-    if (h[0] != magic)
-        return it_error(IT_ERR_FORMAT, "%s: header[0] magic: expected %d (%s checkpoint), found %d", path, magic,
-                        moe ? "InfiniTrain Mixtral" : "llm.c LLaMA-3", h[0]);
-    if (h[1] != version)
-        return it_error(IT_ERR_FORMAT, "%s: header[1] version: expected %d (fp32), found %d", path, version, h[1]);
+    bool moe = fam == FAMILY_MIXTRAL;
+    static const int32_t magics[] = {LLAMA3_MAGIC, MIXTRAL_MAGIC, QWEN3_MAGIC},
+                         versions[] = {LLAMA3_VERSION, MIXTRAL_VERSION, QWEN3_VERSION};
+    static const char *const kinds[] = {"llm.c LLaMA-3", "InfiniTrain Mixtral", "InfiniTrain Qwen3"};
+    if (h[0] != magics[fam])
+        return it_error(IT_ERR_FORMAT, "%s: header[0] magic: expected %d (%s checkpoint), found %d", path, magics[fam],
+                        kinds[fam], h[0]);
+    if (h[1] != versions[fam])
+        return it_error(IT_ERR_FORMAT, "%s: header[1] version: expected %d (fp32), found %d", path, versions[fam],
+                        h[1]);
     llama *g = calloc(1, sizeof *g);
     if (!g) return it_error(IT_ERR_OOM, "%s: out of host memory", path);
     g->moe = moe;
@@ -567,7 +709,12 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
     g->nkv = h[6];
     g->C = h[7];
     g->hd = g->nh > 0 ? g->C / g->nh : 0;
-    if (!moe) {
+    if (fam == FAMILY_QWEN3) {
+        if ((st = qwen3_header(path, h, g))) {
+            free(g);
+            return st;
+        }
+    } else if (!moe) {
         float mult = f32(h[8]);
         int multiple_of = h[9];
         g->eps = f32(h[10]);
@@ -605,15 +752,16 @@ static it_status llama_load(const char *path, it_device dev, bool moe, const it_
     }
     it__layout count = {0};
     llama_walk(g, &count);
-    int64_t n = count.off;
-    size_t want = 1024 + (size_t)n * sizeof(float);
+    int64_t n = count.off, copy = g->tied ? (int64_t)g->V * g->C : 0; /* a tied Qwen3's lm_head: wte again */
+    size_t want = 1024 + (size_t)(n + copy) * sizeof(float);
     if (file_bytes != want) {
+        int F = moe || fam == FAMILY_QWEN3 ? g->F : 0;
         free(g);
         return it_error(IT_ERR_FORMAT,
                         "%s: file size: the header (L=%d, C=%d, V=%d, F=%d%s) implies %lld parameters = %zu bytes, "
                         "found %zu bytes",
-                        path, h[4], h[7], h[3], moe ? h[16] : 0, moe ? ", experts" : "", (long long)n, want,
-                        file_bytes);
+                        path, h[4], h[7], h[3], F, moe ? ", experts" : "",
+                        (long long)(n + copy), want, file_bytes);
     }
     it_model *m = NULL;
     st = llama_make(g, dev, par, path, &m);
@@ -654,8 +802,10 @@ it_status it__llama_build(const it__llama_config *c, it_device dev, const it_mod
     llama *g = calloc(1, sizeof *g);
     if (!g) return it_error(IT_ERR_OOM, "%s: out of host memory", what);
     g->moe = c->moe;
+    g->qwen3 = c->qwen3, g->tied = c->qwen3 && c->tied;
     g->T = c->block_size, g->V = c->vocab_size, g->L = c->n_layer, g->nh = c->n_head, g->nkv = c->n_kv_head;
     g->C = c->n_embd, g->hd = c->n_head > 0 ? c->n_embd / c->n_head : 0, g->F = c->ffn_hidden;
+    if (c->qwen3 && c->head_dim) g->hd = c->head_dim;
     g->E = c->n_expert, g->topk = c->router_topk, g->eps = c->norm_eps, g->theta = c->rope_theta;
     g->scaled_rope = c->scaled_rope;
     g->rope_factor = c->rope_factor, g->rope_low = c->rope_low, g->rope_high = c->rope_high;
@@ -664,7 +814,11 @@ it_status it__llama_build(const it__llama_config *c, it_device dev, const it_mod
     int32_t *h = g->header;
     h[0] = c->moe ? MIXTRAL_MAGIC : LLAMA3_MAGIC, h[1] = c->moe ? MIXTRAL_VERSION : LLAMA3_VERSION;
     h[2] = g->T, h[3] = g->V, h[4] = g->L, h[5] = g->nh, h[6] = g->nkv, h[7] = g->C;
-    if (!c->moe) {
+    if (c->qwen3) { /* InfiniTrain-Test's header (its converter's values in [9], [12]..[15]) */
+        h[0] = QWEN3_MAGIC, h[1] = QWEN3_VERSION;
+        h[8] = g->F, h[9] = 1, h[10] = bits(g->eps), h[11] = bits(g->theta), h[12] = 0, h[13] = 4, h[14] = 1;
+        h[15] = 0, h[QWEN3_TIED_SLOT] = g->tied;
+    } else if (!c->moe) {
         float mult = 1.0f;
         int multiple_of = 1;
         if (g->C >= 1 && g->C <= (1 << 16) && g->F >= 1) ffn_encode(g->C, g->F, &mult, &multiple_of);
@@ -682,16 +836,22 @@ it_status it__llama_build(const it__llama_config *c, it_device dev, const it_mod
 }
 
 it_status it_llama3_load(const char *path, it_device dev, it_model **out) {
-    return llama_load(path, dev, false, NULL, out);
+    return llama_load(path, dev, FAMILY_LLAMA3, NULL, out);
 }
 it_status it_llama3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
-    return llama_load(path, dev, false, par, out);
+    return llama_load(path, dev, FAMILY_LLAMA3, par, out);
 }
 it_status it_mixtral_load(const char *path, it_device dev, it_model **out) {
-    return llama_load(path, dev, true, NULL, out);
+    return llama_load(path, dev, FAMILY_MIXTRAL, NULL, out);
 }
 it_status it_mixtral_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
-    return llama_load(path, dev, true, par, out);
+    return llama_load(path, dev, FAMILY_MIXTRAL, par, out);
+}
+it_status it_qwen3_load(const char *path, it_device dev, it_model **out) {
+    return llama_load(path, dev, FAMILY_QWEN3, NULL, out);
+}
+it_status it_qwen3_load_tp(const char *path, it_device dev, const it_model_parallel *par, it_model **out) {
+    return llama_load(path, dev, FAMILY_QWEN3, par, out);
 }
 
 int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_of) {
@@ -700,10 +860,13 @@ int64_t it_llama3_ffn_hidden(int n_embd, float ffn_dim_multiplier, int multiple_
 
 it_status it__llama_config_of(const it_model *m, it__llama_config *c) {
     const char *fam = m->info.family;
-    if (strcmp(fam, "llama3") != 0 && strcmp(fam, "mixtral") != 0)
-        return it_error(IT_ERR_INVALID_ARG, "model family %s is not LLaMA-3 or Mixtral", fam);
+    if (strcmp(fam, "llama3") != 0 && strcmp(fam, "mixtral") != 0 && strcmp(fam, "qwen3") != 0)
+        return it_error(IT_ERR_INVALID_ARG, "model family %s is not LLaMA-3, Mixtral or Qwen3", fam);
     const llama *g = m->impl;
     *c = (it__llama_config){.moe = g->moe,
+                            .qwen3 = g->qwen3,
+                            .tied = g->tied,
+                            .head_dim = g->hd,
                             .block_size = g->T,
                             .vocab_size = g->V,
                             .n_layer = g->L,

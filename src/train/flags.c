@@ -184,7 +184,7 @@ static const it_train_flag FLAGS[] = {
     FLT("lora_alpha", lora_alpha, "16", -1e6, 1e6, "A", "lora", true, "LoRA scaling numerator: scaling = alpha / r"),
     STR("lora_target_modules", lora_target_modules, "LIST", "lora", true,
         "comma list of module-name suffixes to adapt (c_attn, attn.c_proj, c_fc, c_fc2, c_proj, mlp.c_proj)",
-        .def_help = "gpt2 c_attn,c_proj; llama3 c_attn,c_proj,c_fc,c_fc2; mixtral c_attn,attn.c_proj"),
+        .def_help = "gpt2 c_attn,c_proj; llama3, qwen3 c_attn,c_proj,c_fc,c_fc2; mixtral c_attn,attn.c_proj"),
     STR("lora_save_path", lora_save_path, "PATH", "lora", false,
         "write the adapters at the end: InfiniTrain's file, or with --lora_save_format peft a PEFT directory"),
     CHOICE("lora_save_format", lora_save_format, "infinitrain", lora_format_choices, "an adapter format", "lora", false,
@@ -243,10 +243,8 @@ enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 static const struct {
     const char *app, *flag, *value;
 } APP_DEFAULTS[] = {
-    {"llama3", "optimizer", "adam"},
-    {"llama3", "learning_rate", "1e-5"},
-    {"mixtral", "optimizer", "adam"},
-    {"mixtral", "learning_rate", "1e-4"},
+    {"llama3", "optimizer", "adam"},      {"llama3", "learning_rate", "1e-5"}, {"mixtral", "optimizer", "adam"},
+    {"mixtral", "learning_rate", "1e-4"}, {"qwen3", "optimizer", "adam"},      {"qwen3", "learning_rate", "1e-5"},
 };
 
 const it_train_flag *it_train_flags(size_t *count) {

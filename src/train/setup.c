@@ -72,8 +72,8 @@ typedef struct grid_dims {
 
 static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
     bool gpt2 = strcmp(c->app, "gpt2") == 0, llama = strcmp(c->app, "llama3") == 0,
-         mixtral = strcmp(c->app, "mixtral") == 0;
-    d->what = gpt2 ? "GPT-2" : llama ? "LLaMA-3" : "Mixtral";
+         mixtral = strcmp(c->app, "mixtral") == 0, qwen3 = strcmp(c->app, "qwen3") == 0;
+    d->what = gpt2 ? "GPT-2" : llama ? "LLaMA-3" : qwen3 ? "Qwen3" : "Mixtral";
     if (!c->llmc_filepath) {
         it_gpt2_config cfg;
         if (!gpt2 || it_gpt2_preset(c->model, &cfg)) return false;
@@ -89,7 +89,7 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         return true;
     }
     int32_t h[32];
-    FILE *f = (gpt2 || llama || mixtral) ? fopen(c->llmc_filepath, "rb") : NULL;
+    FILE *f = (gpt2 || llama || mixtral || qwen3) ? fopen(c->llmc_filepath, "rb") : NULL;
     size_t got = f ? fread(h, sizeof h[0], 32, f) : 0;
     if (f) fclose(f);
     if (got != 32) return false;
@@ -117,6 +117,14 @@ static bool grid_model_dims(const it_train_config *c, grid_dims *d) {
         d->n_head = h[5];
         d->n_kv_head = h[6];
         d->ffn = h[16];
+        d->vocab = h[3];
+        return true;
+    }
+    if (qwen3 && h[0] == 20240804) { /* [3] vocab, [4] n_layer, [5] n_head, [6] n_kv_head, [8] FFN */
+        d->n_layer = h[4];
+        d->n_head = h[5];
+        d->n_kv_head = h[6];
+        d->ffn = h[8];
         d->vocab = h[3];
         return true;
     }
@@ -405,6 +413,8 @@ static it_status setup_model(it_train_ctx *ctx) {
             st = it_llama3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else if (strcmp(c->app, "mixtral") == 0)
             st = it_mixtral_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
+        else if (strcmp(c->app, "qwen3") == 0)
+            st = it_qwen3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
         else
             return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
         if (st) return it_error_context("--llmc_filepath: ");
@@ -434,9 +444,10 @@ static it_status setup_model(it_train_ctx *ctx) {
     return setup_recompute(ctx);
 }
 
-/* InfiniTrain's per-model defaults for --lora_target_modules (example/gpt2, example/llama3). */
+/* InfiniTrain's per-model defaults for --lora_target_modules (example/gpt2, example/llama3;
+ * Qwen3 as LLaMA-3: the same module names). */
 static const char *lora_default_targets(const char *app) {
-    if (strcmp(app, "llama3") == 0) return "c_attn,c_proj,c_fc,c_fc2";
+    if (strcmp(app, "llama3") == 0 || strcmp(app, "qwen3") == 0) return "c_attn,c_proj,c_fc,c_fc2";
     if (strcmp(app, "mixtral") == 0) return "c_attn,attn.c_proj"; /* attention only: experts are refused */
     return "c_attn,c_proj";
 }

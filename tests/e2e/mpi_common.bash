@@ -48,7 +48,7 @@ expect_refuse() {
   # mpirun adds its own boxed notes about the job's exit; the application's lines start
   # with its name.
   local lines
-  lines=$(grep -cE '^(gpt2|llama3|mixtral): ' "$tmp/bad.err")
+  lines=$(grep -cE '^(gpt2|llama3|mixtral|qwen3): ' "$tmp/bad.err")
   if [[ $rc -ne 2 ]]; then bad "$name: exit status $rc, expected 2: $(tail -3 "$tmp/bad.err")"; return; fi
   if ! grep -qF -- "$want" "$tmp/bad.err"; then bad "$name: stderr lacks '$want': $(tail -3 "$tmp/bad.err")"; return; fi
   if [[ $(grep -cF -- "$want" "$tmp/bad.err") -ne 1 || $lines -ne 1 ]]; then
