@@ -1,4 +1,4 @@
-/* config.json of GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM, read into this
+/* config.json of GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM and Qwen3ForCausalLM, read into this
  * project's model configurations and written back. A key whose value the models cannot
  * compute (another activation, biases in LLaMA's attention, a rope_scaling type other than
  * llama3, a sliding window) is refused with the key and the value; keys that change nothing
@@ -120,9 +120,10 @@ static void read_gpt2(reader *r, hf_config *c) {
     c->tied = true;
 }
 
-static void read_llama(reader *r, hf_config *c, bool moe) {
+static void read_llama(reader *r, hf_config *c, bool moe, bool qwen3) {
     it__llama_config *l = &c->llama;
     l->moe = moe;
+    l->qwen3 = qwen3;
     l->vocab_size = get_int(r, "vocab_size", true, 0, 1, 1 << 24);
     l->block_size = get_int(r, "max_position_embeddings", true, 0, 1, 1 << 20);
     l->n_layer = get_int(r, "num_hidden_layers", true, 0, 1, 1024);
@@ -132,7 +133,11 @@ static void read_llama(reader *r, hf_config *c, bool moe) {
     l->ffn_hidden = get_int(r, "intermediate_size", true, 0, 1, 1 << 20);
     l->norm_eps = (float)get_num(r, "rms_norm_eps", false, 1e-6);
     l->rope_theta = (float)get_num(r, "rope_theta", false, 10000.0);
-    if (!r->st && l->n_head && l->n_embd % l->n_head == 0) {
+    if (qwen3) { /* its own head size (Qwen3-0.6B: 16 heads of 128 on 1024) */
+        l->head_dim =
+            get_int(r, "head_dim", l->n_head && l->n_embd % l->n_head, l->n_head ? l->n_embd / l->n_head : 0, 2, 4096);
+        need_bool(r, "use_sliding_window", false, "attention sees every earlier position");
+    } else if (!r->st && l->n_head && l->n_embd % l->n_head == 0) {
         int hd = get_int(r, "head_dim", false, l->n_embd / l->n_head, 1, 1 << 16);
         if (!r->st && hd != l->n_embd / l->n_head)
             r->st =
@@ -144,17 +149,22 @@ static void read_llama(reader *r, hf_config *c, bool moe) {
     need_bool(r, "attention_bias", false, "no biases");
     need_bool(r, "mlp_bias", false, "no biases");
     c->tied = get_bool(r, "tie_word_embeddings", false);
+    l->tied = qwen3 && c->tied; /* LLaMA's tied head is read from the embedding and trained apart */
     l->rope_factor = 8.0f, l->rope_low = 1.0f, l->rope_high = 4.0f, l->rope_old_ctx = 8192.0f;
     json_t *rs = r->st ? NULL : get(r, "rope_scaling");
     if (rs) {
         json_t *type = json_object_get(rs, "rope_type");
         if (!type) type = json_object_get(rs, "type");
-        if (!json_is_object(rs) || !json_is_string(type) || strcmp(json_string_value(type), "llama3") != 0 || moe) {
+        if (!json_is_object(rs) || !json_is_string(type) || strcmp(json_string_value(type), "llama3") != 0 || moe ||
+            qwen3) {
             char *text = json_dumps(rs, JSON_ENCODE_ANY | JSON_COMPACT);
             r->st = it_error(IT_ERR_UNSUPPORTED,
                              "%s: \"rope_scaling\": %s; only LLaMA's {\"rope_type\": \"llama3\", ...} "
                              "is computed%s",
-                             r->path, text ? text : "?", moe ? " (and not for Mixtral)" : "");
+                             r->path, text ? text : "?",
+                             moe     ? " (and not for Mixtral)"
+                             : qwen3 ? " (and not for Qwen3)"
+                                     : "");
             free(text);
             return;
         }
@@ -207,15 +217,16 @@ it_status hf_config_read(const char *dir, hf_config *c) {
         hf_arch a;
     } known[] = {{"gpt2", "GPT2LMHeadModel", HF_GPT2},
                  {"llama", "LlamaForCausalLM", HF_LLAMA},
-                 {"mixtral", "MixtralForCausalLM", HF_MIXTRAL}};
+                 {"mixtral", "MixtralForCausalLM", HF_MIXTRAL},
+                 {"qwen3", "Qwen3ForCausalLM", HF_QWEN3}};
     int k = -1;
-    for (int i = 0; i < 3 && !r.st; i++)
+    for (int i = 0; i < 4 && !r.st; i++)
         if ((type && strcmp(type, known[i].type) == 0) || (!type && arch && strcmp(arch, known[i].arch) == 0)) k = i;
     if (!r.st && k < 0)
         r.st =
             it_error(IT_ERR_UNSUPPORTED,
                      "%s: \"model_type\": \"%s\" (architectures %s); this project reads gpt2 (GPT2LMHeadModel), llama "
-                     "(LlamaForCausalLM) and mixtral (MixtralForCausalLM)",
+                     "(LlamaForCausalLM), mixtral (MixtralForCausalLM) and qwen3 (Qwen3ForCausalLM)",
                      path, type ? type : "(none)", arch ? arch : "(none)");
     if (!r.st && arch && strcmp(arch, known[k].arch) != 0 && strcmp(arch, "GPT2Model") != 0)
         r.st = it_error(IT_ERR_UNSUPPORTED, "%s: \"architectures\": [\"%s\"]; a %s model is read as %s", path, arch,
@@ -225,7 +236,7 @@ it_status hf_config_read(const char *dir, hf_config *c) {
         if (c->arch == HF_GPT2)
             read_gpt2(&r, c);
         else
-            read_llama(&r, c, c->arch == HF_MIXTRAL);
+            read_llama(&r, c, c->arch == HF_MIXTRAL, c->arch == HF_QWEN3);
     }
     const char *dt = get_str(&r, "torch_dtype");
     if (dt) snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
@@ -245,7 +256,8 @@ it_status hf_config_of_model(const it_model *m, hf_config *c) {
     }
     it_status st = it__llama_config_of(m, &c->llama);
     if (st) return st;
-    c->arch = c->llama.moe ? HF_MIXTRAL : HF_LLAMA;
+    c->arch = c->llama.moe ? HF_MIXTRAL : c->llama.qwen3 ? HF_QWEN3 : HF_LLAMA;
+    c->tied = c->llama.tied;
     return IT_OK;
 }
 
@@ -281,16 +293,20 @@ it_status hf_config_write(const it_model *m, const char *dir, it_dtype dtype) {
         json_object_set_new(o, "vocab_size", json_integer(g->vocab_size));
     } else {
         const it__llama_config *l = &c.llama;
-        bool moe = c.arch == HF_MIXTRAL;
-        json_object_set_new(o, "architectures", json_pack("[s]", moe ? "MixtralForCausalLM" : "LlamaForCausalLM"));
+        bool moe = c.arch == HF_MIXTRAL, qwen3 = c.arch == HF_QWEN3;
+        json_object_set_new(o, "architectures",
+                            json_pack("[s]", moe     ? "MixtralForCausalLM"
+                                             : qwen3 ? "Qwen3ForCausalLM"
+                                                     : "LlamaForCausalLM"));
         json_object_set_new(o, "attention_bias", json_false());
-        json_object_set_new(o, "head_dim", json_integer(l->n_embd / l->n_head));
+        json_object_set_new(o, "head_dim", json_integer(l->head_dim ? l->head_dim : l->n_embd / l->n_head));
         json_object_set_new(o, "hidden_act", json_string("silu"));
         json_object_set_new(o, "hidden_size", json_integer(l->n_embd));
         json_object_set_new(o, "intermediate_size", json_integer(l->ffn_hidden));
         json_object_set_new(o, "max_position_embeddings", json_integer(l->block_size));
-        if (!moe) json_object_set_new(o, "mlp_bias", json_false());
-        json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : "llama"));
+        if (!moe && !qwen3) json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "model_type", json_string(moe ? "mixtral" : qwen3 ? "qwen3" : "llama"));
+        if (qwen3) json_object_set_new(o, "max_window_layers", json_integer(l->n_layer));
         json_object_set_new(o, "num_attention_heads", json_integer(l->n_head));
         if (moe) json_object_set_new(o, "num_experts_per_tok", json_integer(l->router_topk));
         json_object_set_new(o, "num_hidden_layers", json_integer(l->n_layer));
@@ -306,9 +322,10 @@ it_status hf_config_write(const it_model *m, const char *dir, it_dtype dtype) {
         else
             json_object_set_new(o, "rope_scaling", json_null());
         json_object_set_new(o, "rope_theta", real_of(l->rope_theta));
-        if (moe) json_object_set_new(o, "sliding_window", json_null());
-        /* this project trains lm_head apart from the embedding: written untied */
-        json_object_set_new(o, "tie_word_embeddings", json_false());
+        if (moe || qwen3) json_object_set_new(o, "sliding_window", json_null());
+        /* LLaMA and Mixtral train lm_head apart from the embedding: written untied */
+        json_object_set_new(o, "tie_word_embeddings", json_boolean(qwen3 && l->tied));
+        if (qwen3) json_object_set_new(o, "use_sliding_window", json_false());
         json_object_set_new(o, "vocab_size", json_integer(l->vocab_size));
     }
     json_object_set_new(o, "torch_dtype", json_string(dt));

@@ -6,13 +6,14 @@
 #include "infinitrain/hf.h"
 #include "models/model_impl.h"
 
-typedef enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL } hf_arch;
+typedef enum hf_arch { HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN3 } hf_arch;
 
 typedef struct hf_config {
     hf_arch arch;
     it_gpt2_config gpt2;    /* HF_GPT2: the vocabulary padded to a multiple of 128 (llm.c's) */
-    it__llama_config llama; /* HF_LLAMA, HF_MIXTRAL */
-    bool tied;              /* tie_word_embeddings: LLaMA's lm_head read from embed_tokens */
+    it__llama_config llama; /* HF_LLAMA, HF_MIXTRAL, HF_QWEN3 */
+    bool tied;              /* tie_word_embeddings: LLaMA's lm_head read from embed_tokens (and
+                               trained apart); Qwen3's head is the embedding (llama.tied) */
     char torch_dtype[16];   /* as the file says ("" when absent) */
 } hf_config;
 

@@ -10,6 +10,9 @@
  *            gate_proj, mlp.c_proj = down_proj; lm_head from embed_tokens when tied.
  *   Mixtral  attention as LLaMA; router = block_sparse_moe.gate, experts' c_fc2 / c_fc /
  *            c_proj = w1 / w3 / w2.
+ *   Qwen3    as LLaMA, but q and k keep HF's rows (its RoPE turns the half-split pairs, as
+ *            HF's does); attn.q_norm / k_norm = self_attn.q_norm / k_norm; a tied model has no
+ *            lm_head (a pipeline's last-stage copy reads embed_tokens).
  *
  * A load reads, for each of this rank's parameters, only its slices, converting from the
  * mapped file (F32, BF16, F16) element by element; a save gathers the whole model to the group's
@@ -51,7 +54,8 @@ it_status hf_map_of(const hf_config *c, const char *name, int64_t rows, int64_t 
         return IT_OK;
     }
     const it__llama_config *m = &c->llama;
-    int64_t hd = m->n_embd / m->n_head, kvd = (int64_t)m->n_kv_head * hd;
+    int64_t hd = m->head_dim ? m->head_dim : m->n_embd / m->n_head, kvd = (int64_t)m->n_kv_head * hd;
+    map_kind rope = c->arch == HF_QWEN3 ? MAP_COPY : MAP_UNPERMUTE; /* Qwen3's RoPE is HF's */
     if (strcmp(name, "transformer.wte.weight") == 0) {
         add(t, rows, MAP_COPY, 0, "model.embed_tokens.weight", 0, 0);
     } else if (strcmp(name, "lm_head.weight") == 0) {
@@ -76,10 +80,12 @@ it_status hf_map_of(const hf_config *c, const char *name, int64_t rows, int64_t 
                     {"mlp.c_fc.weight", "mlp.up_proj.weight"},
                     {"mlp.c_fc2.weight", "mlp.gate_proj.weight"},
                     {"mlp.c_proj.weight", "mlp.down_proj.weight"},
-                    {"mlp.router.weight", "block_sparse_moe.gate.weight"}};
+                    {"mlp.router.weight", "block_sparse_moe.gate.weight"},
+                    {"attn.q_norm.weight", "self_attn.q_norm.weight"},
+                    {"attn.k_norm.weight", "self_attn.k_norm.weight"}};
         if (strcmp(rest, "attn.c_attn.weight") == 0) {
-            add(t, m->n_embd, MAP_UNPERMUTE, m->n_head, "model.layers.%d.self_attn.q_proj.weight", l, 0);
-            add(t, kvd, MAP_UNPERMUTE, m->n_kv_head, "model.layers.%d.self_attn.k_proj.weight", l, 0);
+            add(t, (int64_t)m->n_head * hd, rope, m->n_head, "model.layers.%d.self_attn.q_proj.weight", l, 0);
+            add(t, kvd, rope, m->n_kv_head, "model.layers.%d.self_attn.k_proj.weight", l, 0);
             add(t, kvd, MAP_COPY, 0, "model.layers.%d.self_attn.v_proj.weight", l, 0);
             return IT_OK;
         }
@@ -215,6 +221,8 @@ static bool ignorable(const hf_config *c, const char *name) {
     if (c->arch == HF_GPT2) /* the causal-mask buffers of older files; the tied head */
         return (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
                (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0) || strcmp(name, "lm_head.weight") == 0;
+    if (c->arch == HF_QWEN3 && c->llama.tied && strcmp(name, "lm_head.weight") == 0)
+        return true;                                    /* a tied model's file may hold the head it ties */
     return strstr(name, "rotary_emb.inv_freq") != NULL; /* a buffer some older LLaMA files hold */
 }
 
@@ -269,7 +277,7 @@ it_status it_hf_family(const char *dir, const char **family) {
     hf_config c;
     it_status st = hf_config_read(dir, &c);
     if (st) return st;
-    *family = c.arch == HF_GPT2 ? "gpt2" : c.arch == HF_LLAMA ? "llama3" : "mixtral";
+    *family = c.arch == HF_GPT2 ? "gpt2" : c.arch == HF_LLAMA ? "llama3" : c.arch == HF_QWEN3 ? "qwen3" : "mixtral";
     return IT_OK;
 }
 
