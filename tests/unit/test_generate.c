@@ -1,5 +1,6 @@
 /* Generation over a KV cache (include/infinitrain/generate.h, src/models/kv_cache.c) against
- * the training forward, on the PyTorch-checked fixtures of GPT-2, LLaMA-3 and Mixtral:
+ * the training forward, on the PyTorch-checked fixtures of GPT-2, LLaMA-3, Mixtral and Qwen3
+ * (its Hugging Face one: heads 16 wide on a 32-wide model, k cached in its RoPE order):
  *   - the logits of a cached forward (a prompt, then one token at a time, two rows) equal
  *     it_model_forward's on the whole sequence at every position, with flash attention
  *     (q_offset = the cache's length), with the fused attention kernels, and composed;
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "infinitrain/generate.h"
+#include "infinitrain/hf.h"
 #include "it_test.h"
 
 #define FIX IT_SOURCE_DIR "/tests/fixtures/"
@@ -137,6 +139,8 @@ static void check_greedy(const char *what, it_model *m, int64_t B, int64_t T, in
     free(ref);
 }
 
+static it_status load_hf(const char *dir, it_device dev, it_model **out) { return it_hf_load(dir, dev, NULL, out); }
+
 static void check_model(const char *what, load_fn load, const char *path) {
     it_model *m = NULL;
     CHECK_OK(load(path, it_device_cpu(), &m));
@@ -246,5 +250,6 @@ int main(void) {
     check_model("gpt2", it_gpt2_load, FIX "gpt2/tiny_gpt2.bin");
     check_model("llama3", it_llama3_load, FIX "llama3/tiny_llama3.bin");
     check_model("mixtral", it_mixtral_load, FIX "mixtral/tiny_mixtral.bin");
+    check_model("qwen3", load_hf, FIX "qwen3/qwen3");
     return it_test_report("test_generate");
 }
