@@ -5,7 +5,7 @@
  *             [--baseline DIR [--no-tps] [--threshold-fp32 X] [--threshold-bf16 X]] [--list]
  *
  * For each test group, each test and each model whose *_TEST_GROUPS selects the group (gpt2, then
- * llama3, then mixtral), the case's args become the app's flags; nthread_per_process N becomes N
+ * llama3, mixtral, qwen3), the case's args become the app's flags; nthread_per_process N becomes N
  * ranks under mpirun. A flag the app does not list in --help, or a value outside the choices its
  * help names ("--zero_stage 0|1"), makes the case "unsupported" (reported, never skipped); so does
  * a run the app stops with exit 2 and a line saying a combination is "not supported". Logs go
@@ -242,6 +242,8 @@ static model_def MODELS[] = {
      "LLAMA3_LLMC_FILEPATH", NULL, 0, 0, 0},
     {"mixtral", "mixtral", "tiny_mixtral", "MIXTRAL_TEST_GROUPS", "moe", "MIXTRAL_INPUT_BIN", "MIXTRAL_LLMC_FILEPATH",
      NULL, 0, 0, 0},
+    /* InfiniTrain's run script (PR #208) leaves QWEN3_TEST_GROUPS empty unless the config sets it */
+    {"qwen3", "qwen3", "qwen3", "QWEN3_TEST_GROUPS", "", "QWEN3_INPUT_BIN", "QWEN3_LLMC_FILEPATH", NULL, 0, 0, 0},
 };
 enum { NMODELS = sizeof MODELS / sizeof MODELS[0] };
 

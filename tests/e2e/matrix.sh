@@ -3,11 +3,12 @@
 #
 # Runs scripts/matrix/small.json (InfiniTrain's test_config.json format, tiny fixture models) on
 # --device cpu and again on --device sim, the sim run judged against the cpu run (--baseline, the
-# loss by InfiniTrain's rules): 60 cases, of which two are unsupported, one asking for a flag
+# loss by InfiniTrain's rules): 68 cases, of which two are unsupported, one asking for a flag
 # value the apps do not offer (ZeRO stage 3), one for a combination the app refuses when it
-# runs (sampling under pipeline parallelism), and the other 58 (tensor, sequence and pipeline
+# runs (sampling under pipeline parallelism), and the other 66 (tensor, sequence and pipeline
 # parallel ones, LoRA under both, activation recomputation, Mixtral under tensor, sequence and
-# pipeline parallelism and with recomputation, included) must pass. it-compare then compares the two log trees and draws them: every
+# pipeline parallelism and with recomputation, Qwen3's basic, TP, TP+SP, PP, LoRA and
+# checkpoint cases, included) must pass. it-compare then compares the two log trees and draws them: every
 # case's plot must exist and hold both loss curves. A doctored baseline must fail the case at the
 # step that was changed. Checks the exit status, every log file with
 # InfiniTrain's header lines and the app's step lines, the summary table and counts, the progress
@@ -44,7 +45,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
     exit 0
 fi
 
-# The 58 cases small.json runs, as <tag>/<log name>, and the two it cannot.
+# The 66 cases small.json runs, as <tag>/<log name>, and the two it cannot.
 runnable=""
 for m in gpt2 llama3; do
     for id in 1 1_bfloat16 3 3_bfloat16 4 4_bfloat16 5 6 9 9_bfloat16; do runnable="$runnable basic/${m}_$id"; done
@@ -57,6 +58,7 @@ for m in gpt2 llama3; do
     done
 done
 for id in 1 1_bfloat16 2 2_bfloat16 3_tp 3_tp_sp 3_pp 4_recompute; do runnable="$runnable moe/tiny_mixtral_$id"; done
+for id in 1 1_bfloat16 4 5 6 1_lora ckpt_no_resume ckpt_resume; do runnable="$runnable qwen3/qwen3_$id"; done
 unsupported="moe/tiny_mixtral_5_zero3 moe/tiny_mixtral_6_pp_sample"
 
 # Under the sanitizers one device runs the matrix (cpu: its mechanisms are the same on sim,
@@ -115,7 +117,7 @@ for dev in $devs; do
             printf '%s\n' "$h" | sed -n 2p | grep -Eq '^\[GIT_BRANCH\] .+' &&
             printf '%s\n' "$h" | sed -n 3p | grep -Eq '^\[GIT_COMMIT\] ([0-9a-f]{40}|unknown)$' &&
             printf '%s\n' "$h" | sed -n 4p | grep -Eq '^\[GIT_COMMIT_SHORT\] ([0-9a-f]{7}|unknown)$' &&
-            printf '%s\n' "$h" | sed -n 5p | grep -Eq "^\[COMMAND\] .*/(gpt2|llama3|mixtral) .*--device $dev( |$)" &&
+            printf '%s\n' "$h" | sed -n 5p | grep -Eq "^\[COMMAND\] .*/(gpt2|llama3|mixtral|qwen3) .*--device $dev( |$)" &&
             grep -Eq '^step +[0-9]+/[0-9]+ \| train loss [0-9.]+ ' "$f" || badlog="$badlog $c"
     done
     if [ -z "$missing" ]; then ok "$dev: every runnable case has its log"; else bad "$dev: logs missing:$missing"; fi
@@ -140,7 +142,7 @@ for dev in $devs; do
     fi
 done
 
-# it-compare over the two trees: 58 cases (24 under the sanitizers) paired, all pass, one plot each with both curves.
+# it-compare over the two trees: 66 cases (24 under the sanitizers) paired, all pass, one plot each with both curves.
 [ -d "$tmp/logs-sim" ] || cp -r "$tmp/logs-cpu" "$tmp/logs-sim"
 cmp="$build/it-compare"
 out=$("$cmp" "$tmp/logs-cpu" "$tmp/logs-sim" --no-tps --plots "$tmp/plots" 2>&1); rc=$?
