@@ -43,8 +43,9 @@
 #include "infinitrain/data.h"
 #include "infinitrain/models.h"
 #include "infinitrain/train.h"
+#include "models/model_impl.h" /* it__llama_build: a Qwen3 the llm.c-style file cannot hold */
 
-typedef enum { M_GPT2, M_LLAMA3, M_MIXTRAL } model_kind;
+typedef enum { M_GPT2, M_LLAMA3, M_MIXTRAL, M_QWEN3 } model_kind;
 
 typedef struct bench_case {
     const char *name;  /* for --cases and the RESULT lines */
@@ -54,21 +55,34 @@ typedef struct bench_case {
     int n_layer, n_head, n_embd, vocab; /* GPT-2: 0 keeps d12's value */
     int n_kv_head, n_expert, topk, moe_hidden;
     bool by_name_only; /* not in the default set: run only when --cases names it */
+    /* Qwen3 built from its configuration with these (head_dim 0: the llm.c-style file of the
+     * case's shape, heads n_embd / n_head wide) */
+    int head_dim, ffn;
+    bool tied;
 } bench_case;
 
 static const bench_case all_cases[] = {
-    {"gpt2_124m_t64", "GPT-2 124M (d12)", M_GPT2, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0, false},
-    {"gpt2_124m_t256", "GPT-2 124M (d12)", M_GPT2, 4, 256, 0, 0, 0, 0, 0, 0, 0, 0, false},
-    {"gpt2_6l384_t256", "GPT-2 6L/384, V 50257", M_GPT2, 4, 256, 6, 6, 384, 0, 0, 0, 0, 0, false},
-    {"llama3_6l384_t256", "LLaMA-3 6L/384 GQA 6/2, V 32000", M_LLAMA3, 4, 256, 6, 6, 384, 32000, 2, 0, 0, 0, false},
+    {"gpt2_124m_t64", "GPT-2 124M (d12)", M_GPT2, 4, 64, 0, 0, 0, 0, 0, 0, 0, 0, false, 0, 0, false},
+    {"gpt2_124m_t256", "GPT-2 124M (d12)", M_GPT2, 4, 256, 0, 0, 0, 0, 0, 0, 0, 0, false, 0, 0, false},
+    {"gpt2_6l384_t256", "GPT-2 6L/384, V 50257", M_GPT2, 4, 256, 6, 6, 384, 0, 0, 0, 0, 0, false, 0, 0, false},
+    {"llama3_6l384_t256", "LLaMA-3 6L/384 GQA 6/2, V 32000", M_LLAMA3, 4, 256, 6, 6, 384, 32000, 2, 0, 0, 0, false, 0,
+     0, false},
     {"mixtral_6l384_t256", "Mixtral 6L/384 8 experts top-2, V 32000", M_MIXTRAL, 4, 256, 6, 6, 384, 32000, 2, 8, 2, 768,
+     false, 0, 0, false},
+    /* LLaMA-3's line with q_norm/k_norm and the half-split RoPE: the same shape, FFN 1024 */
+    {"qwen3_6l384_t256", "Qwen3 6L/384 GQA 6/2, V 32000", M_QWEN3, 4, 256, 6, 6, 384, 32000, 2, 0, 0, 0, false, 0, 0,
      false},
+    /* Qwen3-0.6B's shape (Qwen/Qwen3-0.6B's config.json): 28 layers, 1024 wide, 16 heads of 128,
+     * 8 kv heads, FFN 3072, vocabulary 151936, tied; random weights. make bench runs one step. */
+    {"qwen3_0_6b_t256", "Qwen3-0.6B shape: 28L/1024, 16x128 heads, GQA 16/8, FFN 3072, V 151936, tied", M_QWEN3, 1, 256,
+     28, 16, 1024, 151936, 8, 0, 0, 0, true, 128, 3072, true},
     /* Tiny shapes for tests/e2e/bench_smoke.sh in a sanitizer build, where a step of the cases
      * above takes 8-12 s: the same code paths (model, AdamW, allocator, RESULT lines). */
-    {"gpt2_2l128_t64", "GPT-2 2L/128, V 8192 (smoke)", M_GPT2, 4, 64, 2, 4, 128, 8192, 0, 0, 0, 0, true},
-    {"llama3_2l128_t64", "LLaMA-3 2L/128 GQA 4/2, V 8192 (smoke)", M_LLAMA3, 4, 64, 2, 4, 128, 8192, 2, 0, 0, 0, true},
+    {"gpt2_2l128_t64", "GPT-2 2L/128, V 8192 (smoke)", M_GPT2, 4, 64, 2, 4, 128, 8192, 0, 0, 0, 0, true, 0, 0, false},
+    {"llama3_2l128_t64", "LLaMA-3 2L/128 GQA 4/2, V 8192 (smoke)", M_LLAMA3, 4, 64, 2, 4, 128, 8192, 2, 0, 0, 0, true,
+     0, 0, false},
     {"mixtral_2l128_t64", "Mixtral 2L/128 8 experts top-2, V 8192 (smoke)", M_MIXTRAL, 4, 64, 2, 4, 128, 8192, 2, 8, 2,
-     256, true},
+     256, true, 0, 0, false},
 };
 #define NCASES (int)(sizeof all_cases / sizeof all_cases[0])
 
@@ -138,6 +152,90 @@ static int write_params(FILE *f, int64_t n, bool ones, uint64_t *rng) {
     return 0;
 }
 
+/* A synthetic Qwen3 file (InfiniTrain-Test's llm.c-style layout, magic 20240804 v4) of the
+ * case's shape: FFN 1024 as LLaMA-3's line, rms_norm_eps 1e-6, rope_theta 1e6. */
+static it_status write_qwen3_checkpoint(const bench_case *bc, const char *path) {
+    int32_t h[256] = {0};
+    int64_t C = bc->n_embd, L = bc->n_layer, V = bc->vocab, hd = C / bc->n_head, kvd = bc->n_kv_head * hd;
+    int64_t H = it_llama3_ffn_hidden((int)C, 1.0f, 256);
+    int32_t vals[16] = {20240804,
+                        4,
+                        (int32_t)bc->T,
+                        (int32_t)V,
+                        (int32_t)L,
+                        bc->n_head,
+                        bc->n_kv_head,
+                        (int32_t)C,
+                        (int32_t)H,
+                        1,
+                        (int32_t)f32_bits(1e-6f),
+                        (int32_t)f32_bits(1e6f),
+                        0,
+                        4,
+                        1,
+                        0};
+    memcpy(h, vals, sizeof vals);
+    FILE *f = fopen(path, "wb");
+    if (!f) return it_error(IT_ERR_IO, "%s: cannot create", path);
+    uint64_t rng = 1234;
+    int bad = fwrite(h, sizeof h, 1, f) != 1;
+    bad |= write_params(f, V * C, false, &rng);                 /* wte */
+    bad |= write_params(f, L * C + 2 * L * hd, true, &rng);     /* ln_1, then q_norm and k_norm */
+    bad |= write_params(f, L * (C + 2 * kvd) * C, false, &rng); /* c_attn */
+    bad |= write_params(f, L * C * C, false, &rng);             /* c_proj */
+    bad |= write_params(f, L * C, true, &rng);                  /* ln_2 */
+    bad |= write_params(f, 3 * L * H * C, false, &rng);         /* gate, up, down */
+    bad |= write_params(f, C, true, &rng);                      /* ln_f */
+    bad |= write_params(f, V * C, false, &rng);                 /* lm_head */
+    bad |= fclose(f) != 0;
+    return bad ? it_error(IT_ERR_IO, "%s: write failed", path) : IT_OK;
+}
+
+/* A Qwen3 the llm.c-style file cannot hold (heads not n_embd / n_head wide), built from its
+ * configuration: weights N(0, 0.02^2) drawn in blocks, norm weights 1. */
+static it_status build_qwen3(const bench_case *bc, it_device dev, it_model **out) {
+    it__llama_config c = {.qwen3 = true,
+                          .tied = bc->tied,
+                          .head_dim = bc->head_dim,
+                          .block_size = (int)bc->T,
+                          .vocab_size = bc->vocab,
+                          .n_layer = bc->n_layer,
+                          .n_head = bc->n_head,
+                          .n_kv_head = bc->n_kv_head,
+                          .n_embd = bc->n_embd,
+                          .ffn_hidden = bc->ffn,
+                          .norm_eps = 1e-6f,
+                          .rope_theta = 1e6f};
+    it_status st = it__llama_build(&c, dev, NULL, bc->name, out);
+    if (st) return st;
+    char *tmp = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&tmp, &len);
+    uint64_t rng = 1234;
+    enum { BLOCK = 1 << 20 };
+    for (int i = 0; i < it_model_param_count(*out) && !st; i++) {
+        const it_model_param_info *p = it_model_param_at(*out, i);
+        for (int64_t at = 0; at < p->numel && !st; at += BLOCK) {
+            int64_t n = p->numel - at < BLOCK ? p->numel - at : BLOCK;
+            rewind(mem);
+            if (write_params(mem, n, p->ndim == 1, &rng) || fflush(mem)) {
+                st = it_error(IT_ERR_OOM, "%s: drawing the weights", bc->name);
+                break;
+            }
+            it_tensor *view = it_tensor_slice(it_model_params(*out), 0, p->offset + at, p->offset + at + n, 1);
+            st = view ? it_tensor_copy_from_host(view, tmp, sizeof(float) * (size_t)n) : it_last_status();
+            it_tensor_release(view);
+        }
+    }
+    fclose(mem);
+    free(tmp);
+    if (st) {
+        it_model_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 /* A synthetic LLaMA-3 (magic 20240803 v3) or Mixtral (20260513 v2) checkpoint of the case's
  * shape, in the layouts of docs/formats.md: weights N(0, 0.02^2), RMSNorm
  * weights 1. LLaMA-3's FFN width comes from ffn_dim_multiplier 1.0 and multiple_of 256
@@ -146,6 +244,7 @@ static it_status write_llama_checkpoint(const bench_case *bc, const char *path) 
     int32_t h[256] = {0};
     int64_t C = bc->n_embd, L = bc->n_layer, V = bc->vocab, hd = C / bc->n_head, kvd = bc->n_kv_head * hd;
     bool moe = bc->kind == M_MIXTRAL;
+    if (bc->kind == M_QWEN3) return write_qwen3_checkpoint(bc, path);
     h[0] = moe ? 20260513 : 20240803;
     h[1] = moe ? 2 : 3;
     h[2] = (int32_t)bc->T;
@@ -226,12 +325,15 @@ static it_status make_model(const bench_case *bc, const char *workdir, it_device
         if ((st = it_gpt2_config_check(&cfg))) return st;
         return it_gpt2_new(&cfg, dev, 42, out);
     }
+    if (bc->kind == M_QWEN3 && bc->head_dim) return build_qwen3(bc, dev, out);
     snprintf(path, sizeof path, "%s/%s.bin", workdir, bc->name);
     if (!file_exists(path)) {
         it_status st = write_llama_checkpoint(bc, path);
         if (st) return st;
     }
-    return bc->kind == M_LLAMA3 ? it_llama3_load(path, dev, out) : it_mixtral_load(path, dev, out);
+    return bc->kind == M_LLAMA3  ? it_llama3_load(path, dev, out)
+           : bc->kind == M_QWEN3 ? it_qwen3_load(path, dev, out)
+                                 : it_mixtral_load(path, dev, out);
 }
 
 typedef struct trainer {

@@ -50,6 +50,9 @@
 #   BENCH_SKIP_TOKENIZE=1  skip the tokenizer lines (bench/tokenize_bench.sh: the KJV through cl100k_base
 #                          against npm's tiktoken, through GPT-2's BPE, and through the tokenizer.json of
 #                          GPT-2, LLaMA-3 and Qwen3 against transformers.js)
+#   BENCH_SKIP_QWEN3=1     skip the Qwen3-0.6B line (bench_train's qwen3_0_6b_t256: the real shape, 596M
+#                          parameters, one AdamW step at B=1 T=256; about 11 GB and a minute, most of it
+#                          drawing the random weights)
 #   BENCH_SKIP_GENERATE=1  skip the generation lines (bench_generate: GPT-2 124M and a small LLaMA-3 generate
 #                          BENCH_GENERATE_TOKENS tokens, default 1024, over the KV cache: ms a token per band
 #                          of 128 positions, against one uncached forward at T = 128, 512, 1024)
@@ -248,6 +251,17 @@ if [ "${BENCH_SKIP_GENERATE:-0}" != 1 ]; then
     echo
     "$build/bench_generate" --tokens "${BENCH_GENERATE_TOKENS:-1024}" | tee "$work/generate.txt" ||
         echo "bench: bench_generate failed (see above)" >&2
+fi
+
+# ---- the real Qwen3-0.6B shape: one training step (AdamW, fp32) on the CPU, time and peak
+if [ "${BENCH_SKIP_QWEN3:-0}" != 1 ]; then
+    echo
+    echo "== Qwen3-0.6B shape (28 layers, 1024 wide, 16 heads of 128, 8 kv heads, FFN 3072, vocabulary" \
+        "151936, tied; 596M parameters, random weights), B=1 T=256: one step, the first (allocations" \
+        "included), and the allocator's peak =="
+    "$build/bench_train" --workdir "$work" --cases qwen3_0_6b_t256 --warmup 0 --steps 1 --no-profile --no-case-peaks |
+        tee "$work/qwen3_06b.txt" | grep -E '^(RESULT|\| qwen3)' ||
+        echo "bench: the Qwen3-0.6B step failed (see $work/qwen3_06b.txt)" >&2
 fi
 
 # ---- comparison and targets
