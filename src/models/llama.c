@@ -760,8 +760,7 @@ static it_status llama_load(const char *path, it_device dev, family fam, const i
         return it_error(IT_ERR_FORMAT,
                         "%s: file size: the header (L=%d, C=%d, V=%d, F=%d%s) implies %lld parameters = %zu bytes, "
                         "found %zu bytes",
-                        path, h[4], h[7], h[3], F, moe ? ", experts" : "",
-                        (long long)(n + copy), want, file_bytes);
+                        path, h[4], h[7], h[3], F, moe ? ", experts" : "", (long long)(n + copy), want, file_bytes);
     }
     it_model *m = NULL;
     st = llama_make(g, dev, par, path, &m);
