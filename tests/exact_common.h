@@ -34,6 +34,16 @@ static inline void *exact_read_file(const char *path, size_t *n) {
     return buf;
 }
 
+/* Whether two files hold the same bytes (false when either cannot be read). */
+static inline bool exact_same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    void *x = exact_read_file(a, &na), *y = exact_read_file(b, &nb);
+    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 /* A named run of parameters in checkpoint order. */
 typedef struct exact_segment {
     char name[48];

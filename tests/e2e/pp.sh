@@ -42,8 +42,10 @@ run1 llama3 "$tmp/l1" "${llama[@]}" "${noclip[@]}" --total_batch_size 512
 runn 2 llama3 "$tmp/l_1f1b" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2 \
   --pipeline_schedule 1f1b
 same "llama3 PP=2 1f1b vs 1 rank" "$tmp/l1" "$tmp/l_1f1b"
-runn 2 llama3 "$tmp/l_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2
-within "llama3 PP=2 gpipe vs 1 rank" "$tmp/l1" "$tmp/l_gpipe" 1e-6
+if full; then # under the sanitizers GPT-2's PP=2 runs GPipe
+  runn 2 llama3 "$tmp/l_gpipe" "${llama[@]}" "${noclip[@]}" --total_batch_size 512 --pipeline_parallel 2
+  within "llama3 PP=2 gpipe vs 1 rank" "$tmp/l1" "$tmp/l_gpipe" 1e-6
+fi
 deepl=(--llmc_filepath "$l/tiny_llama3_4l.bin" --input_bin "$l/tiny_shard_u32.bin" "${common[@]}" --total_batch_size 1024)
 run1 llama3 "$tmp/ll1" "${deepl[@]}" "${noclip[@]}"
 if full; then

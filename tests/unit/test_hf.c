@@ -100,15 +100,6 @@ static void check_losses(const char *app, const char *name, const char *shard) {
     CHECK(exact_trajectories_from(app, exp, NULL, dir, shard) >= 2);
 }
 
-static bool same_bytes(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    void *x = exact_read_file(a, &na), *y = exact_read_file(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* HF -> ours -> HF: every file of the fixture written again, byte for byte. */
 static void check_roundtrip(const char *name, const char *const *files, size_t max_shard) {
     char src[512], out[512], a[600], b[600];
@@ -120,7 +111,7 @@ static void check_roundtrip(const char *name, const char *const *files, size_t m
     for (int i = 0; files[i]; i++) {
         snprintf(a, sizeof a, "%s/%s", src, files[i]);
         snprintf(b, sizeof b, "%s/%s", out, files[i]);
-        CHECK_MSG(same_bytes(a, b), "%s: %s written back differs from the fixture's", name, files[i]);
+        CHECK_MSG(exact_same_file(a, b), "%s: %s written back differs from the fixture's", name, files[i]);
     }
     /* and the written directory loads to the same parameters */
     it_model *m2 = load(out);
@@ -147,7 +138,7 @@ static void check_bf16(void) {
     it_hf_save_options o = {IT_DTYPE_BF16, 0};
     CHECK_OK(it_hf_save(f, tmp("as_bf16", out, sizeof out), &o));
     snprintf(a, sizeof a, "%s/model.safetensors", out);
-    CHECK_MSG(same_bytes(a, FIX "hf/llama3_bf16/model.safetensors"), "the bf16 export differs from the fixture");
+    CHECK_MSG(exact_same_file(a, FIX "hf/llama3_bf16/model.safetensors"), "the bf16 export differs from the fixture");
     free(pf);
     free(ph);
     it_model_free(f);

@@ -67,15 +67,6 @@ static float *params_of(it_model *m, size_t *n) {
     return p;
 }
 
-static bool same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    void *x = exact_read_file(a, &na), *y = exact_read_file(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* HF -> ours -> HF: the weights byte for byte, the config read back to the same model. */
 static void check_hf_roundtrip(it_model *m, const char *src) {
     if (!m) return;
@@ -85,7 +76,7 @@ static void check_hf_roundtrip(it_model *m, const char *src) {
     CHECK_OK(it_hf_save(m, out, &o));
     snprintf(a, sizeof a, "%s/model.safetensors", src);
     snprintf(b, sizeof b, "%s/model.safetensors", out);
-    CHECK_MSG(same_file(a, b), "%s: model.safetensors written back differs", src);
+    CHECK_MSG(exact_same_file(a, b), "%s: model.safetensors written back differs", src);
     it_model *m2 = load_hf(out);
     if (m2) {
         const it_model_info *x = it_model_get_info(m), *y = it_model_get_info(m2);
@@ -206,7 +197,7 @@ static void test_llmc_tied(void) {
         CHECK(n2 == n && memcmp(p, p2, sizeof(float) * n) == 0);
         free(p2);
         CHECK_OK(it_model_save(m2, path2));
-        CHECK(same_file(path, path2));
+        CHECK(exact_same_file(path, path2));
         it_model_free(m2);
     }
     free(p);
