@@ -94,11 +94,7 @@ static it_status load_llmc(const char *app, const char *path, it_model **m) {
     it_device cpu;
     it_status st = it_device_parse("cpu", &cpu);
     if (st) return st;
-    if (strcmp(app, "gpt2") == 0) return it_gpt2_load(path, cpu, m);
-    if (strcmp(app, "llama3") == 0) return it_llama3_load(path, cpu, m);
-    if (strcmp(app, "mixtral") == 0) return it_mixtral_load(path, cpu, m);
-    if (strcmp(app, "qwen3") == 0) return it_qwen3_load(path, cpu, m);
-    return it_error(IT_ERR_INVALID_ARG, "app '%s': expected gpt2, llama3, mixtral or qwen3", app);
+    return it_model_load_family(app, path, cpu, NULL, m);
 }
 
 static it_status to_llmc(const char *dir, const char *out, const char *like) {

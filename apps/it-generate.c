@@ -185,11 +185,8 @@ static it_status load_lora(const options *o, it_model *m) {
         if (alpha < 0) alpha = a;
     }
     if (!rank) return it_error(IT_ERR_INVALID_ARG, "--lora_load_path %s: give its --lora_rank", o->lora_path);
-    const char *family = it_model_get_info(m)->family;
-    const char *targets = o->lora_targets                                                 ? o->lora_targets
-                          : strcmp(family, "llama3") == 0 || strcmp(family, "qwen3") == 0 ? "c_attn,c_proj,c_fc,c_fc2"
-                          : strcmp(family, "mixtral") == 0                                ? "c_attn,attn.c_proj"
-                                                           : "c_attn,c_proj"; /* the training apps' defaults */
+    const char *targets =
+        o->lora_targets ? o->lora_targets : it_model_lora_default_targets(it_model_get_info(m)->family);
     it_lora_config lc = {rank, alpha < 0 ? 16.0f : (float)alpha, targets, 0};
     if ((st = it_model_lora_apply(m, &lc))) return it_error_context("--lora_load_path: ");
     st = peft ? it_hf_lora_load(m, o->lora_path) : it_model_lora_load(m, o->lora_path);

@@ -64,8 +64,16 @@ typedef struct it_model_info {
     bool tied_embeddings;      /* the LM head is the token embedding (GPT-2; Qwen3 when its config ties) */
 } it_model_info;
 
-/* Any llm.c model file, its family known from its magic (GPT-2, LLaMA-3 or Mixtral). */
+/* Any llm.c model file, its family known from its magic (GPT-2, LLaMA-3, Mixtral or Qwen3). */
 IT_API it_status it_model_load(const char *path, it_device dev, it_model **out);
+/* An llm.c-style file of the named family ("gpt2", "llama3", "mixtral", "qwen3": the apps'
+ * names) under par (NULL: one rank): its loader, which checks the magic; an unknown name is
+ * IT_ERR_INVALID_ARG. it_model_family_known: whether the name is one of those. */
+IT_API it_status it_model_load_family(const char *family, const char *path, it_device dev, const it_model_parallel *par,
+                                      it_model **out);
+IT_API bool it_model_family_known(const char *family);
+/* InfiniTrain's default --lora_target_modules for a family ("c_attn,c_proj" for an unknown one). */
+IT_API const char *it_model_lora_default_targets(const char *family);
 IT_API void it_model_free(it_model *m);
 IT_API const it_model_info *it_model_get_info(const it_model *m);
 IT_API it_device it_model_device(const it_model *m);

@@ -995,20 +995,48 @@ it_tensor *it__run_layers(it_model *m, it_tensor *x, int l0, int l1, it__layer_f
     return x;
 }
 
+/* The model families: their names (the apps'), their llm.c-style files' magics and loaders, and
+ * InfiniTrain's default --lora_target_modules for each (example/gpt2, example/llama3; Qwen3 as
+ * LLaMA-3, the same module names; Mixtral's attention only, its experts are refused). */
+static const struct {
+    const char *family;
+    int32_t magic;
+    it_status (*load)(const char *path, it_device dev, const it_model_parallel *par, it_model **out);
+    const char *lora_targets;
+} FAMILIES[] = {{"gpt2", 20240326, it_gpt2_load_tp, "c_attn,c_proj"},
+                {"llama3", 20240803, it_llama3_load_tp, "c_attn,c_proj,c_fc,c_fc2"},
+                {"mixtral", 20260513, it_mixtral_load_tp, "c_attn,attn.c_proj"},
+                {"qwen3", 20240804, it_qwen3_load_tp, "c_attn,c_proj,c_fc,c_fc2"}};
+#define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])
+
 it_status it_model_load(const char *path, it_device dev, it_model **out) {
     int32_t h[256];
     size_t bytes;
     it_status st = it__read_header(path, h, &bytes);
     if (st) return st;
-    switch (h[0]) {
-    case 20240326: return it_gpt2_load(path, dev, out);
-    case 20240803: return it_llama3_load(path, dev, out);
-    case 20260513: return it_mixtral_load(path, dev, out);
-    case 20240804: return it_qwen3_load(path, dev, out);
-    default:
-        return it_error(IT_ERR_FORMAT,
-                        "%s: header[0] magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803), "
-                        "Mixtral (20260513) or Qwen3 (20240804)",
-                        path, h[0]);
-    }
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (h[0] == FAMILIES[i].magic) return FAMILIES[i].load(path, dev, NULL, out);
+    return it_error(IT_ERR_FORMAT,
+                    "%s: header[0] magic %d is none of llm.c GPT-2 (20240326), LLaMA-3 (20240803), "
+                    "Mixtral (20260513) or Qwen3 (20240804)",
+                    path, h[0]);
+}
+
+it_status it_model_load_family(const char *family, const char *path, it_device dev, const it_model_parallel *par,
+                               it_model **out) {
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (strcmp(family, FAMILIES[i].family) == 0) return FAMILIES[i].load(path, dev, par, out);
+    return it_error(IT_ERR_INVALID_ARG, "model family '%s': expected gpt2, llama3, mixtral or qwen3", family);
+}
+
+const char *it_model_lora_default_targets(const char *family) {
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (strcmp(family, FAMILIES[i].family) == 0) return FAMILIES[i].lora_targets;
+    return "c_attn,c_proj";
+}
+
+bool it_model_family_known(const char *family) {
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (strcmp(family, FAMILIES[i].family) == 0) return true;
+    return false;
 }

@@ -1220,19 +1220,15 @@ it_status it_ckpt_model_new(const char *dir, it_device dev, it_model **out) {
     }
     const char *hf = flag_text(flags, "hf_model"), *llmc = flag_text(flags, "llmc_filepath");
     it_model *m = NULL;
-    bool gpt2 = strcmp(app, "gpt2") == 0, llama3 = strcmp(app, "llama3") == 0, mixtral = strcmp(app, "mixtral") == 0,
-         qwen3 = strcmp(app, "qwen3") == 0;
-    if (!gpt2 && !llama3 && !mixtral && !qwen3) {
+    bool gpt2 = strcmp(app, "gpt2") == 0;
+    if (!it_model_family_known(app)) {
         st =
             it_error(IT_ERR_FORMAT, "%s: infinitrain_c.app \"%s\": expected gpt2, llama3, mixtral or qwen3", path, app);
     } else if (*hf) {
         if ((st = it_hf_load(hf, dev, NULL, &m))) it_error_context("%s: the run's --hf_model: ", path);
     } else if (*llmc) {
-        st = gpt2     ? it_gpt2_load(llmc, dev, &m)
-             : llama3 ? it_llama3_load(llmc, dev, &m)
-             : qwen3  ? it_qwen3_load(llmc, dev, &m)
-                      : it_mixtral_load(llmc, dev, &m);
-        if (st) it_error_context("%s: the run's --llmc_filepath (it gives the model's shape): ", path);
+        if ((st = it_model_load_family(app, llmc, dev, NULL, &m)))
+            it_error_context("%s: the run's --llmc_filepath (it gives the model's shape): ", path);
     } else if (gpt2) {
         st = scratch_gpt2(path, flags, dev, &m);
     } else {

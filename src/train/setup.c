@@ -407,17 +407,8 @@ static it_status setup_model(it_train_ctx *ctx) {
                             c->hf_model, family, family, c->app);
         if ((st = it_hf_load(c->hf_model, ctx->dev, &par, &ctx->model))) return it_error_context("--hf_model: ");
     } else if (c->llmc_filepath) {
-        if (gpt2)
-            st = it_gpt2_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
-        else if (strcmp(c->app, "llama3") == 0)
-            st = it_llama3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
-        else if (strcmp(c->app, "mixtral") == 0)
-            st = it_mixtral_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
-        else if (strcmp(c->app, "qwen3") == 0)
-            st = it_qwen3_load_tp(c->llmc_filepath, ctx->dev, &par, &ctx->model);
-        else
-            return it_error(IT_ERR_INVALID_ARG, "app '%s' has no checkpoint loader", c->app);
-        if (st) return it_error_context("--llmc_filepath: ");
+        if ((st = it_model_load_family(c->app, c->llmc_filepath, ctx->dev, &par, &ctx->model)))
+            return it_error_context("--llmc_filepath: ");
     } else {
         if (!gpt2)
             return it_error(IT_ERR_INVALID_ARG, "--llmc_filepath: required for %s (it has no built-in model presets)",
@@ -444,16 +435,8 @@ static it_status setup_model(it_train_ctx *ctx) {
     return setup_recompute(ctx);
 }
 
-/* InfiniTrain's per-model defaults for --lora_target_modules (example/gpt2, example/llama3;
- * Qwen3 as LLaMA-3: the same module names). */
-static const char *lora_default_targets(const char *app) {
-    if (strcmp(app, "llama3") == 0 || strcmp(app, "qwen3") == 0) return "c_attn,c_proj,c_fc,c_fc2";
-    if (strcmp(app, "mixtral") == 0) return "c_attn,attn.c_proj"; /* attention only: experts are refused */
-    return "c_attn,c_proj";
-}
-
 const char *train_lora_targets(const it_train_config *c) {
-    return c->lora_target_modules ? c->lora_target_modules : lora_default_targets(c->app);
+    return c->lora_target_modules ? c->lora_target_modules : it_model_lora_default_targets(c->app);
 }
 
 /* n with thousands separators, as PEFT prints counts ("442,368"). */
